@@ -1,0 +1,60 @@
+"""Reduction of a per-token loss matrix to a scalar.
+
+Modes (``agg``):
+
+* ``token_mean``: every trained token of the batch weighs the same (DAPO, arXiv 2503.14476).
+* ``seq_mean_token_mean``: mean over rollouts of each rollout's token mean (GRPO; E-GRPO). Rollouts
+  with no trained token are left out of the outer mean.
+* ``token_sum_norm``: each rollout's token sum divided by a constant, averaged over all ``N`` rows
+  (Dr. GRPO, arXiv 2503.20783): no length normalisation, so longer wrong answers are not favoured.
+  The constant (``norm_constant``, typically the maximum response length) and ``N`` do not depend on
+  the masks, which keeps the estimator unbiased.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+AGG_MODES = ("token_mean", "seq_mean_token_mean", "token_sum_norm")
+
+
+def aggregate(
+    values: Tensor, mask: Tensor, mode: str, norm_constant: float | None = None
+) -> Tensor:
+    """Reduce ``values [N, L]`` over the positions where ``mask [N, L]`` is true.
+
+    Args:
+        values: per-token losses; entries under a false mask are ignored (even NaN).
+        mask: bool or 0/1 trained-token mask.
+        mode: one of :data:`AGG_MODES`.
+        norm_constant: the divisor of ``token_sum_norm`` (required for that mode).
+
+    Returns:
+        A scalar tensor connected to ``values``' graph (0 when nothing is masked in).
+
+    Raises:
+        ValueError: unknown mode, or ``token_sum_norm`` without a positive ``norm_constant``.
+    """
+    m = mask.bool()
+    v = values.masked_fill(~m, 0.0)
+    if mode == "token_mean":
+        return v.sum() / m.sum().clamp(min=1)
+    if mode == "seq_mean_token_mean":
+        tokens = m.sum(-1)
+        per_seq = v.sum(-1) / tokens.clamp(min=1)
+        has = tokens > 0
+        return (per_seq * has).sum() / has.sum().clamp(min=1)
+    if mode == "token_sum_norm":
+        if norm_constant is None or norm_constant <= 0:
+            raise ValueError(
+                f"[loss.norm_constant] got {norm_constant!r}; expected a positive number for "
+                "agg=token_sum_norm. Fix: set loss.norm_constant to the maximum response length."
+            )
+        return v.sum(-1).sum() / (v.shape[0] * float(norm_constant))
+    raise ValueError(f"[loss.agg] got {mode!r}; expected one of {list(AGG_MODES)}. Fix: pick one.")
+
+
+def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
+    """Mean of ``values`` over the true entries of ``mask`` (0 when there are none)."""
+    m = mask.bool()
+    return values.masked_fill(~m, 0.0).sum() / m.sum().clamp(min=1)

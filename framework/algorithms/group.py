@@ -1,0 +1,62 @@
+"""Statistics over groups of rollouts given a flat ``group_index``.
+
+All functions take ``values [N]`` and ``group_index [N]`` (any integers; equal values form a group)
+and return ``[N]``: each rollout receives its group's statistic, so results combine elementwise.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def _dense(group_index: Tensor) -> tuple[Tensor, int]:
+    """Map arbitrary group ids to ``0..K-1``; returns ``(inverse [N], K)``."""
+    uniq, inverse = torch.unique(group_index, return_inverse=True)
+    return inverse, int(uniq.numel())
+
+
+def group_size(group_index: Tensor) -> Tensor:
+    """``[N]`` number of rollouts in each rollout's group (float)."""
+    inv, k = _dense(group_index)
+    counts = torch.bincount(inv, minlength=k).to(torch.get_default_dtype())
+    return counts[inv]
+
+
+def group_sum(values: Tensor, group_index: Tensor) -> Tensor:
+    """``[N]`` sum of ``values`` over each rollout's group."""
+    inv, k = _dense(group_index)
+    sums = torch.zeros(k, dtype=values.dtype, device=values.device).index_add_(0, inv, values)
+    return sums[inv]
+
+
+def group_mean(values: Tensor, group_index: Tensor) -> Tensor:
+    """``[N]`` mean of ``values`` over each rollout's group."""
+    return group_sum(values, group_index) / group_size(group_index).to(values)
+
+
+def group_std(values: Tensor, group_index: Tensor, *, unbiased: bool = True) -> Tensor:
+    """``[N]`` standard deviation within each group; 0 for a group of one (never NaN)."""
+    n = group_size(group_index).to(values)
+    centered = values - group_mean(values, group_index)
+    denom = (n - 1.0).clamp(min=1.0) if unbiased else n
+    var = group_sum(centered * centered, group_index) / denom
+    return torch.where(n > 1, var, torch.zeros_like(var)).clamp(min=0).sqrt()
+
+
+def group_max(values: Tensor, group_index: Tensor) -> Tensor:
+    """``[N]`` maximum of ``values`` over each rollout's group."""
+    inv, k = _dense(group_index)
+    init = torch.full((k,), float("-inf"), dtype=values.dtype, device=values.device)
+    return init.scatter_reduce(0, inv, values, reduce="amax", include_self=True)[inv]
+
+
+def group_max_normalize(values: Tensor, group_index: Tensor) -> Tensor:
+    """``[N]`` ``values / max_group(values)``; 0 where the group maximum is <= 0.
+
+    E-GRPO's normalisation of entity match rates (arXiv 2510.24694): the best rollout of a group
+    gets 1, a group where no rollout matched anything gets 0 everywhere.
+    """
+    gmax = group_max(values, group_index)
+    safe = torch.where(gmax > 0, gmax, torch.ones_like(gmax))
+    return torch.where(gmax > 0, values / safe, torch.zeros_like(values))

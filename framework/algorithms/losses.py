@@ -1,0 +1,131 @@
+"""Policy losses: PPO-clip with asymmetric (clip-higher) bounds, and GSPO's sequence-level ratio.
+
+Both take :class:`~framework.types.PolicyLossInputs` and return a
+:class:`~framework.types.LossOutput` to minimise. Tokens outside the effective mask (tool responses,
+padding, dropped rollouts) neither change the loss nor receive gradient.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from framework.algorithms.aggregation import AGG_MODES, aggregate, masked_mean
+from framework.config import ComponentConfig, Problem, check, check_choice, check_range
+from framework.registry.kinds import POLICY_LOSSES
+from framework.types import LossOutput, PolicyLossInputs
+
+
+@dataclass
+class ClipLossConfig(ComponentConfig):
+    clip_low: float = field(default=0.2, metadata={"help": "ratio lower bound is 1 - clip_low"})
+    clip_high: float = field(
+        default=0.28, metadata={"help": "ratio upper bound is 1 + clip_high (clip-higher, DAPO)"}
+    )
+    agg: str = field(default="seq_mean_token_mean", metadata={"help": f"one of {AGG_MODES}"})
+    norm_constant: float | None = field(
+        default=None, metadata={"help": "divisor for agg=token_sum_norm (max response tokens)"}
+    )
+
+    def problems(self) -> list[Problem]:
+        out = check_range(self.clip_low, "clip_low", low=0.0, high=1.0, low_inclusive=False)
+        out += check_range(self.clip_high, "clip_high", low=0.0, low_inclusive=False)
+        out += check_choice(self.agg, "agg", AGG_MODES)
+        if self.agg == "token_sum_norm":
+            out += check(
+                self.norm_constant is not None and self.norm_constant > 0,
+                "norm_constant",
+                self.norm_constant,
+                "a positive number when agg=token_sum_norm",
+                "set loss.norm_constant to the maximum response length in tokens",
+            )
+        return out
+
+
+def _masked_inputs(inputs: PolicyLossInputs) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(mask, logprobs, old_logprobs, advantages)`` with masked entries zeroed (no NaN/inf)."""
+    mask = inputs.effective_mask()
+    lp = inputs.logprobs.masked_fill(~mask, 0.0)
+    old = inputs.old_logprobs.detach().masked_fill(~mask, 0.0)
+    adv = inputs.token_advantages().detach().masked_fill(~mask, 0.0)
+    return mask, lp, old, adv
+
+
+def _clipped_objective(
+    ratio: Tensor, adv: Tensor, mask: Tensor, low: float, high: float, cfg: ClipLossConfig
+) -> LossOutput:
+    unclipped = -adv * ratio  # [N, L]
+    clipped = -adv * ratio.clamp(1.0 - low, 1.0 + high)  # [N, L]
+    per_token = torch.maximum(unclipped, clipped)  # [N, L] pessimistic bound
+    loss = aggregate(per_token, mask, cfg.agg, cfg.norm_constant)
+    with torch.no_grad():
+        r = ratio.detach()
+        metrics = {
+            "clip_frac": masked_mean((clipped > unclipped).float(), mask),
+            "clip_frac_low": masked_mean(((r < 1.0 - low) & (adv < 0)).float(), mask),
+            "clip_frac_high": masked_mean(((r > 1.0 + high) & (adv > 0)).float(), mask),
+            "ratio_mean": masked_mean(r, mask),
+        }
+    return LossOutput(loss, metrics)
+
+
+@POLICY_LOSSES.register("ppo_clip", config=ClipLossConfig)
+def ppo_clip_loss(inputs: PolicyLossInputs, *, cfg: ClipLossConfig) -> LossOutput:
+    """PPO-clip with separate lower and upper bounds (clip-higher).
+
+    Per token ``-min(ρ A, clip(ρ, 1 - ε_low, 1 + ε_high) A)`` with ``ρ = exp(logp - old_logp)``
+    (Schulman et al. 2017; clip-higher from DAPO, arXiv 2503.14476), reduced by ``cfg.agg``.
+
+    Args:
+        inputs: ``logprobs``/``old_logprobs``/``token_mask`` ``[N, L]``, ``advantages`` ``[N]`` or
+            ``[N, L]``, ``sample_mask`` ``[N]``.
+        cfg: bounds and aggregation.
+
+    Returns:
+        Loss and metrics ``clip_frac`` (tokens where the clipped term is active), ``clip_frac_low``,
+        ``clip_frac_high``, ``ratio_mean``, ``approx_kl`` (k3 estimate of KL(old || new)).
+    """
+    mask, lp, old, adv = _masked_inputs(inputs)
+    log_ratio = lp - old  # [N, L]
+    out = _clipped_objective(log_ratio.exp(), adv, mask, cfg.clip_low, cfg.clip_high, cfg)
+    with torch.no_grad():
+        out.metrics["approx_kl"] = masked_mean(log_ratio.exp() - 1.0 - log_ratio, mask)
+    return out
+
+
+@dataclass
+class GSPOLossConfig(ClipLossConfig):
+    clip_low: float = field(default=3e-4, metadata={"help": "sequence ratio lower bound 1 - x"})
+    clip_high: float = field(default=4e-4, metadata={"help": "sequence ratio upper bound 1 + x"})
+
+
+@POLICY_LOSSES.register("gspo", config=GSPOLossConfig)
+def gspo_loss(inputs: PolicyLossInputs, *, cfg: GSPOLossConfig) -> LossOutput:
+    """GSPO: PPO-clip on the sequence ratio ``s_i = exp(mean_t log ρ_{i,t})``.
+
+    Zheng et al. 2025 (arXiv 2507.18071). Implemented token-wise as
+    ``s_{i,t} = sg[s_i] · π(y_t) / sg[π(y_t)]``: its value is ``s_i`` on every token, and with
+    ``agg=seq_mean_token_mean`` the gradient equals that of the sequence objective
+    ``-min(s_i A_i, clip(s_i) A_i)`` averaged over rollouts.
+
+    Args:
+        inputs: as :func:`ppo_clip_loss`; advantages should be per rollout.
+        cfg: sequence-ratio bounds (3e-4 / 4e-4 in the paper) and aggregation.
+
+    Returns:
+        Loss and the same metrics as :func:`ppo_clip_loss` (over tokens), plus ``seq_ratio_mean``.
+    """
+    mask, lp, old, adv = _masked_inputs(inputs)
+    tokens = mask.sum(-1).clamp(min=1)  # [N]
+    log_seq_ratio = ((lp - old).sum(-1) / tokens).detach()  # [N] mean_t log ρ
+    log_ratio = log_seq_ratio.unsqueeze(-1) + lp - lp.detach()  # [N, L] value log s_i
+    out = _clipped_objective(log_ratio.exp(), adv, mask, cfg.clip_low, cfg.clip_high, cfg)
+    with torch.no_grad():
+        has = mask.any(-1)
+        seq_ratio = log_seq_ratio.exp()
+        out.metrics["seq_ratio_mean"] = (seq_ratio * has).sum() / has.sum().clamp(min=1)
+        token_log_ratio = lp - old
+        out.metrics["approx_kl"] = masked_mean(token_log_ratio.exp() - 1.0 - token_log_ratio, mask)
+    return out

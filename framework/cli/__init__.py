@@ -1,0 +1,1 @@
+"""Command-line entry points; the only package that imports Hydra's app machinery."""

@@ -1,0 +1,134 @@
+"""The one place that drives Hydra: load components, check choices, compose, validate, run."""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from framework.config.problems import ConfigError
+from framework.config.schema import APPS, store_schemas
+from framework.paths import config_dir
+from framework.registry.core import UnknownComponentError, unknown_component_error
+
+# `group=value`, `+group=value`, `++group=value` or `~group`; values may be sweeps `a,b`.
+_CHOICE = re.compile(r"^\+{0,2}(?P<group>[a-z_]+)=(?P<value>[A-Za-z0-9_.,/-]*)$")
+# Config groups that are not registries but have option files in conf/.
+_FILE_GROUPS = ("algorithm", "trainer", "logger", "debug", "experiment")
+
+
+def prepare() -> None:
+    """Register built-ins, load plugins and store the app schemas (idempotent)."""
+    from framework.registry import load_components
+
+    load_components()
+    store_schemas()
+
+
+def group_options(group: str) -> list[str]:
+    """Every option of a config group: registry names, files in conf/ and plugin config dirs."""
+    from framework.plugins import config_search_path
+    from framework.registry import ALL
+
+    names = set(ALL[group].names()) if group in ALL else set()
+    dirs = [config_dir()] + [
+        Path(p.removeprefix("file://")) for p in config_search_path() if p.startswith("file://")
+    ]
+    for p in config_search_path():
+        if p.startswith("pkg://"):
+            dirs.append(_package_dir(p.removeprefix("pkg://")))
+    for d in dirs:
+        if d is not None and (d / group).is_dir():
+            names |= {f.stem for f in (d / group).glob("*.yaml")}
+    return sorted(names)
+
+
+def _package_dir(dotted: str) -> Path | None:
+    import importlib.util
+
+    parts = dotted.strip("/").replace("/", ".").split(".")
+    try:
+        spec = importlib.util.find_spec(parts[0])
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)), *parts[1:])
+
+
+def check_choices(args: Sequence[str]) -> list[UnknownComponentError]:
+    """Errors for command-line group choices that name no option (with the closest match)."""
+    from framework.registry import ALL
+
+    errors = []
+    for arg in args:
+        m = _CHOICE.match(arg)
+        if not m or (m["group"] not in ALL and m["group"] not in _FILE_GROUPS):
+            continue
+        options = group_options(m["group"])
+        errors += [
+            unknown_component_error(m["group"], value, options)
+            for value in m["value"].split(",")
+            if value not in ("", "null") and value not in options
+        ]
+    return errors
+
+
+def _search_path_override(args: list[str]) -> list[str]:
+    from framework.plugins import config_search_path
+
+    extra = config_search_path()
+    if not extra:
+        return args
+    for i, arg in enumerate(args):
+        if arg.startswith("hydra.searchpath="):
+            current = arg.split("=", 1)[1].strip("[]")
+            items = [s for s in current.split(",") if s] + extra
+            return [*args[:i], f"hydra.searchpath=[{','.join(items)}]", *args[i + 1 :]]
+    return [*args, f"hydra.searchpath=[{','.join(extra)}]"]
+
+
+def run_app(app: str, task: Callable[[Any], Any], argv: Sequence[str] | None = None) -> Any:
+    """Compose ``conf/<app>.yaml`` with the command-line overrides, validate it, call ``task``.
+
+    Exit status 2 with one line per problem on a configuration error.
+    """
+    import hydra
+    from omegaconf import DictConfig
+
+    from framework.config.validate import validate
+    from framework.plugins import failures
+
+    prepare()
+    args = list(sys.argv[1:] if argv is None else argv)
+    errors = check_choices(args)
+    if errors:
+        failed = failures()
+        if failed:  # the missing component may live in a plugin that failed: chain its error
+            raise errors[0] from failed[0].exception
+        print("invalid configuration:\n  " + "\n  ".join(map(str, errors)), file=sys.stderr)
+        raise SystemExit(2)
+    schema = APPS[app]
+    result: dict[str, Any] = {}
+
+    def _main(cfg: DictConfig) -> Any:
+        try:
+            typed = validate(cfg, schema)
+        except ConfigError as exc:
+            if exc.__cause__ is not None:
+                raise
+            print(exc, file=sys.stderr)
+            raise SystemExit(2) from None
+        result["value"] = task(typed)
+        return result["value"]
+
+    main = hydra.main(config_path=str(config_dir()), config_name=app, version_base="1.3")(_main)
+    saved = sys.argv
+    sys.argv = [saved[0] if saved else app, *_search_path_override(args)]
+    try:
+        main()
+    finally:
+        sys.argv = saved
+    return result.get("value")

@@ -1,0 +1,95 @@
+"""``seekrl-components``: every registered component, its source package and config fields."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+
+def describe(kinds: Sequence[str] | None = None) -> dict[str, Any]:
+    """Registries, plugins and their components as plain data (the listing's JSON form)."""
+    from framework import plugins
+    from framework.registry import ALL, load_components
+
+    load_components()
+    chosen = list(kinds) if kinds else list(ALL)
+    return {
+        "plugins": {
+            "autoload": not plugins.autoload_disabled(),
+            "entry_point_group": plugins.ENTRY_POINT_GROUP,
+            "loaded": [
+                {"name": p.name, "distribution": p.distribution, "value": p.value}
+                for p in plugins.loaded()
+            ],
+            "failed": [
+                {
+                    "name": f.name,
+                    "distribution": f.distribution,
+                    "error": f"{f.error_type}: {f.message}",
+                }
+                for f in plugins.failures()
+            ],
+        },
+        "components": {
+            kind: [
+                {
+                    "name": e.name,
+                    "source": e.source,
+                    "origin": e.origin,
+                    "fields": [vars(f) for f in e.fields()],
+                }
+                for e in ALL[kind]
+            ]
+            for kind in chosen
+        },
+    }
+
+
+def render(data: dict[str, Any]) -> str:
+    """The listing as text: one block per kind, one line per component, one per field."""
+    lines = []
+    plug = data["plugins"]
+    state = "on" if plug["autoload"] else "off (SEEKRL_NO_PLUGINS is set)"
+    lines.append(f"plugins [{plug['entry_point_group']}]: autoload {state}")
+    for p in plug["loaded"]:
+        lines.append(f"  loaded  {p['name']} ({p['distribution']}) -> {p['value']}")
+    for p in plug["failed"]:
+        lines.append(f"  FAILED  {p['name']} ({p['distribution']}): {p['error']}")
+    for kind, entries in data["components"].items():
+        lines.append("")
+        lines.append(f"{kind} ({len(entries)})")
+        if not entries:
+            lines.append("  (none registered)")
+        for e in entries:
+            lines.append(f"  {e['name']:<24} [{e['source']}] {e['origin']}")
+            for f in e["fields"]:
+                help_text = f"  # {f['help']}" if f["help"] else ""
+                lines.append(f"      {f['name']}: {f['type']} = {f['default']}{help_text}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from framework.registry import ALL
+
+    parser = argparse.ArgumentParser(prog="seekrl-components", description=__doc__)
+    parser.add_argument("kinds", nargs="*", help=f"kinds to list (default all): {', '.join(ALL)}")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    args = parser.parse_args(argv)
+    unknown = [k for k in args.kinds if k not in ALL]
+    if unknown:
+        print(
+            f"[components.kinds] got {unknown}; expected kinds among {list(ALL)}. "
+            "Fix: name registry kinds, or none to list all.",
+            file=sys.stderr,
+        )
+        return 2
+    data = describe(args.kinds)
+    print(json.dumps(data, indent=2) if args.json else render(data))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

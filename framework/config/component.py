@@ -1,0 +1,26 @@
+"""The base of every component's config dataclass."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from omegaconf import MISSING
+
+from framework.config.problems import Problem
+
+
+@dataclass
+class ComponentConfig:
+    """Base for the typed config of a registered component.
+
+    ``name`` is the registry key; registration fills it in, so ``advantage=rloo`` on the command line
+    selects both the code and this schema. Subclasses add fields with defaults (paper values) and may
+    override :meth:`problems` to report invalid values; paths there are relative to the component
+    (``clip_low``), the validator prefixes the section (``loss.clip_low``).
+    """
+
+    name: str = field(default=MISSING, metadata={"help": "registry key of the component"})
+
+    def problems(self) -> list[Problem]:
+        """Every invalid value of this config (empty when valid)."""
+        return []

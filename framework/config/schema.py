@@ -1,0 +1,212 @@
+"""Typed top-level configs of the apps (train, eval, index, synth, serve).
+
+Component sections (``advantage``, ``loss``, ``kl``, ``reward``, ``sampler``, ...) are typed ``Any``
+here: Hydra fills them with the config dataclass that the chosen registry entry declared, so each is
+typed by its own schema. Third-party objects (loggers) use ``_target_``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+from framework.config.problems import Problem, check, check_choice, check_range
+
+RUN_DIR = "${hydra:runtime.output_dir}"
+
+
+@dataclass
+class OptimConfig:
+    """AdamW and its schedule (paper: lr 2e-6, one update per batch)."""
+
+    lr: float = field(default=2e-6, metadata={"help": "peak learning rate"})
+    weight_decay: float = 0.0
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    warmup_steps: int = 0
+    schedule: str = field(default="constant", metadata={"help": "constant, linear or cosine"})
+    grad_clip: float = field(default=1.0, metadata={"help": "max gradient norm; 0 disables"})
+    policy_epochs: int = field(default=1, metadata={"help": "optimisation passes per batch"})
+    micro_batch_size: int = field(default=8, metadata={"help": "rollouts per forward/backward"})
+
+    def problems(self) -> list[Problem]:
+        out = check_range(self.lr, "lr", low=0.0, low_inclusive=False)
+        out += check_range(self.weight_decay, "weight_decay", low=0.0)
+        out += check_range(self.beta1, "beta1", low=0.0, high=1.0, high_inclusive=False)
+        out += check_range(self.beta2, "beta2", low=0.0, high=1.0, high_inclusive=False)
+        out += check_range(self.warmup_steps, "warmup_steps", low=0)
+        out += check_choice(self.schedule, "schedule", ("constant", "linear", "cosine"))
+        out += check_range(self.grad_clip, "grad_clip", low=0.0)
+        out += check_range(self.policy_epochs, "policy_epochs", low=1)
+        out += check_range(self.micro_batch_size, "micro_batch_size", low=1)
+        return out
+
+
+@dataclass
+class TrainerConfig:
+    """Arguments of ``lightning.Trainer`` that the presets in ``conf/trainer/`` set."""
+
+    accelerator: str = "cpu"
+    devices: Any = 1
+    num_nodes: int = 1
+    strategy: str = "auto"
+    precision: str = "32-true"
+    max_steps: int = field(default=80, metadata={"help": "training steps (paper: ~80)"})
+    log_every_n_steps: int = 1
+    checkpoint_every_n_steps: int = field(default=10, metadata={"help": "0 disables"})
+    val_every_n_steps: int = field(default=0, metadata={"help": "0 disables validation"})
+
+    def problems(self) -> list[Problem]:
+        out = check_choice(self.accelerator, "accelerator", ("cpu", "gpu", "cuda", "mps", "auto"))
+        out += check_choice(
+            self.precision,
+            "precision",
+            ("32-true", "32", "bf16-mixed", "bf16-true", "16-mixed", "16-true", "64-true"),
+        )
+        out += check_range(self.num_nodes, "num_nodes", low=1)
+        out += check_range(self.max_steps, "max_steps", low=1)
+        out += check_range(self.log_every_n_steps, "log_every_n_steps", low=1)
+        out += check_range(self.checkpoint_every_n_steps, "checkpoint_every_n_steps", low=0)
+        out += check_range(self.val_every_n_steps, "val_every_n_steps", low=0)
+        ok = (
+            self.devices == "auto"
+            or (isinstance(self.devices, int) and self.devices >= 1)
+            or (isinstance(self.devices, list) and all(isinstance(d, int) for d in self.devices))
+        )
+        out += check(ok, "devices", self.devices, "'auto', a count >= 1 or a list of ids", "fix it")
+        if self.accelerator == "cpu" and self.precision in ("16-mixed", "16-true"):
+            out += [
+                Problem(
+                    "precision",
+                    self.precision,
+                    "32-true or bf16 on CPU",
+                    "use trainer.precision=bf16-mixed or 32-true (fp16 needs a GPU)",
+                )
+            ]
+        return out
+
+
+def target_problems(section: Any, path: str) -> list[Problem]:
+    """Problems of a ``_target_`` section: the target's module must be importable."""
+    if section is None:
+        return []
+    target = section.get("_target_") if isinstance(section, dict) else None
+    if not isinstance(target, str) or "." not in target:
+        return [
+            Problem(
+                f"{path}._target_",
+                target,
+                "a dotted class path",
+                f"set {path}._target_ to e.g. lightning.pytorch.loggers.TensorBoardLogger",
+            )
+        ]
+    module = target.rsplit(".", 1)[0]
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    return check(found, f"{path}._target_", target, "an importable module path", "install it")
+
+
+@dataclass
+class TrainConfig:
+    """The ``train`` app."""
+
+    algorithm: str = field(default=MISSING, metadata={"help": "bundle name, set by algorithm/"})
+    seed: int = field(default=0, metadata={"help": "one seed for data, rollouts and torch"})
+    run_dir: str = RUN_DIR
+    advantage: Any = MISSING
+    loss: Any = MISSING
+    kl: Any = MISSING
+    reward: Any = MISSING
+    sampler: Any = MISSING
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    logger: Any = None
+    optimized_metric: str = field(
+        default="val/accuracy", metadata={"help": "metric returned to Hydra sweepers"}
+    )
+
+    def problems(self) -> list[Problem]:
+        return target_problems(self.logger, "logger")
+
+
+@dataclass
+class EvalConfig:
+    """The ``eval`` app (its body arrives with the evaluation harness)."""
+
+    seed: int = 0
+    run_dir: str = RUN_DIR
+    checkpoint: str | None = field(
+        default=None, metadata={"help": "None evaluates the base policy"}
+    )
+    samples_per_question: int = field(default=3, metadata={"help": "k for Pass@k and pass^k"})
+    reward: Any = MISSING
+
+    def problems(self) -> list[Problem]:
+        return check_range(self.samples_per_question, "samples_per_question", low=1)
+
+
+@dataclass
+class IndexConfig:
+    """The ``index`` app (its body arrives with the retrieval issue)."""
+
+    seed: int = 0
+    run_dir: str = RUN_DIR
+    cache_dir: str = field(default=".cache/seekrl", metadata={"help": "where indexes are cached"})
+    rebuild: bool = field(default=False, metadata={"help": "ignore a matching cached index"})
+
+
+@dataclass
+class SynthConfig:
+    """The ``synth`` app (its body arrives with the data-synthesis issue)."""
+
+    seed: int = 0
+    run_dir: str = RUN_DIR
+    output_dir: str = field(default=".cache/seekrl/data", metadata={"help": "where splits go"})
+    train_size: int = 2000
+    val_size: int = 200
+    test_size: int = 200
+
+    def problems(self) -> list[Problem]:
+        out: list[Problem] = []
+        for name in ("train_size", "val_size", "test_size"):
+            out += check_range(getattr(self, name), name, low=0)
+        return out
+
+
+@dataclass
+class ServeConfig:
+    """The ``serve`` app (its body arrives with the retrieval issue)."""
+
+    run_dir: str = RUN_DIR
+    host: str = field(default="127.0.0.1", metadata={"help": "bind address (loopback by default)"})
+    port: int = 8000
+    max_batch: int = field(default=512, metadata={"help": "largest accepted query batch"})
+
+    def problems(self) -> list[Problem]:
+        out = check_range(self.port, "port", low=1, high=65535)
+        out += check_range(self.max_batch, "max_batch", low=1)
+        return out
+
+
+#: app name -> (schema class, ConfigStore name the primary config extends)
+APPS: dict[str, type] = {
+    "train": TrainConfig,
+    "eval": EvalConfig,
+    "index": IndexConfig,
+    "synth": SynthConfig,
+    "serve": ServeConfig,
+}
+
+
+def store_schemas() -> None:
+    """Store every app schema as ``<app>_schema`` (primary configs list it first in defaults)."""
+    cs = ConfigStore.instance()
+    for app, schema in APPS.items():
+        cs.store(name=f"{app}_schema", node=schema)

@@ -1,0 +1,108 @@
+"""From a composed DictConfig to a validated dataclass tree, reporting every problem at once."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, TypeVar
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from framework.config.problems import ConfigError, Problem
+
+S = TypeVar("S")
+
+
+def validate(cfg: DictConfig, schema: type[S]) -> S:
+    """Check ``cfg`` and convert it into ``schema`` (the app's dataclass); nothing heavy runs.
+
+    Checks, all collected before raising: missing mandatory values; every component section names a
+    registered component; every dataclass in the tree passes its own ``problems()``; the app-level
+    ``problems()`` (cross-section rules).
+
+    Raises:
+        ConfigError: one line per problem. When a component name is unknown and a plugin failed to
+            load, the plugin's exception is chained as the cause.
+    """
+    from framework.registry import ALL
+
+    problems: list[Problem] = []
+    unknown_names = False
+    typed: dict[str, Any] = {}
+    for key in cfg:
+        key = str(key)
+        missing = _missing_keys(cfg, key)
+        problems += [
+            Problem(
+                m, "???", "a value", f"pass {m}=<value> on the command line or set it in a config"
+            )
+            for m in missing
+        ]
+        if missing:
+            continue
+        node = cfg[key]
+        if key in ALL and isinstance(node, DictConfig):
+            name = node.get("name")
+            if name not in ALL[key]:
+                unknown_names = True
+                problems.append(_unknown_problem(ALL[key], key, name))
+                continue
+        try:
+            typed[key] = _to_python(node)
+        except OmegaConfBaseException as exc:
+            problems.append(
+                Problem(key, "(unresolvable)", "a resolvable value", str(exc).split("\n")[0])
+            )
+            continue
+        problems += [p.under(key) for p in _collect(typed[key])]
+    if not problems:
+        obj = OmegaConf.to_object(cfg)
+        problems += _collect(obj, top_level=True)
+        if not problems:
+            return obj  # type: ignore[return-value]
+    error = ConfigError(problems)
+    if unknown_names:
+        from framework.plugins import failures
+
+        failed = failures()
+        if failed:
+            raise error from failed[0].exception
+    raise error
+
+
+def _missing_keys(cfg: DictConfig, key: str) -> list[str]:
+    node = cfg._get_node(key)
+    if OmegaConf.is_missing(cfg, key):
+        return [key]
+    if isinstance(node, DictConfig):
+        return sorted(f"{key}.{k}" for k in OmegaConf.missing_keys(node))
+    return []
+
+
+def _unknown_problem(registry: Any, section: str, name: Any) -> Problem:
+    names = registry.names()
+    err = str(registry.unknown(name)).split("\n")
+    fix = err[0].split("Fix: ", 1)[-1].rstrip(".")
+    if len(err) > 1:
+        fix += f" ({err[1]})"
+    return Problem(f"{section}.name", name, f"one of {names}", fix)
+
+
+def _to_python(node: Any) -> Any:
+    if OmegaConf.is_config(node):
+        return OmegaConf.to_object(node)
+    return node
+
+
+def _collect(obj: Any, *, top_level: bool = False) -> list[Problem]:
+    """Problems of every dataclass below ``obj`` (paths relative to ``obj``)."""
+    if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
+        return []
+    out: list[Problem] = []
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if not top_level:  # nested dataclasses; top-level sections were checked one by one
+            out += [p.under(f.name) for p in _collect(value)]
+    if hasattr(obj, "problems"):
+        out += obj.problems()
+    return out

@@ -1,0 +1,73 @@
+"""Registries of components, and the loading of built-ins and plugins into them."""
+
+from __future__ import annotations
+
+import importlib
+
+from framework.registry.core import (
+    DuplicateComponentError,
+    Entry,
+    Registry,
+    RegistryError,
+    UnknownComponentError,
+)
+from framework.registry.kinds import (
+    ADVANTAGES,
+    ALL,
+    DATASETS,
+    KL_ESTIMATORS,
+    POLICY_LOSSES,
+    RETRIEVERS,
+    REWARDS,
+    ROLLOUT_BACKENDS,
+    SAMPLERS,
+)
+
+#: Modules whose import registers the built-in components.
+BUILTIN_MODULES = (
+    "framework.algorithms.advantages",
+    "framework.algorithms.losses",
+    "framework.algorithms.kl",
+    "framework.rewards.outcome",
+    "framework.rewards.entity",
+    "framework.samplers.uniform",
+)
+
+_loaded = False
+
+
+def load_components(*, plugins: bool | None = None) -> None:
+    """Import the built-in components, then the plugins (unless disabled); idempotent.
+
+    Args:
+        plugins: load entry-point plugins; ``None`` follows the environment variable
+            ``SEEKRL_NO_PLUGINS`` (set to 1 to disable).
+    """
+    global _loaded
+    if not _loaded:
+        for module in BUILTIN_MODULES:
+            importlib.import_module(module)
+        _loaded = True
+    from framework.plugins import load_plugins
+
+    load_plugins(enabled=plugins)
+
+
+__all__ = [
+    "ADVANTAGES",
+    "ALL",
+    "BUILTIN_MODULES",
+    "DATASETS",
+    "KL_ESTIMATORS",
+    "POLICY_LOSSES",
+    "RETRIEVERS",
+    "REWARDS",
+    "ROLLOUT_BACKENDS",
+    "SAMPLERS",
+    "DuplicateComponentError",
+    "Entry",
+    "Registry",
+    "RegistryError",
+    "UnknownComponentError",
+    "load_components",
+]

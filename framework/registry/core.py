@@ -1,0 +1,255 @@
+"""One generic registry class for every component kind.
+
+A registry maps a name to a target (a pure function or a class) and its config dataclass. Every
+target takes its config as the keyword argument ``cfg``; :meth:`Registry.bind` returns the target with
+``cfg`` bound, so call sites look the same for every kind. Registering also stores the config
+dataclass in Hydra's ConfigStore under the registry's group, so ``advantage=rloo`` selects code and
+typed schema together.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import difflib
+import functools
+import importlib.metadata
+import inspect
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from framework.config.component import ComponentConfig
+
+T = TypeVar("T", bound=Callable[..., Any])
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_DEFAULT_STORE = object()
+
+#: The distribution that is registering components right now (set by the plugin loader).
+current_source: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "seekrl_current_source", default=None
+)
+
+
+class RegistryError(Exception):
+    """Base class of registry errors."""
+
+
+class DuplicateComponentError(RegistryError):
+    """A name was registered twice in one registry."""
+
+
+class UnknownComponentError(RegistryError, LookupError):
+    """A name that no registered component has."""
+
+    def __str__(self) -> str:  # LookupError would quote the message like a dict key
+        return str(self.args[0]) if self.args else ""
+
+
+@dataclass(frozen=True)
+class FieldInfo:
+    """One field of a component config, for listings."""
+
+    name: str
+    type: str
+    default: str
+    help: str
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A registered component."""
+
+    kind: str
+    name: str
+    target: Callable[..., Any]
+    config_cls: type[ComponentConfig]
+    origin: str  # "module:qualname" of the target
+    source: str  # distribution that registered it
+
+    def fields(self) -> list[FieldInfo]:
+        """The config fields other than ``name``, with type, default and help text."""
+        out = []
+        for f in dataclasses.fields(self.config_cls):
+            if f.name == "name":
+                continue
+            if f.default is not dataclasses.MISSING:
+                default = repr(f.default)
+            elif f.default_factory is not dataclasses.MISSING:
+                default = repr(f.default_factory())
+            else:
+                default = "(required)"
+            if default == "'???'":
+                default = "(required)"
+            typ = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+            out.append(FieldInfo(f.name, str(typ), default, f.metadata.get("help", "")))
+        return out
+
+
+def _distribution_of(module: str) -> str:
+    top = module.split(".")[0]
+    dists = _packages_distributions().get(top)
+    return dists[0] if dists else top
+
+
+@functools.lru_cache(maxsize=1)
+def _packages_distributions() -> dict[str, list[str]]:
+    return dict(importlib.metadata.packages_distributions())
+
+
+def _origin(target: Callable[..., Any]) -> str:
+    module = getattr(target, "__module__", "?")
+    return f"{module}:{getattr(target, '__qualname__', repr(target))}"
+
+
+class Registry(Generic[T]):
+    """Name -> component table for one kind.
+
+    Args:
+        kind: human name used in messages, e.g. ``advantage``.
+        group: Hydra config group the config dataclasses are stored under (default: ``kind``).
+        config_store: where to store config nodes; the global Hydra ConfigStore by default, ``None``
+            for an isolated registry (tests).
+    """
+
+    def __init__(self, kind: str, *, group: str | None = None, config_store: Any = _DEFAULT_STORE):
+        self.kind = kind
+        self.group = group or kind
+        if config_store is _DEFAULT_STORE:
+            from hydra.core.config_store import ConfigStore
+
+            config_store = ConfigStore.instance()
+        self._store = config_store
+        self._entries: dict[str, Entry] = {}
+
+    # -- registration -------------------------------------------------------------------------
+    def register(self, name: str, *, config: type[ComponentConfig]) -> Callable[[T], T]:
+        """Decorator: register ``target`` under ``name`` with config dataclass ``config``."""
+
+        def decorator(target: T) -> T:
+            self.add(name, target, config=config)
+            return target
+
+        return decorator
+
+    def add(self, name: str, target: T, *, config: type[ComponentConfig]) -> Entry:
+        """Register ``target`` under ``name``; see :meth:`register`.
+
+        Raises:
+            DuplicateComponentError: ``name`` is taken; the message names both definitions.
+            TypeError: the name, config class or target signature is malformed.
+        """
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise TypeError(
+                f"[{self.kind} registry] got name {name!r}; expected lower_snake_case "
+                f"(letters, digits, '_', starting with a letter). Fix: rename the component."
+            )
+        if not (isinstance(config, type) and dataclasses.is_dataclass(config)) or not issubclass(
+            config, ComponentConfig
+        ):
+            raise TypeError(
+                f"[{self.kind}.{name}] got config {config!r}; expected a dataclass subclassing "
+                "framework.config.ComponentConfig. Fix: declare "
+                "'@dataclass class MyConfig(ComponentConfig): ...' and pass config=MyConfig."
+            )
+        if not callable(target) or not _accepts_cfg(target):
+            raise TypeError(
+                f"[{self.kind}.{name}] got target {_origin(target)}; expected a callable with a "
+                "'cfg' parameter. Fix: add a 'cfg' keyword parameter that receives the config."
+            )
+        origin = _origin(target)
+        if name in self._entries:
+            first = self._entries[name]
+            raise DuplicateComponentError(
+                f"[{self.kind}] got a second definition of '{name}' at {origin} "
+                f"(from {current_source.get() or _distribution_of(target.__module__)}); expected "
+                f"unique names, and '{name}' is already defined at {first.origin} "
+                f"(from {first.source}). Fix: rename one of them."
+            )
+        source = current_source.get() or _distribution_of(getattr(target, "__module__", "?"))
+        entry = Entry(self.kind, name, target, config, origin, source)
+        self._entries[name] = entry
+        if self._store is not None:
+            self._store.store(group=self.group, name=name, node=config(name=name), provider=source)
+        return entry
+
+    # -- lookup -------------------------------------------------------------------------------
+    def get(self, name: str) -> Entry:
+        """The entry registered as ``name``.
+
+        Raises:
+            UnknownComponentError: listing the available names and the closest match; when a
+                plugin failed to load, its error is chained as the cause.
+        """
+        try:
+            return self._entries[name]
+        except KeyError:
+            raise self.unknown(name) from _plugin_failure_cause()
+
+    def unknown(self, name: str) -> UnknownComponentError:
+        """The error for an unregistered ``name`` (not raised)."""
+        return unknown_component_error(self.group, name, self.names())
+
+    def bind(self, cfg: ComponentConfig) -> Callable[..., Any]:
+        """The target registered as ``cfg.name`` with ``cfg`` bound as its ``cfg`` argument."""
+        return functools.partial(self.get(cfg.name).target, cfg=cfg)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[Entry]:
+        return iter(sorted(self._entries.values(), key=lambda e: e.name))
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def names(self) -> list[str]:
+        """Registered names, sorted."""
+        return sorted(self._entries)
+
+    def remove(self, name: str) -> None:
+        """Forget ``name`` (tests and plugin reloads); the ConfigStore node is left in place."""
+        self._entries.pop(name, None)
+
+    def __repr__(self) -> str:
+        return f"Registry(kind={self.kind!r}, names={self.names()})"
+
+
+def unknown_component_error(group: str, name: object, options: list[str]) -> UnknownComponentError:
+    """The error for a choice ``group=name`` that is not among ``options``.
+
+    The message lists the options and the closest match, and names plugins that failed to load.
+    """
+    close = difflib.get_close_matches(str(name), options, n=1, cutoff=0.5)
+    hint = f" (closest: '{close[0]}')" if close else ""
+    fix = f"use {group}={close[0]}" if close else f"choose one of the options of {group}"
+    msg = (
+        f"[{group}] got '{name}'; expected one of: {', '.join(options) or '(none registered)'}"
+        f"{hint}. Fix: {fix}, or install the plugin that provides '{name}'."
+    )
+    failed = _plugin_failures()
+    if failed:
+        listed = "; ".join(f"'{f.name}' ({f.error_type}: {f.message})" for f in failed)
+        msg += f"\nPlugins that failed to load and may provide it: {listed}"
+    return UnknownComponentError(msg)
+
+
+def _accepts_cfg(target: Callable[..., Any]) -> bool:
+    try:
+        params = inspect.signature(target).parameters
+    except (TypeError, ValueError):
+        return True  # builtins without signatures: trust the caller
+    return "cfg" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def _plugin_failures() -> list[Any]:
+    from framework.plugins import failures
+
+    return failures()
+
+
+def _plugin_failure_cause() -> BaseException | None:
+    failed = _plugin_failures()
+    return failed[0].exception if failed else None

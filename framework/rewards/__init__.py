@@ -1,0 +1,1 @@
+"""Reward functions (registered in :data:`framework.registry.REWARDS`)."""

@@ -1,0 +1,111 @@
+"""E-GRPO's entity-aware reward (arXiv 2510.24694).
+
+A wrong answer earns ``alpha * γ̂``: the share of the question's ground-truth entities that appear in
+the rollout's own ``<think>`` text, max-normalised within its group. Matching follows METHODS.md:
+only think text (never tool calls, observations or the answer) and substring match of the full
+surface form. Normalisation is configurable: by default exact and case-sensitive as in the paper;
+``lowercase`` and ``strip_punctuation`` relax it, and ``match=aliases`` also accepts any listed alias.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from framework.algorithms.shaping import entity_shaped_reward
+from framework.config import ComponentConfig, Problem, check_choice, check_range
+from framework.registry.kinds import REWARDS
+from framework.rewards.common import answer_scores, require_column, valid_mask
+from framework.rewards.text import extract_think
+from framework.types import RewardInputs
+
+_PUNCT = str.maketrans(string.punctuation, " " * len(string.punctuation))
+
+
+@dataclass
+class EntityRewardConfig(ComponentConfig):
+    alpha: float = field(
+        default=0.3, metadata={"help": "weight of γ̂ for wrong answers (paper 0.3)"}
+    )
+    correctness: str = field(
+        default="em", metadata={"help": "what counts as a correct answer: em or substring"}
+    )
+    match: str = field(
+        default="exact",
+        metadata={"help": "exact: the entity's surface form only; aliases: any listed alias"},
+    )
+    lowercase: bool = field(default=False, metadata={"help": "case-insensitive entity matching"})
+    strip_punctuation: bool = field(
+        default=False, metadata={"help": "treat punctuation as spaces before matching"}
+    )
+
+    def problems(self) -> list[Problem]:
+        out = check_range(self.alpha, "alpha", low=0.0, high=1.0, fix="the paper tests 0 to 0.5")
+        out += check_choice(self.correctness, "correctness", ("em", "substring"))
+        out += check_choice(self.match, "match", ("exact", "aliases"))
+        return out
+
+
+def _normalize(text: str, cfg: EntityRewardConfig) -> str:
+    if cfg.lowercase:
+        text = text.lower()
+    if cfg.strip_punctuation:
+        text = " ".join(text.translate(_PUNCT).split())
+    return text
+
+
+def entity_match_rate(
+    think: str, entities: Sequence[Sequence[str] | str], cfg: EntityRewardConfig
+) -> float:
+    """``γ = |found| / |E_q|``: the share of entities whose surface form occurs in ``think``.
+
+    Args:
+        think: the rollout's concatenated think text.
+        entities: per entity its surface form, optionally followed by aliases (a bare string is an
+            entity without aliases).
+        cfg: matching options.
+
+    Returns:
+        A rate in [0, 1]; 0 for an empty entity list.
+    """
+    if not entities:
+        return 0.0
+    text = _normalize(think, cfg)
+    found = 0
+    for entity in entities:
+        forms = [entity] if isinstance(entity, str) else list(entity)
+        forms = forms if cfg.match == "aliases" else forms[:1]
+        normalized = [_normalize(f, cfg) for f in forms]
+        found += any(n in text for n in normalized if n)
+    return found / len(entities)
+
+
+@REWARDS.register("e_grpo", config=EntityRewardConfig)
+def entity_reward(inputs: RewardInputs, *, cfg: EntityRewardConfig) -> Tensor:
+    """E-GRPO reward: 1 if correct, ``alpha * γ̂`` if wrong, 0 on format error / over budget.
+
+    Args:
+        inputs: completions (or ``think_texts``), ``golden_answers`` and ``entities`` columns,
+            ``group_index``, optional statuses.
+        cfg: alpha and matching options.
+
+    Returns:
+        ``[N]`` rewards.
+
+    Raises:
+        ValueError: the batch has no ``entities`` column (the dataset was not built with them).
+    """
+    entities = require_column(
+        inputs, "entities", "e_grpo", "E-GRPO rewards the ground-truth entities in the reasoning"
+    )
+    thinks = inputs.think_texts or [extract_think(c) for c in inputs.completions]
+    rates = torch.tensor(
+        [entity_match_rate(t, e, cfg) for t, e in zip(thinks, entities, strict=True)],
+        dtype=torch.get_default_dtype(),
+    )
+    correct = answer_scores(inputs, cfg.correctness, "e_grpo") > 0.5
+    return entity_shaped_reward(correct, rates, valid_mask(inputs), inputs.group_index, cfg.alpha)

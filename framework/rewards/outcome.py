@@ -1,0 +1,37 @@
+"""Outcome reward: is the final answer right?"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from torch import Tensor
+
+from framework.config import ComponentConfig, Problem, check_choice
+from framework.registry.kinds import REWARDS
+from framework.rewards.common import answer_scores, valid_mask
+from framework.types import RewardInputs
+
+
+@dataclass
+class OutcomeRewardConfig(ComponentConfig):
+    metric: str = field(
+        default="em",
+        metadata={"help": "em (normalised exact match), substring, or f1 (token F1 as reward)"},
+    )
+
+    def problems(self) -> list[Problem]:
+        return check_choice(self.metric, "metric", ("em", "substring", "f1"))
+
+
+@REWARDS.register("outcome", config=OutcomeRewardConfig)
+def outcome_reward(inputs: RewardInputs, *, cfg: OutcomeRewardConfig) -> Tensor:
+    """GRPO's outcome reward: the answer score, 0 on format error or budget overrun.
+
+    Args:
+        inputs: completions, ``golden_answers`` column, optional statuses.
+        cfg: the answer metric.
+
+    Returns:
+        ``[N]`` rewards in [0, 1].
+    """
+    return answer_scores(inputs, cfg.metric, "outcome") * valid_mask(inputs)
