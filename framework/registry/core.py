@@ -90,6 +90,10 @@ class Entry:
 
 def _distribution_of(module: str) -> str:
     top = module.split(".")[0]
+    if top == "framework":  # editable installs record no top-level names
+        from framework import DISTRIBUTION
+
+        return DISTRIBUTION
     dists = _packages_distributions().get(top)
     return dists[0] if dists else top
 
