@@ -32,6 +32,7 @@ def group_options(group: str) -> list[str]:
     from framework.plugins import config_search_path
     from framework.registry import ALL
 
+    prepare()
     names = set(ALL[group].names()) if group in ALL else set()
     dirs = [config_dir()] + [
         Path(p.removeprefix("file://")) for p in config_search_path() if p.startswith("file://")
@@ -132,3 +133,33 @@ def run_app(app: str, task: Callable[[Any], Any], argv: Sequence[str] | None = N
     finally:
         sys.argv = saved
     return result.get("value")
+
+
+def compose(app: str, overrides: Sequence[str] = ()) -> Any:
+    """The composed (untyped) config of ``app`` with ``overrides``, as the command line would build it.
+
+    ``run_dir`` defaults to ``runs/<app>/compose`` since no Hydra run directory exists here.
+    """
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    prepare()
+    args = list(overrides)
+    if not any(a.startswith("run_dir=") for a in args):
+        args.append(f"run_dir=runs/{app}/compose")
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        return hydra_compose(app, overrides=_search_path_override(args))
+
+
+def load_config(app: str, overrides: Sequence[str] = ()) -> Any:
+    """The validated, typed config of ``app`` (raises ConfigError or UnknownComponentError)."""
+    from framework.config.validate import validate
+
+    prepare()
+    errors = check_choices(overrides)
+    if errors:
+        from framework.plugins import failures
+
+        failed = failures()
+        raise errors[0] from (failed[0].exception if failed else None)
+    return validate(compose(app, overrides), APPS[app])

@@ -1,0 +1,114 @@
+"""The console commands, run as a user runs them (subprocesses)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None):
+    proc = subprocess.run(
+        [sys.executable, "-m", "framework", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+        cwd=cwd or REPO,
+    )
+    return proc
+
+
+def test_train_prints_composed_typed_config_for_swapped_components():
+    proc = run("train", "advantage=rloo", "loss=gspo", "--cfg", "job")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "advantage:\n  name: rloo" in out
+    assert "loss:\n  name: gspo\n  clip_low: 0.0003\n  clip_high: 0.0004" in out
+    assert "reward:\n  name: e_grpo\n  alpha: 0.3" in out
+
+
+def test_unknown_component_lists_options_and_closest_match():
+    proc = run("train", "advantage=nonexistent")
+    assert proc.returncode == 2
+    assert "[advantage] got 'nonexistent'; expected one of: " in proc.stderr
+    for name in ("grpo", "rloo", "reinforce_pp_baseline", "dr_grpo"):
+        assert name in proc.stderr
+    proc = run("train", "advantage=rlo")
+    assert proc.returncode == 2 and "(closest: 'rloo')" in proc.stderr
+
+
+def test_unknown_choice_in_file_group():
+    proc = run("train", "trainer=gpuu")
+    assert proc.returncode == 2
+    assert "[trainer] got 'gpuu'" in proc.stderr and "(closest: 'gpu')" in proc.stderr
+
+
+def test_invalid_values_reported_together(tmp_path):
+    proc = run("train", "loss.clip_low=1.5", "sampler.group_size=1", "optim.schedule=warm")
+    assert proc.returncode == 2
+    lines = [line.strip() for line in proc.stderr.splitlines() if line.strip().startswith("[")]
+    assert {line.split("]")[0][1:] for line in lines} == {
+        "loss.clip_low",
+        "sampler.group_size",
+        "optim.schedule",
+    }
+
+
+def test_main_job_validates_and_lists_components(tmp_path):
+    proc = run("train", f"hydra.run.dir={tmp_path}/run")
+    assert proc.returncode == 0, proc.stderr
+    assert "configuration valid (algorithm=e_grpo" in proc.stdout
+    assert "uniform" in proc.stdout and "reinforce_pp_baseline" in proc.stdout
+    assert (tmp_path / "run" / ".hydra" / "config.yaml").is_file()
+
+
+def test_multirun_sweep_gives_each_job_its_own_directory(tmp_path):
+    proc = run("train", "-m", "experiment=alpha_sweep", f"hydra.sweep.dir={tmp_path}/sweep")
+    assert proc.returncode == 0, proc.stderr
+    jobs = sorted(p for p in (tmp_path / "sweep").iterdir() if p.is_dir())
+    assert len(jobs) == 4
+    alphas = []
+    for job in jobs:
+        text = (job / ".hydra" / "config.yaml").read_text()
+        alphas += [line.split(":")[1].strip() for line in text.splitlines() if "alpha:" in line]
+    assert sorted(alphas) == ["0.0", "0.1", "0.3", "0.5"]
+
+
+@pytest.mark.parametrize("app", ["eval", "index", "synth", "serve"])
+def test_pending_apps_validate_and_exit_3(app, tmp_path):
+    proc = run(app, f"hydra.run.dir={tmp_path}/run")
+    assert proc.returncode == 3, proc.stderr
+    assert "configuration valid" in proc.stdout and "not available" in proc.stderr
+
+
+def test_pending_app_rejects_bad_value():
+    proc = run("serve", "port=70000")
+    assert proc.returncode == 2 and "[port] got 70000" in proc.stderr
+
+
+def test_components_listing_json():
+    proc = run("components", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    adv = {c["name"]: c for c in data["components"]["advantage"]}
+    assert {"grpo", "rloo", "reinforce_pp_baseline"} <= set(adv)
+    assert adv["grpo"]["source"] == "seekrl"
+    assert [f["name"] for f in adv["grpo"]["fields"]] == ["scale_by_std", "epsilon", "unbiased_std"]
+    assert data["plugins"]["entry_point_group"] == "seekrl.plugins"
+
+
+def test_components_rejects_unknown_kind():
+    proc = run("components", "advantages")
+    assert proc.returncode == 2 and "[components.kinds] got ['advantages']" in proc.stderr
+
+
+def test_unknown_command():
+    proc = run("trian")
+    assert proc.returncode == 2 and "[seekrl] got command 'trian'" in proc.stderr

@@ -1,0 +1,89 @@
+"""Problems, ConfigError and validation of composed configs."""
+
+from __future__ import annotations
+
+import pytest
+
+from framework.cli.app import compose, load_config
+from framework.config import ConfigError, Problem, check_choice, check_range
+from framework.config.schema import TrainConfig
+from framework.config.validate import validate
+
+
+def test_problem_format_and_reroot():
+    p = Problem("clip_low", 1.5, "a number in (0, 1]", "set clip_low inside that range")
+    assert (
+        str(p)
+        == "[clip_low] got 1.5; expected a number in (0, 1]. Fix: set clip_low inside that range."
+    )
+    q = p.under("loss")
+    assert str(q) == (
+        "[loss.clip_low] got 1.5; expected a number in (0, 1]. Fix: set loss.clip_low inside that range."
+    )
+
+
+def test_config_error_lists_every_problem():
+    err = ConfigError([Problem("a", 1, "2", "x"), Problem("b", 3, "4", "y")])
+    lines = str(err).splitlines()
+    assert lines[0] == "invalid configuration (2 problems):"
+    assert lines[1].strip().startswith("[a] got 1") and lines[2].strip().startswith("[b] got 3")
+
+
+def test_check_helpers():
+    assert check_range(0.5, "x", low=0, high=1) == []
+    (p,) = check_range(0.0, "x", low=0, low_inclusive=False)
+    assert p.expected == "a number > 0"
+    assert check_choice("a", "m", ["a", "b"]) == []
+    assert check_choice("c", "m", ["a", "b"])[0].expected == "one of ['a', 'b']"
+
+
+def test_default_train_config_is_valid_and_typed():
+    cfg = load_config("train")
+    assert isinstance(cfg, TrainConfig)
+    assert cfg.algorithm == "e_grpo" and cfg.reward.name == "e_grpo" and cfg.reward.alpha == 0.3
+    assert cfg.loss.clip_low == 0.2 and cfg.loss.clip_high == 0.28
+    assert cfg.loss.agg == "seq_mean_token_mean" and cfg.kl.coef == 0.0
+    assert cfg.sampler.group_size == 8 and cfg.optim.lr == 2e-6
+
+
+def test_all_value_problems_reported_at_once():
+    with pytest.raises(ConfigError) as info:
+        load_config(
+            "train",
+            [
+                "loss.clip_low=1.5",
+                "reward.alpha=-1",
+                "trainer.max_steps=0",
+                "optim.lr=0",
+                "kl.coef=-0.1",
+            ],
+        )
+    paths = [p.path for p in info.value.problems]
+    assert sorted(paths) == sorted(
+        ["loss.clip_low", "reward.alpha", "trainer.max_steps", "optim.lr", "kl.coef"]
+    )
+    for line in str(info.value).splitlines()[1:]:
+        assert line.strip().startswith("[") and "; expected " in line and ". Fix: " in line
+
+
+def test_missing_values_and_unknown_names_are_problems():
+    cfg = compose("train")
+    cfg.loss.name = "no_such_loss"
+    cfg.seed = "???"
+    with pytest.raises(ConfigError) as info:
+        validate(cfg, TrainConfig)
+    text = str(info.value)
+    assert "[seed] got '???'; expected a value" in text
+    assert "[loss.name] got 'no_such_loss'" in text and "ppo_clip" in text
+
+
+def test_cross_section_problem_logger_target():
+    with pytest.raises(ConfigError, match=r"\[logger._target_\] got 'nowhere.Logger'"):
+        load_config("train", ["logger._target_=nowhere.Logger"])
+
+
+def test_token_sum_norm_needs_constant():
+    with pytest.raises(ConfigError, match=r"\[loss.norm_constant\] got None"):
+        load_config("train", ["loss.agg=token_sum_norm"])
+    cfg = load_config("train", ["loss.agg=token_sum_norm", "loss.norm_constant=512"])
+    assert cfg.loss.norm_constant == 512

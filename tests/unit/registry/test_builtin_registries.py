@@ -1,0 +1,41 @@
+"""The framework's own registries and their ConfigStore nodes."""
+
+from __future__ import annotations
+
+from hydra.core.config_store import ConfigStore
+
+from framework.registry import ALL, load_components
+
+EXPECTED = {
+    "reward": {"outcome", "e_grpo"},
+    "advantage": {"grpo", "rloo", "reinforce_pp_baseline"},
+    "loss": {"ppo_clip", "gspo"},
+    "kl": {"k1", "k2", "k3"},
+    "sampler": {"uniform"},
+}
+
+
+def test_every_kind_declared_once():
+    assert set(ALL) == {
+        "reward",
+        "advantage",
+        "loss",
+        "kl",
+        "sampler",
+        "retriever",
+        "rollout",
+        "dataset",
+    }
+    assert len({id(r) for r in ALL.values()}) == len(ALL)
+
+
+def test_builtins_registered_with_config_nodes():
+    load_components(plugins=False)
+    store = ConfigStore.instance()
+    for kind, names in EXPECTED.items():
+        assert names <= set(ALL[kind].names()), kind
+        for name in names:
+            node = store.load(f"{kind}/{name}.yaml").node
+            assert node.name == name
+            assert node._metadata.object_type is ALL[kind].get(name).config_cls
+            assert ALL[kind].get(name).source == "seekrl"
