@@ -80,12 +80,12 @@ def _missing_keys(cfg: DictConfig, key: str) -> list[str]:
 
 
 def _unknown_problem(registry: Any, section: str, name: Any) -> Problem:
+    from framework.registry.core import failed_plugins_note, suggest_fix
+
     names = registry.names()
-    err = str(registry.unknown(name)).split("\n")
-    fix = err[0].split("Fix: ", 1)[-1].rstrip(".")
-    if len(err) > 1:
-        fix += f" ({err[1]})"
-    return Problem(f"{section}.name", name, f"one of {names}", fix)
+    _, fix = suggest_fix(section, name, names)
+    note = failed_plugins_note()
+    return Problem(f"{section}.name", name, f"one of {names}", f"{fix} ({note})" if note else fix)
 
 
 def _to_python(node: Any) -> Any:

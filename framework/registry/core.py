@@ -221,23 +221,35 @@ class Registry(Generic[T]):
         return f"Registry(kind={self.kind!r}, names={self.names()})"
 
 
+def suggest_fix(group: str, name: object, options: list[str]) -> tuple[str, str]:
+    """``(hint, fix)`` for an unknown choice: the closest option, if any, and what to type."""
+    close = difflib.get_close_matches(str(name), options, n=1, cutoff=0.5)
+    if close:
+        return (
+            f" (closest: '{close[0]}')",
+            f"use {group}={close[0]}, or install the plugin that provides '{name}'",
+        )
+    return "", f"choose one of the options of {group}, or install the plugin that provides '{name}'"
+
+
+def failed_plugins_note() -> str:
+    """A line naming the plugins that failed to load ('' when none did)."""
+    failed = _plugin_failures()
+    if not failed:
+        return ""
+    listed = "; ".join(f"'{f.name}' ({f.error_type}: {f.message})" for f in failed)
+    return f"Plugins that failed to load and may provide it: {listed}"
+
+
 def unknown_component_error(group: str, name: object, options: list[str]) -> UnknownComponentError:
     """The error for a choice ``group=name`` that is not among ``options``.
 
     The message lists the options and the closest match, and names plugins that failed to load.
     """
-    close = difflib.get_close_matches(str(name), options, n=1, cutoff=0.5)
-    hint = f" (closest: '{close[0]}')" if close else ""
-    fix = f"use {group}={close[0]}" if close else f"choose one of the options of {group}"
-    msg = (
-        f"[{group}] got '{name}'; expected one of: {', '.join(options) or '(none registered)'}"
-        f"{hint}. Fix: {fix}, or install the plugin that provides '{name}'."
-    )
-    failed = _plugin_failures()
-    if failed:
-        listed = "; ".join(f"'{f.name}' ({f.error_type}: {f.message})" for f in failed)
-        msg += f"\nPlugins that failed to load and may provide it: {listed}"
-    return UnknownComponentError(msg)
+    hint, fix = suggest_fix(group, name, options)
+    msg = f"[{group}] got '{name}'; expected one of: {', '.join(options) or '(none registered)'}{hint}. Fix: {fix}."
+    note = failed_plugins_note()
+    return UnknownComponentError(f"{msg}\n{note}" if note else msg)
 
 
 def _accepts_cfg(target: Callable[..., Any]) -> bool:
