@@ -11,10 +11,16 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from framework.algorithms.group import group_mean, group_size, group_std
+from framework.algorithms.group import group_center, group_size, group_std
 from framework.config import ComponentConfig, Problem, check, check_range
 from framework.registry.kinds import ADVANTAGES
 from framework.types import AdvantageInputs
+
+
+def _float_rewards(inputs: AdvantageInputs) -> Tensor:
+    """Rewards as floats: floating inputs keep their dtype, integers become the default dtype."""
+    r = inputs.rewards
+    return r if r.is_floating_point() else r.to(torch.get_default_dtype())
 
 
 @dataclass
@@ -46,11 +52,13 @@ def grpo_advantage(inputs: AdvantageInputs, *, cfg: GRPOAdvantageConfig) -> Tens
     Returns:
         ``[N]`` advantages; each group's advantages sum to 0.
     """
-    r = inputs.rewards.to(torch.get_default_dtype())
-    centered = r - group_mean(r, inputs.group_index)
+    r = _float_rewards(inputs)
+    centered = group_center(r, inputs.group_index)
     if not cfg.scale_by_std:
         return centered
-    return centered / (group_std(r, inputs.group_index, unbiased=cfg.unbiased_std) + cfg.epsilon)
+    std = group_std(r, inputs.group_index, unbiased=cfg.unbiased_std)
+    # constant groups are exactly 0 already; the guard keeps epsilon = 0 from giving 0/0
+    return torch.where(std > 0, centered / (std + cfg.epsilon), torch.zeros_like(centered))
 
 
 @dataclass
@@ -71,10 +79,10 @@ def rloo_advantage(inputs: AdvantageInputs, *, cfg: RLOOAdvantageConfig) -> Tens
     Returns:
         ``[N]`` advantages.
     """
-    r = inputs.rewards.to(torch.get_default_dtype())
+    r = _float_rewards(inputs)
     n = group_size(inputs.group_index).to(r)
     scale = torch.where(n > 1, n / (n - 1.0).clamp(min=1.0), torch.zeros_like(n))
-    return scale * (r - group_mean(r, inputs.group_index))
+    return scale * group_center(r, inputs.group_index)
 
 
 @dataclass
@@ -102,9 +110,10 @@ def reinforce_pp_baseline_advantage(
     Returns:
         ``[N]`` advantages.
     """
-    r = inputs.rewards.to(torch.get_default_dtype())
-    centered = r - group_mean(r, inputs.group_index)
+    centered = group_center(_float_rewards(inputs), inputs.group_index)
     if not cfg.whiten:
         return centered
     std = centered.std() if centered.numel() > 1 else centered.new_zeros(())
+    if std == 0:  # every group constant: nothing to learn, and epsilon = 0 must not give NaN
+        return torch.zeros_like(centered)
     return (centered - centered.mean()) / (std + cfg.epsilon)

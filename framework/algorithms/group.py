@@ -44,11 +44,31 @@ def group_std(values: Tensor, group_index: Tensor, *, unbiased: bool = True) -> 
     return torch.where(n > 1, var, torch.zeros_like(var)).clamp(min=0).sqrt()
 
 
+def _group_reduce(values: Tensor, group_index: Tensor, reduce: str) -> Tensor:
+    inv, k = _dense(group_index)
+    init = torch.zeros(k, dtype=values.dtype, device=values.device)
+    return init.scatter_reduce(0, inv, values, reduce=reduce, include_self=False)[inv]
+
+
 def group_max(values: Tensor, group_index: Tensor) -> Tensor:
     """``[N]`` maximum of ``values`` over each rollout's group."""
-    inv, k = _dense(group_index)
-    init = torch.full((k,), float("-inf"), dtype=values.dtype, device=values.device)
-    return init.scatter_reduce(0, inv, values, reduce="amax", include_self=True)[inv]
+    return _group_reduce(values, group_index, "amax")
+
+
+def group_min(values: Tensor, group_index: Tensor) -> Tensor:
+    """``[N]`` minimum of ``values`` over each rollout's group."""
+    return _group_reduce(values, group_index, "amin")
+
+
+def group_center(values: Tensor, group_index: Tensor) -> Tensor:
+    """``[N]`` ``values - group_mean(values)``, exactly 0 in groups whose values are all equal.
+
+    The float mean of e.g. eight 0.3s is not exactly 0.3; without the guard the rounding residue
+    (~1e-8) becomes a same-sign advantage once divided by a tiny std.
+    """
+    constant = group_max(values, group_index) == group_min(values, group_index)
+    centered = values - group_mean(values, group_index)
+    return torch.where(constant, torch.zeros_like(centered), centered)
 
 
 def group_max_normalize(values: Tensor, group_index: Tensor) -> Tensor:
