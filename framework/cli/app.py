@@ -21,10 +21,12 @@ _FILE_GROUPS = ("algorithm", "trainer", "logger", "debug", "experiment")
 
 def prepare() -> None:
     """Register built-ins, load plugins and store the app schemas (idempotent)."""
+    from framework.cli.search_path import register
     from framework.registry import load_components
 
     load_components()
     store_schemas()
+    register()
 
 
 def group_options(group: str) -> list[str]:
@@ -77,20 +79,6 @@ def check_choices(args: Sequence[str]) -> list[UnknownComponentError]:
     return errors
 
 
-def _search_path_override(args: list[str]) -> list[str]:
-    from framework.plugins import config_search_path
-
-    extra = config_search_path()
-    if not extra:
-        return args
-    for i, arg in enumerate(args):
-        if arg.startswith("hydra.searchpath="):
-            current = arg.split("=", 1)[1].strip("[]")
-            items = [s for s in current.split(",") if s] + extra
-            return [*args[:i], f"hydra.searchpath=[{','.join(items)}]", *args[i + 1 :]]
-    return [*args, f"hydra.searchpath=[{','.join(extra)}]"]
-
-
 def run_app(app: str, task: Callable[[Any], Any], argv: Sequence[str] | None = None) -> Any:
     """Compose ``conf/<app>.yaml`` with the command-line overrides, validate it, call ``task``.
 
@@ -127,7 +115,7 @@ def run_app(app: str, task: Callable[[Any], Any], argv: Sequence[str] | None = N
 
     main = hydra.main(config_path=str(config_dir()), config_name=app, version_base="1.3")(_main)
     saved = sys.argv
-    sys.argv = [saved[0] if saved else app, *_search_path_override(args)]
+    sys.argv = [saved[0] if saved else app, *args]
     try:
         main()
     finally:
@@ -148,7 +136,7 @@ def compose(app: str, overrides: Sequence[str] = ()) -> Any:
     if not any(a.startswith("run_dir=") for a in args):
         args.append(f"run_dir=runs/{app}/compose")
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-        return hydra_compose(app, overrides=_search_path_override(args))
+        return hydra_compose(app, overrides=args)
 
 
 def load_config(app: str, overrides: Sequence[str] = ()) -> Any:
