@@ -1,14 +1,47 @@
-"""``seekrl-index``: compose and validate the index config (the body lands in a later release)."""
+"""``seekrl-index``: build (or reuse) the configured retriever's passage store and index.
+
+seekrl-index                                   # FAISS flat over the shipped Wikipedia summaries
+seekrl-index retriever=bm25                    # BM25 instead
+seekrl-index retriever=hybrid                  # both
+seekrl-index retriever.index.type=hnsw retriever.corpus.source=jsonl retriever.corpus.path=c.jsonl
+"""
 
 from __future__ import annotations
 
+import json
+import sys
+from typing import Any
+
 from framework.cli.app import run_app
-from framework.cli.pending import report_pending
 from framework.config.schema import IndexConfig
 
 
-def index(cfg: IndexConfig) -> None:
-    report_pending("index", cfg, "building a retrieval index")
+def index(cfg: IndexConfig) -> dict[str, Any]:
+    """Open the retriever (building whatever is missing), report where it lives, try one query."""
+    from framework.registry import RETRIEVERS
+    from framework.retrieval.types import RetrievalError
+
+    if cfg.retriever.name == "http":
+        print(
+            "[retriever.name] got 'http'; expected a local backend (faiss, bm25, hybrid). "
+            "Fix: build the index where the server runs (seekrl-index there, then seekrl-serve).",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    try:
+        retriever = RETRIEVERS.bind(cfg.retriever)()
+    except RetrievalError as exc:
+        print(exc, file=sys.stderr)
+        raise SystemExit(1) from None
+    summary = retriever.describe()
+    print(json.dumps(summary, indent=2, default=str))
+    if cfg.smoke_query:
+        hits = retriever.search([cfg.smoke_query], 3)[0]
+        print(f"query {cfg.smoke_query!r}:")
+        for hit in hits:
+            print(f"  {hit.score:8.4f}  {hit.title}  ({hit.passage_id})")
+    retriever.close()
+    return summary
 
 
 def main() -> None:

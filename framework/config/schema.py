@@ -154,12 +154,15 @@ class EvalConfig:
 
 @dataclass
 class IndexConfig:
-    """The ``index`` app (its body arrives with the retrieval issue)."""
+    """The ``index`` app: build (or reuse) the configured retriever's corpus store and index."""
 
     seed: int = 0
     run_dir: str = RUN_DIR
-    cache_dir: str = field(default=".cache/seekrl", metadata={"help": "where indexes are cached"})
-    rebuild: bool = field(default=False, metadata={"help": "ignore a matching cached index"})
+    retriever: Any = MISSING
+    smoke_query: str | None = field(
+        default="2001: A Space Odyssey",
+        metadata={"help": "query run once after building; null skips"},
+    )
 
 
 @dataclass
@@ -182,16 +185,39 @@ class SynthConfig:
 
 @dataclass
 class ServeConfig:
-    """The ``serve`` app (its body arrives with the retrieval issue)."""
+    """The ``serve`` app: the configured retriever behind Search-R1's ``/retrieve`` contract."""
 
     run_dir: str = RUN_DIR
+    retriever: Any = MISSING
     host: str = field(default="127.0.0.1", metadata={"help": "bind address (loopback by default)"})
     port: int = 8000
-    max_batch: int = field(default=512, metadata={"help": "largest accepted query batch"})
+    allow_remote: bool = field(
+        default=False, metadata={"help": "allow a non-loopback host (exposes the index)"}
+    )
+    default_topk: int = field(default=3, metadata={"help": "topk when a request gives none"})
+    max_body_bytes: int = field(default=1_000_000, metadata={"help": "largest request body"})
 
     def problems(self) -> list[Problem]:
         out = check_range(self.port, "port", low=1, high=65535)
-        out += check_range(self.max_batch, "max_batch", low=1)
+        out += check_range(self.default_topk, "default_topk", low=1)
+        out += check_range(self.max_body_bytes, "max_body_bytes", low=1024)
+        loopback = self.host in ("127.0.0.1", "localhost", "::1") or self.host.startswith("127.")
+        out += check(
+            loopback or self.allow_remote,
+            "host",
+            self.host,
+            "a loopback address unless allow_remote=true",
+            "keep host=127.0.0.1, or set allow_remote=true to expose the server on purpose",
+        )
+        if self.retriever is not None and getattr(self.retriever, "name", None) == "http":
+            out += [
+                Problem(
+                    "retriever.name",
+                    "http",
+                    "a local backend (faiss, bm25, hybrid)",
+                    "serve a local index; the http backend is the client of this server",
+                )
+            ]
         return out
 
 

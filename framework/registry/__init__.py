@@ -31,6 +31,10 @@ BUILTIN_MODULES = (
     "framework.rewards.outcome",
     "framework.rewards.entity",
     "framework.samplers.uniform",
+    "framework.retrieval.dense",
+    "framework.retrieval.bm25",
+    "framework.retrieval.hybrid",
+    "framework.retrieval.http",
 )
 
 _loaded = False

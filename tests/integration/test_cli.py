@@ -81,16 +81,21 @@ def test_multirun_sweep_gives_each_job_its_own_directory(tmp_path):
     assert sorted(alphas) == ["0.0", "0.1", "0.3", "0.5"]
 
 
-@pytest.mark.parametrize("app", ["eval", "index", "synth", "serve"])
+@pytest.mark.parametrize("app", ["eval", "synth"])
 def test_pending_apps_validate_and_exit_3(app, tmp_path):
     proc = run(app, f"hydra.run.dir={tmp_path}/run")
     assert proc.returncode == 3, proc.stderr
     assert "configuration valid" in proc.stdout and "not available" in proc.stderr
 
 
-def test_pending_app_rejects_bad_value():
-    proc = run("serve", "port=70000")
-    assert proc.returncode == 2 and "[port] got 70000" in proc.stderr
+def test_serve_rejects_bad_values_before_loading_anything():
+    proc = run("serve", "port=70000", "host=0.0.0.0", "retriever=http")
+    assert proc.returncode == 2
+    assert "[port] got 70000" in proc.stderr
+    assert (
+        "[host] got '0.0.0.0'; expected a loopback address unless allow_remote=true" in proc.stderr
+    )
+    assert "[retriever.name] got 'http'" in proc.stderr
 
 
 def test_components_listing_json():

@@ -1,0 +1,147 @@
+"""Sparse retrieval with BM25 (``bm25s``), cached on disk beside the dense indexes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from framework.config import Problem, check_choice, check_range
+from framework.registry.kinds import RETRIEVERS
+from framework.retrieval.local import (
+    LocalRetrieverConfig,
+    Stopwatch,
+    StoreBacked,
+    cache_root,
+    check_manifest,
+    open_store,
+    read_manifest,
+    write_manifest,
+)
+from framework.retrieval.types import Hit, RetrievalError, check_request
+
+METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
+
+
+@dataclass
+class BM25Params:
+    """BM25 scoring and tokenisation."""
+
+    k1: float = field(default=1.5, metadata={"help": "term-frequency saturation"})
+    b: float = field(default=0.75, metadata={"help": "length normalisation"})
+    method: str = field(default="lucene", metadata={"help": f"one of {METHODS}"})
+    stopwords: str = field(default="en", metadata={"help": "stopword list ('en' or 'none')"})
+
+    def problems(self) -> list[Problem]:
+        out = check_range(self.k1, "k1", low=0.0)
+        out += check_range(self.b, "b", low=0.0, high=1.0)
+        out += check_choice(self.method, "method", METHODS)
+        out += check_choice(self.stopwords, "stopwords", ("en", "none"))
+        return out
+
+
+@dataclass
+class BM25RetrieverConfig(LocalRetrieverConfig):
+    bm25: BM25Params = field(default_factory=BM25Params)
+
+
+def _tokenize(texts: Sequence[str], params: BM25Params, progress: bool = False) -> Any:
+    import bm25s
+
+    stop = None if params.stopwords == "none" else params.stopwords
+    return bm25s.tokenize(list(texts), stopwords=stop, show_progress=progress)
+
+
+@RETRIEVERS.register("bm25", config=BM25RetrieverConfig)
+class BM25Retriever(StoreBacked):
+    """BM25 over the passage store (title and text); built on first use, then memory-mapped.
+
+    Passages that share no term with a query score 0 and are not returned, so a query may get fewer
+    than ``k`` hits.
+
+    Args:
+        cfg: corpus, BM25 parameters and limits.
+    """
+
+    def __init__(self, *, cfg: BM25RetrieverConfig) -> None:
+        self.cfg = cfg
+        self.store = open_store(cfg)
+        self.manifest = {
+            "corpus": {"fingerprint": self.store.fingerprint, "passages": len(self.store)},
+            "bm25": asdict(cfg.bm25),
+        }
+        key = hashlib.blake2b(json.dumps(asdict(cfg.bm25), sort_keys=True).encode(), digest_size=6)
+        self.directory = (
+            cache_root(cfg.cache_dir) / "bm25" / f"{self.store.fingerprint}-{key.hexdigest()}"
+        )
+        self.build_seconds: float | None = None
+        self.model = self._load_or_build()
+
+    def _load_or_build(self) -> Any:
+        import bm25s
+
+        found = read_manifest(self.directory)
+        if found is None:
+            if not self.cfg.build_if_missing:
+                raise RetrievalError(
+                    f"[retriever.bm25] no BM25 index in {self.directory}. Fix: run seekrl-index "
+                    "retriever=bm25."
+                )
+            return self.build()
+        check_manifest(found, self.manifest, self.directory, ("corpus", "bm25"))
+        try:
+            return bm25s.BM25.load(str(self.directory), mmap=True, show_progress=False)
+        except Exception as exc:  # bm25s raises assorted errors on damaged files
+            raise RetrievalError(
+                f"[retriever.bm25] the BM25 index in {self.directory} is unreadable "
+                f"({type(exc).__name__}: {exc}). Fix: delete it and rebuild."
+            ) from exc
+
+    def build(self) -> Any:
+        """Tokenise every passage, index, and save with a manifest."""
+        import bm25s
+
+        clock = Stopwatch()
+        texts = [t for batch in self.store.iter_texts() for t in batch]
+        p = self.cfg.bm25
+        model = bm25s.BM25(k1=p.k1, b=p.b, method=p.method)
+        model.index(_tokenize(texts, p, self.cfg.progress), show_progress=self.cfg.progress)
+        tmp = self.directory.with_name(self.directory.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save(str(tmp))
+        shutil.rmtree(self.directory, ignore_errors=True)
+        tmp.rename(self.directory)
+        self.build_seconds = clock()
+        write_manifest(self.directory, {**self.manifest, "build_seconds": self.build_seconds})
+        return model
+
+    def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
+        """Top-``k`` passages per query by BM25 score (see the Retriever protocol)."""
+        queries = check_request(queries, k, self.cfg.limits)
+        docs, scores = self.model.retrieve(
+            _tokenize(queries, self.cfg.bm25), k=min(k, len(self.store)), show_progress=False
+        )
+        out = []
+        for row_ids, row_scores in zip(docs.tolist(), scores.tolist(), strict=True):
+            keep = [(int(i), s) for i, s in zip(row_ids, row_scores, strict=True) if s > 0]
+            out.append(self.store.hits([i for i, _ in keep], [s for _, s in keep]))
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        """Where the index is and what it holds (for the index command)."""
+        return {
+            "backend": "bm25",
+            "directory": str(self.directory),
+            "passages": len(self.store),
+            "bm25": asdict(self.cfg.bm25),
+            "built_now": self.build_seconds is not None,
+            "build_seconds": self.build_seconds,
+            "corpus": str(self.store.path),
+        }
+
+    def index_path(self) -> Path:
+        return self.directory

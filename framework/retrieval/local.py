@@ -1,0 +1,124 @@
+"""What the local backends (faiss, bm25, hybrid) share: corpus, cache directory, manifests."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from framework.retrieval.corpus import CorpusConfig, CorpusStore, open_corpus
+from framework.retrieval.types import Document, RetrievalError, RetrieverConfigBase
+
+CACHE_ENV = "SEEKRL_CACHE"
+MANIFEST = "manifest.json"
+MANIFEST_FORMAT = 1
+
+
+def cache_root(value: str | None) -> Path:
+    """The cache directory: ``value``, else ``$SEEKRL_CACHE``, else ``~/.cache/seekrl``."""
+    return Path(value or os.environ.get(CACHE_ENV) or "~/.cache/seekrl").expanduser()
+
+
+@dataclass
+class LocalRetrieverConfig(RetrieverConfigBase):
+    """A backend over a local corpus whose indexes are cached on disk."""
+
+    corpus: CorpusConfig = field(default_factory=CorpusConfig)
+    cache_dir: str | None = field(
+        default=None, metadata={"help": "index cache; None = $SEEKRL_CACHE or ~/.cache/seekrl"}
+    )
+    build_if_missing: bool = field(
+        default=True, metadata={"help": "build a missing index on first use (else fail)"}
+    )
+    progress: bool = field(default=True, metadata={"help": "progress bars while building"})
+
+
+class StoreBacked:
+    """Document lookup and closing for backends that own a :class:`CorpusStore`."""
+
+    store: CorpusStore
+
+    def document(self, *, doc_id: str | None = None, title: str | None = None) -> Document:
+        from framework.retrieval.types import document_key
+
+        key, value = document_key(doc_id, title)
+        return self.store.document(**{key: value})
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_store(cfg: LocalRetrieverConfig) -> CorpusStore:
+    """The corpus store of ``cfg`` (built into the cache when missing and allowed)."""
+    root = cache_root(cfg.cache_dir)
+    if not cfg.build_if_missing:
+        from framework.retrieval.corpus import corpus_fingerprint
+
+        path = root / "corpus" / corpus_fingerprint(cfg.corpus) / "corpus.sqlite"
+        return CorpusStore(path)
+    return open_corpus(cfg.corpus, root, progress=cfg.progress)
+
+
+def write_manifest(directory: Path, manifest: dict[str, Any]) -> None:
+    """Write ``manifest.json`` atomically (last, so its presence means the build finished)."""
+    tmp = directory / f"{MANIFEST}.tmp"
+    tmp.write_text(json.dumps({"format": MANIFEST_FORMAT, **manifest}, indent=2, sort_keys=True))
+    os.replace(tmp, directory / MANIFEST)
+
+
+def read_manifest(directory: Path) -> dict[str, Any] | None:
+    """The manifest in ``directory``, or None when there is none.
+
+    Raises:
+        RetrievalError: a manifest that is not valid JSON.
+    """
+    path = directory / MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise RetrievalError(
+            f"[retriever.index] {path} is corrupt ({exc}). Fix: delete {directory} and rebuild."
+        ) from exc
+
+
+def check_manifest(
+    manifest: dict[str, Any], expected: dict[str, Any], directory: Path, keys: Sequence[str]
+) -> None:
+    """Refuse an index whose manifest differs from the configured corpus/encoder/parameters.
+
+    Raises:
+        RetrievalError: listing every differing entry, configured against found.
+    """
+    diffs = [
+        f"{key}: configured {expected.get(key)!r}, index has {manifest.get(key)!r}"
+        for key in keys
+        if manifest.get(key) != expected.get(key)
+    ]
+    if diffs:
+        raise RetrievalError(
+            f"[retriever.index] the index in {directory} does not match the configuration:\n  "
+            + "\n  ".join(diffs)
+            + "\nFix: point retriever.index.path at a matching index, or remove it to rebuild."
+        )
+
+
+class Stopwatch:
+    """Seconds since creation."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+
+    def __call__(self) -> float:
+        return time.perf_counter() - self.start

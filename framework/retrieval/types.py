@@ -1,0 +1,167 @@
+"""The retriever interface, its result types, and argument checks shared by every backend."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from framework.config import ComponentConfig, Problem, check_range
+
+
+class RetrievalError(RuntimeError):
+    """A retrieval backend could not answer (index missing or corrupt, server down, ...)."""
+
+
+class QueryError(ValueError):
+    """A request that no backend should answer: empty or oversized query, bad k, too many queries."""
+
+
+class DocumentNotFound(LookupError):
+    """No document with the requested id or title."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One retrieved passage.
+
+    Attributes:
+        passage_id: stable id of the passage (``<doc_id>`` or ``<doc_id>#<chunk>``).
+        doc_id: id of the document the passage belongs to (for the visit tool).
+        title: document title.
+        text: passage text (without the title).
+        score: backend score, higher is better (inner product, BM25, or fused).
+    """
+
+    passage_id: str
+    doc_id: str
+    title: str
+    text: str
+    score: float
+
+    def __post_init__(self) -> None:  # numpy scalars would not serialise to JSON
+        object.__setattr__(self, "score", float(self.score))
+
+    def contents(self) -> str:
+        """Search-R1's ``contents`` field: the quoted title, a newline, the text."""
+        return f'"{self.title}"\n{self.text}'
+
+    def to_search_r1(self) -> dict[str, Any]:
+        """The document dict of Search-R1's ``/retrieve`` response (extra keys are ignored there)."""
+        return {"id": self.passage_id, "contents": self.contents(), **asdict(self)}
+
+
+@dataclass(frozen=True)
+class Document:
+    """A whole document, as the visit tool returns it."""
+
+    doc_id: str
+    title: str
+    text: str
+
+
+@runtime_checkable
+class Retriever(Protocol):
+    """What every retrieval backend offers."""
+
+    def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
+        """Top-``k`` passages for each query, best first (fewer when the corpus is smaller).
+
+        Raises:
+            QueryError: empty or oversized query, ``k`` out of range, too many queries.
+            RetrievalError: the backend failed.
+        """
+        ...
+
+    def document(self, *, doc_id: str | None = None, title: str | None = None) -> Document:
+        """The full document with ``doc_id`` or (exact, then case-insensitive) ``title``.
+
+        Raises:
+            DocumentNotFound: no such document.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release files, sockets and threads."""
+        ...
+
+
+@dataclass
+class QueryLimits:
+    """Bounds every backend enforces on a search request."""
+
+    max_queries: int = field(default=1024, metadata={"help": "queries per search call"})
+    max_query_chars: int = field(default=2048, metadata={"help": "characters per query"})
+    max_k: int = field(default=100, metadata={"help": "largest k (top-k) accepted"})
+
+    def problems(self) -> list[Problem]:
+        out = check_range(self.max_queries, "max_queries", low=1)
+        out += check_range(self.max_query_chars, "max_query_chars", low=1)
+        out += check_range(self.max_k, "max_k", low=1)
+        return out
+
+
+def check_request(queries: Sequence[str], k: int, limits: QueryLimits) -> list[str]:
+    """Validate a search request; returns the queries as a list of str.
+
+    Raises:
+        QueryError: naming the offending query position or value and what to do.
+    """
+    if isinstance(queries, str):
+        raise QueryError(
+            "[retriever.search] got a single string; expected a list of queries. Fix: pass [query]."
+        )
+    queries = list(queries)
+    if not queries:
+        raise QueryError(
+            "[retriever.search] got no queries; expected at least one. Fix: pass [query]."
+        )
+    if len(queries) > limits.max_queries:
+        raise QueryError(
+            f"[retriever.search] got {len(queries)} queries; expected at most {limits.max_queries}. "
+            "Fix: split the batch or raise max_queries."
+        )
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= limits.max_k:
+        raise QueryError(
+            f"[retriever.search] got k={k!r}; expected an integer in [1, {limits.max_k}]. "
+            "Fix: ask for between 1 and max_k results."
+        )
+    for i, q in enumerate(queries):
+        if not isinstance(q, str) or not q.strip():
+            raise QueryError(
+                f"[retriever.search] got query {i} = {q!r}; expected non-empty text. "
+                "Fix: drop empty queries."
+            )
+        if len(q) > limits.max_query_chars:
+            raise QueryError(
+                f"[retriever.search] got query {i} of {len(q)} characters; expected at most "
+                f"{limits.max_query_chars}. Fix: shorten the query or raise max_query_chars."
+            )
+    return queries
+
+
+def document_key(doc_id: str | None, title: str | None) -> tuple[str, str]:
+    """``("doc_id", value)`` or ``("title", value)``; exactly one must be given.
+
+    Raises:
+        QueryError: neither or both given, or an empty value.
+    """
+    if (doc_id is None) == (title is None):
+        raise QueryError(
+            "[retriever.document] got "
+            f"doc_id={doc_id!r}, title={title!r}; expected exactly one of them. Fix: pass one."
+        )
+    key, value = ("doc_id", doc_id) if doc_id is not None else ("title", title)
+    if not isinstance(value, str) or not value.strip():
+        raise QueryError(f"[retriever.document] got {key}={value!r}; expected non-empty text.")
+    return key, value
+
+
+@dataclass
+class RetrieverConfigBase(ComponentConfig):
+    """Fields every retriever config has."""
+
+    limits: QueryLimits = field(default_factory=QueryLimits)
