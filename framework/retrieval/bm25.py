@@ -79,7 +79,11 @@ class BM25Retriever(StoreBacked):
             cache_root(cfg.cache_dir) / "bm25" / f"{self.store.fingerprint}-{key.hexdigest()}"
         )
         self.build_seconds: float | None = None
-        self.model = self._load_or_build()
+        try:
+            self.model = self._load_or_build()
+        except BaseException:
+            self.store.close()
+            raise
 
     def _load_or_build(self) -> Any:
         import bm25s

@@ -57,7 +57,7 @@ class CorpusConfig:
             )
         out += check_range(self.chunk_words, "chunk_words", low=0)
         out += check_range(self.chunk_overlap, "chunk_overlap", low=0)
-        if self.chunk_words and self.chunk_overlap >= self.chunk_words:
+        if self.chunk_words > 0 and self.chunk_overlap >= self.chunk_words:
             out += [
                 Problem(
                     "chunk_overlap",
@@ -132,17 +132,18 @@ def read_jsonl(path: Path) -> Iterator[SourceDocument]:
     Raises:
         RetrievalError: a line that is not JSON or lacks ``contents``, naming file and line.
     """
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
+    with path.open("rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
             try:
+                line = raw.decode("utf-8")
+                if not line.strip():
+                    continue
                 row = json.loads(line)
                 contents = row["contents"]
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
                 raise RetrievalError(
-                    f"[retriever.corpus.path] {path}:{lineno} got {line[:80]!r}; expected a JSON "
-                    'object with "contents" ("\\"Title\\"\\ntext") and optionally "id". '
+                    f"[retriever.corpus.path] {path}:{lineno} got {raw[:80]!r}; expected a UTF-8 "
+                    'JSON object with "contents" ("\\"Title\\"\\ntext") and optionally "id". '
                     f"Fix: repair or drop that line ({type(exc).__name__})."
                 ) from exc
             title, text = parse_contents(str(contents))
@@ -160,9 +161,9 @@ def chunk_words(text: str, size: int, overlap: int) -> list[str]:
 
 
 def _file_digest(path: Path) -> str:
-    """blake2b of a file, cached beside nothing: keyed in memory by (path, size, mtime)."""
-    stat = path.stat()
-    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    """blake2b of a file, memoised per process by (path, inode, size, mtime, ctime)."""
+    stat = path.stat()  # ctime cannot be set by hand, so an in-place edit always changes the key
+    key = (str(path.resolve()), stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
     if key not in _DIGESTS:
         h = hashlib.blake2b(digest_size=16)
         with path.open("rb") as fh:
@@ -172,7 +173,7 @@ def _file_digest(path: Path) -> str:
     return _DIGESTS[key]
 
 
-_DIGESTS: dict[tuple[str, int, int], str] = {}
+_DIGESTS: dict[tuple[str, int, int, int, int], str] = {}
 
 
 def source_path(cfg: CorpusConfig) -> Path:
@@ -311,6 +312,7 @@ class CorpusStore:
             self.fingerprint: str = self.meta["fingerprint"]
             self.num_passages: int = int(self.meta["passages"])
         except (sqlite3.DatabaseError, KeyError, json.JSONDecodeError) as exc:
+            self.close()
             raise RetrievalError(
                 f"[retriever.corpus] {self.path} is not a valid passage store ({exc}). "
                 "Fix: delete it and run seekrl-index again."

@@ -213,12 +213,16 @@ class FaissRetriever(StoreBacked):
     ) -> None:
         self.cfg = cfg
         self.store = open_store(cfg)
-        self.encoder = encoder or SentenceEncoder(cfg.encoder)
-        self.manifest = self._expected_manifest()
-        self.directory = self._index_dir()
-        self.build_seconds: float | None = None
-        self.index = self._load_or_build()
-        set_search_params(self.index, cfg.index)
+        try:
+            self.encoder = encoder or SentenceEncoder(cfg.encoder)
+            self.manifest = self._expected_manifest()
+            self.directory = self._index_dir()
+            self.build_seconds: float | None = None
+            self.index = self._load_or_build()
+            set_search_params(self.index, cfg.index)
+        except BaseException:
+            self.store.close()
+            raise
 
     def _expected_manifest(self) -> dict[str, Any]:
         return {
@@ -237,7 +241,9 @@ class FaissRetriever(StoreBacked):
         return cache_root(self.cfg.cache_dir) / "index" / f"{self.store.fingerprint}-{enc}-{params}"
 
     def _embeddings_path(self) -> Path:
-        enc = fingerprint_key(self.manifest["encoder"])
+        # passage embeddings do not depend on the query prefix: changing it must not re-encode
+        passage_side = {k: v for k, v in self.manifest["encoder"].items() if k != "query_prefix"}
+        enc = fingerprint_key(passage_side)
         return cache_root(self.cfg.cache_dir) / "embeddings" / f"{self.store.fingerprint}-{enc}.npy"
 
     def _load_or_build(self) -> Any:

@@ -82,7 +82,11 @@ class HybridRetriever(StoreBacked):
             progress=cfg.progress,
             bm25=cfg.bm25,
         )
-        self.sparse = BM25Retriever(cfg=sparse_cfg)
+        try:
+            self.sparse = BM25Retriever(cfg=sparse_cfg)
+        except BaseException:
+            self.dense.close()
+            raise
         self.store = self.dense.store
 
     def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -124,7 +125,7 @@ def check_request(queries: Sequence[str], k: int, limits: QueryLimits) -> list[s
             f"[retriever.search] got {len(queries)} queries; expected at most {limits.max_queries}. "
             "Fix: split the batch or raise max_queries."
         )
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= limits.max_k:
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 1 <= k <= limits.max_k:
         raise QueryError(
             f"[retriever.search] got k={k!r}; expected an integer in [1, {limits.max_k}]. "
             "Fix: ask for between 1 and max_k results."
