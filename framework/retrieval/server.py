@@ -370,7 +370,9 @@ def _check_host(host: str, allow_remote: bool) -> None:
 def _bind(host: str, port: int) -> socket.socket:
     """A bound (not yet listening) TCP socket; ``port=0`` picks a free port."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto must be IPPROTO_TCP: asyncio sets TCP_NODELAY on accepted connections only then, and
+    # without it Nagle's algorithm and delayed ACKs add ~40 ms to every small response.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host.strip("[]"), port))

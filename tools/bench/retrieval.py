@@ -257,10 +257,11 @@ def render(report: dict[str, Any], meta: dict[str, Any]) -> str:
     ]
     for name, r in report["backends"].items():
         build = r.get("build_s_from_embeddings", r.get("build_s"))
+        build_text = f"{build:.2f}" if build is not None else "– (its parts)"
         ne = r.get("no_encoding")
         we = r["with_encoding"]
         lines.append(
-            f"| {name} | {build:.2f} | "
+            f"| {name} | {build_text} | "
             + (f"{ne['batch1']['qps']:.0f} | {ne['batch64']['qps']:.0f} | " if ne else "– | – | ")
             + f"{we['batch1']['qps']:.0f} | {we['batch1']['p50_ms']:.1f} | {we['batch64']['qps']:.0f} | "
             f"{we['batch64']['p50_ms']:.1f} | {r['recall@10_vs_flat']:.3f} | {r['target@10']:.3f} |"

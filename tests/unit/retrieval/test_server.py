@@ -351,3 +351,17 @@ def test_serve_refuses_remote_hosts(host):
 def test_is_loopback():
     assert all(map(is_loopback, ["127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost"]))
     assert not any(map(is_loopback, ["0.0.0.0", "::", "10.0.0.1", "example.org"]))
+
+
+def test_bound_socket_is_tcp_so_accepted_connections_get_nodelay():
+    # asyncio sets TCP_NODELAY on accepted sockets only when the listening socket's proto is
+    # IPPROTO_TCP; with proto 0, Nagle plus delayed ACKs added ~40 ms to every response.
+    import socket
+
+    from framework.retrieval.server import _bind
+
+    sock = _bind("127.0.0.1", 0)
+    try:
+        assert sock.proto == socket.IPPROTO_TCP
+    finally:
+        sock.close()
