@@ -1,14 +1,30 @@
-"""``seekrl-synth``: compose and validate the synth config (the body lands in a later release)."""
+"""``seekrl-synth``: synthesize the entity-annotated train / validation / test splits.
+
+seekrl-synth                                         # defaults: 3000 / 300 / 500 questions
+seekrl-synth dataset.train_size=500 dataset.hop_weights=[0.5,0.5]
+seekrl-synth dataset.answerability.enabled=false     # skip the retrieval check (no index needed)
+"""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 from framework.cli.app import run_app
-from framework.cli.pending import report_pending
 from framework.config.schema import SynthConfig
 
 
-def synth(cfg: SynthConfig) -> None:
-    report_pending("synth", cfg, "question synthesis")
+def synth(cfg: SynthConfig) -> Path:
+    """Run the synthesis (rebuilding even when output for these settings exists)."""
+    from framework.data.datasets import synthesize
+    from framework.data.synthesis import SynthesisError
+    from framework.retrieval.types import RetrievalError
+
+    try:
+        return synthesize(cfg.dataset)
+    except (SynthesisError, RetrievalError) as exc:
+        print(exc, file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 def main() -> None:

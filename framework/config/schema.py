@@ -125,6 +125,7 @@ class TrainConfig:
     kl: Any = MISSING
     reward: Any = MISSING
     sampler: Any = MISSING
+    dataset: Any = MISSING
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     logger: Any = None
@@ -167,20 +168,20 @@ class IndexConfig:
 
 @dataclass
 class SynthConfig:
-    """The ``synth`` app (its body arrives with the data-synthesis issue)."""
+    """The ``synth`` app: write the synthesized train / validation / test splits."""
 
-    seed: int = 0
     run_dir: str = RUN_DIR
-    output_dir: str = field(default=".cache/seekrl/data", metadata={"help": "where splits go"})
-    train_size: int = 2000
-    val_size: int = 200
-    test_size: int = 200
+    dataset: Any = MISSING
 
     def problems(self) -> list[Problem]:
-        out: list[Problem] = []
-        for name in ("train_size", "val_size", "test_size"):
-            out += check_range(getattr(self, name), name, low=0)
-        return out
+        name = getattr(self.dataset, "name", None)
+        return check(
+            name == "synth",
+            "dataset.name",
+            name,
+            "synth (the synthesized dataset)",
+            "run seekrl-synth with dataset=synth; other datasets are read, not written",
+        )
 
 
 @dataclass

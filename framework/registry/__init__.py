@@ -35,6 +35,7 @@ BUILTIN_MODULES = (
     "framework.retrieval.bm25",
     "framework.retrieval.hybrid",
     "framework.retrieval.http",
+    "framework.data.datasets",
 )
 
 _loaded = False

@@ -77,6 +77,7 @@ class SourceDocument:
     doc_id: str
     title: str
     text: str
+    description: str | None = None  # one-line description, when the source has one
 
 
 def wiki_offline_file() -> Path:
@@ -114,7 +115,8 @@ def read_wiki_offline(path: Path) -> Iterator[SourceDocument]:
         if not isinstance(item, dict) or not str(item.get("extract", "")).strip():
             continue
         title = str(item.get("title") or key)
-        yield SourceDocument(doc_id=title, title=title, text=str(item["extract"]).strip())
+        description = str(item.get("description") or "").strip() or None
+        yield SourceDocument(title, title, str(item["extract"]).strip(), description)
 
 
 def parse_contents(contents: str) -> tuple[str, str]:
@@ -148,7 +150,10 @@ def read_jsonl(path: Path) -> Iterator[SourceDocument]:
                 ) from exc
             title, text = parse_contents(str(contents))
             doc_id = str(row.get("id", lineno - 1))
-            yield SourceDocument(doc_id=doc_id, title=title or doc_id, text=text)
+            description = (
+                row.get("description") if isinstance(row.get("description"), str) else None
+            )
+            yield SourceDocument(doc_id, title or doc_id, text, description)
 
 
 def chunk_words(text: str, size: int, overlap: int) -> list[str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -28,6 +29,9 @@ _PUNCT = str.maketrans(string.punctuation, " " * len(string.punctuation))
 
 @dataclass
 class EntityRewardConfig(ComponentConfig):
+    #: the dataset must carry ground-truth entities (checked before training starts)
+    needs_entities: ClassVar[bool] = True
+
     alpha: float = field(
         default=0.3, metadata={"help": "weight of γ̂ for wrong answers (paper 0.3)"}
     )

@@ -1,0 +1,1 @@
+"""Question-answering datasets: the row schema, file loaders and the question synthesis pipeline."""

@@ -1,0 +1,296 @@
+"""Registered datasets: the synthesized entity-annotated questions, and user files.
+
+``dataset=synth`` (default) reads the splits written by :func:`synthesize`, running it first when the
+output for these settings does not exist yet. ``dataset=files`` reads Search-R1-layout JSONL or
+parquet files (NQ, HotpotQA, ... converted by the user).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from framework.config import ComponentConfig, Problem, check, check_range
+from framework.data.entity_graph import Article, GraphConfig, build_graph
+from framework.data.quality import answerability, report, write_report
+from framework.data.schema import DatasetError, QAItem, read_dataset, write_split
+from framework.data.synthesis import SPLITS, QuestionSynthesizer, SynthesisError, quotas_for
+from framework.registry.kinds import DATASETS
+from framework.retrieval.corpus import CorpusConfig, corpus_fingerprint, iter_documents
+from framework.retrieval.local import cache_root
+
+FORMAT_VERSION = 1
+
+
+@dataclass
+class AnswerabilityConfig:
+    """The check that each hop's evidence can be found with the default retriever."""
+
+    enabled: bool = field(default=True, metadata={"help": "run the check (needs the index)"})
+    retriever: str = field(default="faiss", metadata={"help": "retriever registry name"})
+    k: int = field(default=5, metadata={"help": "evidence must be in the top k"})
+    drop_unanswerable: bool = field(
+        default=True, metadata={"help": "replace questions whose evidence is not found"}
+    )
+
+    def problems(self) -> list[Problem]:
+        out = check_range(self.k, "k", low=1)
+        out += check(
+            self.retriever != "http",
+            "retriever",
+            self.retriever,
+            "a local backend (faiss, bm25, hybrid)",
+            "use answerability.retriever=faiss",
+        )
+        return out
+
+
+@dataclass
+class SynthDatasetConfig(ComponentConfig):
+    corpus: CorpusConfig = field(default_factory=CorpusConfig)
+    graph: GraphConfig = field(default_factory=GraphConfig)
+    seed: int = field(default=0, metadata={"help": "walks, templates, fuzzing and splits"})
+    train_size: int = 3000
+    validation_size: int = 300
+    test_size: int = 500
+    hop_weights: list[float] = field(
+        default_factory=lambda: [0.3, 0.3, 0.25, 0.15],
+        metadata={"help": "share of 1, 2, 3, 4(, ...) hop questions"},
+    )
+    fuzz_prob: float = field(default=0.3, metadata={"help": "chance a clue's years become decades"})
+    attempts_per_question: int = field(default=200, metadata={"help": "walk budget per question"})
+    min_fill: float = field(
+        default=0.5, metadata={"help": "fail when a split gets less than this share of its size"}
+    )
+    answerability: AnswerabilityConfig = field(default_factory=AnswerabilityConfig)
+    output_dir: str | None = field(
+        default=None, metadata={"help": "where splits go; None = $SEEKRL_CACHE/data/synth-<key>"}
+    )
+    cache_dir: str | None = field(default=None, metadata={"help": "index cache (answerability)"})
+    progress: bool = True
+
+    def problems(self) -> list[Problem]:
+        out: list[Problem] = []
+        for name in ("train_size", "validation_size", "test_size"):
+            out += check_range(getattr(self, name), name, low=0)
+        out += check(
+            bool(self.hop_weights)
+            and all(w >= 0 for w in self.hop_weights)
+            and sum(self.hop_weights) > 0,
+            "hop_weights",
+            self.hop_weights,
+            "non-negative weights for 1, 2, ... hops with a positive sum",
+            "e.g. dataset.hop_weights=[0.3,0.3,0.25,0.15]",
+        )
+        out += check_range(self.fuzz_prob, "fuzz_prob", low=0.0, high=1.0)
+        out += check_range(self.attempts_per_question, "attempts_per_question", low=1)
+        out += check_range(self.min_fill, "min_fill", low=0.0, high=1.0)
+        return out
+
+    def key(self) -> str:
+        """Identifies the output: every setting that changes the questions, and the corpus bytes."""
+        settings = dataclasses.asdict(self)
+        for name in ("output_dir", "cache_dir", "progress", "name"):
+            settings.pop(name)
+        payload = {"format": FORMAT_VERSION, "corpus": corpus_fingerprint(self.corpus), **settings}
+        return hashlib.blake2b(
+            json.dumps(payload, sort_keys=True).encode(), digest_size=8
+        ).hexdigest()
+
+    def directory(self) -> Path:
+        if self.output_dir:
+            return Path(self.output_dir).expanduser()
+        return cache_root(self.cache_dir) / "data" / f"synth-{self.key()}"
+
+
+def _articles(cfg: CorpusConfig) -> list[Article]:
+    return [Article(d.doc_id, d.title, d.text, d.description) for d in iter_documents(cfg)]
+
+
+def _answerability_retriever(cfg: SynthDatasetConfig) -> Any:
+    from framework.registry import RETRIEVERS
+
+    entry = RETRIEVERS.get(cfg.answerability.retriever)
+    rcfg = entry.config_cls(name=entry.name)
+    rcfg.corpus, rcfg.cache_dir, rcfg.progress = cfg.corpus, cfg.cache_dir, cfg.progress
+    return entry.target(cfg=rcfg)
+
+
+def synthesize(cfg: SynthDatasetConfig, *, log: Any = print) -> Path:
+    """Build the graph, sample questions, check answerability, write splits and reports.
+
+    Returns:
+        The output directory (``train/validation/test`` ``.jsonl`` and ``.parquet``,
+        ``graph_stats.json``, ``quality_report.md/.json``, ``manifest.json``).
+
+    Raises:
+        SynthesisError: the corpus has too few linked entities for the requested sizes.
+    """
+    clock = time.perf_counter()
+    out_dir = cfg.directory()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    graph = build_graph(_articles(cfg.corpus), cfg.graph)
+    stats = graph.save_stats(out_dir / "graph_stats.json")
+    log(
+        f"entity graph: {stats['articles']} articles, {stats['edges']} edges, "
+        f"{stats['articles_with_out_edges']} with out-links"
+    )
+    sizes = {"train": cfg.train_size, "validation": cfg.validation_size, "test": cfg.test_size}
+    synth = QuestionSynthesizer(graph, seed=cfg.seed, fuzz_prob=cfg.fuzz_prob)
+    quotas = {s: quotas_for(n, cfg.hop_weights) for s, n in sizes.items()}
+    kept: dict[str, list[QAItem]] = {s: [] for s in SPLITS}
+    checked = dropped = 0
+    per_hop: dict[int, list[bool]] = {}
+    retriever = _answerability_retriever(cfg) if cfg.answerability.enabled else None
+    try:
+        for _ in range(8):  # each round refills what the answerability check dropped
+            want = sum(sum(q.values()) for q in quotas.values())
+            if want == 0:
+                break
+            new = synth.generate(
+                quotas,
+                [sizes[s] for s in SPLITS],
+                max_attempts=cfg.attempts_per_question * want,
+                progress=cfg.progress,
+            )
+            for split, items in new.items():
+                flags = answerability(items, retriever, cfg.answerability.k) if retriever else None
+                for i, item in enumerate(items):
+                    ok = all(flags[i]) if flags is not None else True
+                    if flags is not None:
+                        checked += 1
+                        per_hop.setdefault(item.hops, []).append(ok)
+                    if ok or not cfg.answerability.drop_unanswerable:
+                        extra = {**item.extra, "answerable": ok if flags is not None else None}
+                        kept[split].append(dataclasses.replace(item, extra=extra))
+                        quotas[split][item.hops] -= 1
+                    else:
+                        dropped += 1
+            if sum(len(v) for v in new.values()) == 0:
+                break
+    finally:
+        if retriever is not None:
+            retriever.close()
+    for split, n in sizes.items():
+        if len(kept[split]) < cfg.min_fill * n:
+            raise SynthesisError(
+                f"[dataset.{split}_size] got {len(kept[split])} of {n} {split} questions after "
+                f"{synth.stats.attempts} walks over {stats['articles']} articles with "
+                f"{stats['edges']} links; expected at least {cfg.min_fill:.0%}. Fix: use a larger or "
+                "more interlinked corpus, lower the sizes, or raise attempts_per_question."
+            )
+    for split in SPLITS:
+        items = [
+            dataclasses.replace(it, id=f"seekrl-synth-{split}-{i:06d}")
+            for i, it in enumerate(sorted(kept[split], key=lambda it: (it.hops, it.chain)))
+        ]
+        kept[split] = items
+        write_split(items, out_dir, split)
+    rates = None
+    if checked:
+        rates = {
+            "retriever": cfg.answerability.retriever,
+            "k": cfg.answerability.k,
+            "checked": checked,
+            "dropped": dropped,
+            "rate": sum(sum(v) for v in per_hop.values()) / checked,
+            "per_hop": {h: sum(v) / len(v) for h, v in per_hop.items()},
+        }
+    sampling = {
+        "attempts": synth.stats.attempts,
+        "rejections": dict(synth.stats.rejections),
+        "skipped": dict(synth.stats.skipped),
+    }
+    settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "name"}
+    data, markdown = report(
+        kept,
+        graph_stats=stats,
+        sampling=sampling,
+        answerability_rates=rates,
+        settings=settings,
+        seed=cfg.seed,
+    )
+    report_path = write_report(out_dir, data, markdown)
+    manifest = {
+        "key": cfg.key(),
+        "sizes": {s: len(v) for s, v in kept.items()},
+        "seconds": time.perf_counter() - clock,
+    }
+    (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    log(
+        f"wrote {manifest['sizes']} to {out_dir} in {manifest['seconds']:.1f} s; report: {report_path}"
+    )
+    return out_dir
+
+
+def _synth_ready(cfg: SynthDatasetConfig) -> bool:
+    manifest = cfg.directory() / "manifest.json"
+    if not manifest.is_file():
+        return False
+    try:
+        return json.loads(manifest.read_text()).get("key") == cfg.key()
+    except json.JSONDecodeError:
+        return False
+
+
+@DATASETS.register("synth", config=SynthDatasetConfig)
+def synth_dataset(split: str, *, cfg: SynthDatasetConfig) -> list[QAItem]:
+    """The synthesized ``split``; synthesizes first when these settings have no output yet."""
+    _check_split(split)
+    if not _synth_ready(cfg):
+        synthesize(cfg)
+    return read_dataset(cfg.directory() / f"{split}.jsonl")
+
+
+@dataclass
+class FilesDatasetConfig(ComponentConfig):
+    train: str | None = field(default=None, metadata={"help": "JSONL or parquet, Search-R1 layout"})
+    validation: str | None = None
+    test: str | None = None
+
+    def problems(self) -> list[Problem]:
+        out: list[Problem] = []
+        for split in SPLITS:
+            path = getattr(self, split)
+            if path is not None:
+                out += check(
+                    Path(path).expanduser().is_file(),
+                    split,
+                    path,
+                    "an existing .jsonl or .parquet file",
+                    f"set dataset.{split}=<file> or leave it null",
+                )
+        out += check(
+            any(getattr(self, s) for s in SPLITS),
+            "train",
+            None,
+            "at least one split file",
+            "set dataset.train=<file> (and validation/test)",
+        )
+        return out
+
+
+@DATASETS.register("files", config=FilesDatasetConfig)
+def files_dataset(split: str, *, cfg: FilesDatasetConfig) -> list[QAItem]:
+    """The user's file for ``split``."""
+    _check_split(split)
+    path = getattr(cfg, split)
+    if path is None:
+        raise DatasetError(
+            f"[dataset.{split}] got None; expected a file for the {split} split. "
+            f"Fix: set dataset.{split}=<file.jsonl|file.parquet>."
+        )
+    return read_dataset(Path(path).expanduser())
+
+
+def _check_split(split: str) -> None:
+    if split not in SPLITS:
+        raise DatasetError(f"[dataset] got split {split!r}; expected one of {list(SPLITS)}.")
+
+
+__all__ = ["FilesDatasetConfig", "SynthDatasetConfig", "SynthesisError", "synthesize"]

@@ -1,0 +1,343 @@
+"""Multi-hop questions from random walks over the entity graph (WebSailor / ASearcher style).
+
+A walk ``e0 -> e1 -> ... -> eh`` becomes a question that names the anchor ``e0`` and describes every
+later entity only by a clue (its one-line description, or the predicate of its first sentence),
+optionally fuzzed (years become decades). Reading the chain forward answers it: the article on
+``e0`` mentions an entity fitting clue 1, whose article mentions one fitting clue 2, and so on; the
+answer is ``eh``. A walk is kept only when every step is unique (no other article linked from the
+previous one has the same clue), no intermediate or answer name appears in the question, and no
+bridge or answer is a hub. The ground-truth entities are the walk's nodes with their aliases.
+
+Splits are decided by a hash of the answer, so train, validation and test share no answer (and
+therefore no chain); quotas per (split, hops) give the configured hop mix exactly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import random
+import re
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from tqdm import tqdm
+
+from framework.data.entity_graph import Article, EntityGraph, aliases
+from framework.data.schema import QAItem
+
+SPLITS = ("train", "validation", "test")
+_PAREN = re.compile(r"\s*\([^()]*\)")
+_YEAR = re.compile(r"\b(1[0-9]{3}|20[0-9]{2})\b")
+_PREDICATE = re.compile(
+    r"^[^.]*?\b(?:is|was|are|were)\s+(?:an?|the)\s+(?P<pred>[^.;:]+)", re.IGNORECASE
+)
+_CUT = re.compile(
+    r",| (?:that|which|who|whose|where|and is|and was|known|located|based|made|set|written|"
+    r"directed|composed|created|produced|founded|developed|published|released|born)\b"
+)
+_HEAD_CUT = re.compile(
+    r" (?:by|of|from|in|for|on|with|about|at|between|during|featuring|that|who|which|where)\b"
+)
+
+
+class SynthesisError(RuntimeError):
+    """The corpus cannot supply the requested questions."""
+
+
+@dataclass(frozen=True)
+class Clue:
+    """How the question refers to an entity it does not name."""
+
+    text: str  # "1975 film by Steven Spielberg"
+    head: str  # "film": what "that ..." refers back to
+
+
+def clean_description(text: str) -> str:
+    """Drop parentheticals, surrounding space and a final period."""
+    text = _PAREN.sub("", text or "").strip()
+    return re.sub(r"\s+", " ", text).rstrip(".").strip()
+
+
+def first_sentence_predicate(text: str) -> str | None:
+    """``"Jaws is a 1975 American thriller film directed by ..."`` -> ``"1975 American thriller film"``."""
+    m = _PREDICATE.match(_PAREN.sub("", text))
+    if not m:
+        return None
+    pred = _CUT.split(m["pred"], maxsplit=1)[0].strip()
+    return pred if 1 <= len(pred.split()) <= 8 else None
+
+
+_NOT_HEAD = {
+    "north",
+    "south",
+    "east",
+    "west",
+    "northwest",
+    "northeast",
+    "southwest",
+    "southeast",
+    "central",
+    "near",
+    "also",
+    "mainly",
+    "primarily",
+    "often",
+    "usually",
+}
+
+
+def head_noun(clue: str) -> str:
+    """The word a later sentence uses to point back: ``"opera by Georges Bizet"`` -> ``"opera"``.
+
+    The last word before the first preposition or relative clause, skipping trailing participles
+    and directions (``"church based in Rome"`` -> ``"church"``, ``"island northwest of ..."`` ->
+    ``"island"``).
+    """
+    words = [w.strip(",;") for w in _HEAD_CUT.split(clue, maxsplit=1)[0].split()]
+    words = [w for w in words if w[:1].isalpha()]
+    while len(words) > 1 and (words[-1].lower() in _NOT_HEAD or words[-1].endswith("ed")):
+        words.pop()
+    return words[-1] if words else "one"
+
+
+def make_clue(article: Article, is_common_word: Callable[[str], bool]) -> Clue | None:
+    """The article's clue, or None when it has none or the clue would give its name away."""
+    text = clean_description(article.description or "") or first_sentence_predicate(article.text)
+    if not text or len(text) < 3:
+        return None
+    lowered = text.lower()
+    if any(a.lower() in lowered for a in aliases(article.title)):
+        return None
+    first, _, rest = text.partition(" ")
+    if first[:1].isupper() and is_common_word(first):
+        text = first.lower() + (" " + rest if rest else "")
+    head = head_noun(text)
+    if head[:1].isupper() and is_common_word(head):
+        head = head.lower()
+    return Clue(text, head)
+
+
+def nameable(title: str) -> bool:
+    """A title a question can name: at least three characters, with letters (not ``1`` or ``1984``)."""
+    return len(title) >= 3 and sum(c.isalpha() for c in title) >= 2
+
+
+def fuzz(clue: Clue) -> Clue:
+    """ASearcher-style fuzzing: exact years become decades (``1975`` -> ``1970s``)."""
+    text = _YEAR.sub(lambda m: f"{m.group(0)[:3]}0s", clue.text)
+    return Clue(text, clue.head)
+
+
+def with_article(phrase: str) -> str:
+    """``"opera"`` -> ``"an opera"``, ``"European movement"`` -> ``"a European movement"``.
+
+    A phrase that starts with a possessive (``"Earth's southernmost continent"``) takes none.
+    """
+    first = phrase.split(" ", 1)[0]
+    if first.endswith(("'s", "’s")):
+        return phrase
+    low = phrase.lower()
+    sounds_like_you = low.startswith(
+        ("eu", "uni", "use", "usu", "uti", "one", "once", "ukr", "ura")
+    )
+    vowel = (low[:1] in "aeiou" and not sounds_like_you) or low.startswith(
+        ("8", "11", "18", "hour", "honest")
+    )
+    return f"{'an' if vowel else 'a'} {phrase}"
+
+
+ONE_HOP = (
+    "Which {c} is mentioned in the Wikipedia article about {a}?",
+    "The Wikipedia article on {a} mentions {ac}. What is its name?",
+    "Name the {c} that the Wikipedia article about {a} refers to.",
+)
+OPENING = (
+    "The Wikipedia article on {a} mentions {ac}.",
+    "Start from the Wikipedia article about {a}: it mentions {ac}.",
+)
+MIDDLE = (
+    "The article on that {h} mentions {ac}.",
+    "That {h}'s article in turn mentions {ac}.",
+)
+CLOSING = (
+    "Which {c} is mentioned in the article on that {h}?",
+    "What is the name of the {c} that the article on that {h} mentions?",
+)
+
+
+def render_question(anchor: str, clues: Sequence[Clue], rng: random.Random) -> tuple[str, str]:
+    """The question text and the template id for an anchor name and the clues of e1..eh."""
+    if len(clues) == 1:
+        k = rng.randrange(len(ONE_HOP))
+        c = clues[0].text
+        return ONE_HOP[k].format(a=anchor, c=c, ac=with_article(c)), f"1hop-{k}"
+    o, m, c_ = rng.randrange(len(OPENING)), rng.randrange(len(MIDDLE)), rng.randrange(len(CLOSING))
+    parts = [OPENING[o].format(a=anchor, ac=with_article(clues[0].text))]
+    for prev, cur in itertools.pairwise(clues[:-1]):
+        parts.append(MIDDLE[m].format(h=prev.head, ac=with_article(cur.text)))
+    parts.append(CLOSING[c_].format(c=clues[-1].text, h=clues[-2].head))
+    return " ".join(parts), f"chain-{o}{m}{c_}"
+
+
+def split_of(answer: str, seed: int, weights: Sequence[float]) -> str:
+    """The split an answer belongs to, by a seeded hash (stable across runs and machines)."""
+    h = hashlib.blake2b(f"{seed}:{answer}".encode(), digest_size=8).digest()
+    u = int.from_bytes(h, "big") / 2**64
+    total = sum(weights)
+    acc = 0.0
+    for name, w in zip(SPLITS, weights, strict=True):
+        acc += w / total
+        if u < acc:
+            return name
+    return SPLITS[-1]
+
+
+@dataclass
+class SynthesisStats:
+    """What happened while sampling (for the quality report)."""
+
+    attempts: int = 0
+    rejections: Counter = field(default_factory=Counter)
+    skipped: Counter = field(default_factory=Counter)
+
+
+class QuestionSynthesizer:
+    """Samples walks and turns the valid ones into :class:`QAItem` s.
+
+    Args:
+        graph: the entity graph.
+        seed: everything (walks, templates, fuzzing, split hashing) follows from it.
+        fuzz_prob: chance that a clue's years are fuzzed to decades.
+    """
+
+    def __init__(self, graph: EntityGraph, *, seed: int, fuzz_prob: float) -> None:
+        self.graph = graph
+        self.seed = seed
+        self.fuzz_prob = fuzz_prob
+        self.rng = random.Random(seed)
+        indeg = graph.in_degree()
+        self.clues = {
+            d: c
+            for d, a in sorted(graph.articles.items())
+            if (c := make_clue(a, graph.is_common_word))
+        }
+        self.eligible = {d for d in self.clues if not graph.is_hub(d, indeg)}
+        self.anchors = sorted(
+            d for d in graph.articles if any(b in self.eligible for b in graph.out(d))
+        )
+        self.stats = SynthesisStats()
+        self.seen: set[tuple[str, ...]] = set()
+
+    def sample(self, hops: int) -> tuple[list[str], list[Clue]] | None:
+        """One walk of ``hops`` edges with its (possibly fuzzed) clues, or None (reason counted)."""
+        self.stats.attempts += 1
+        if not self.anchors:
+            self.stats.rejections["no_anchor"] += 1
+            return None
+        walk = [self.rng.choice(self.anchors)]
+        clues: list[Clue] = []
+        for _ in range(hops):
+            prev = walk[-1]
+            options = sorted(
+                b for b in self.graph.out(prev) if b in self.eligible and b not in walk
+            )
+            if not options:
+                self.stats.rejections["dead_end"] += 1
+                return None
+            nxt = self.rng.choice(options)
+            fuzzed = self.rng.random() < self.fuzz_prob
+            clue = fuzz(self.clues[nxt]) if fuzzed else self.clues[nxt]
+            rivals = [
+                b
+                for b in self.graph.out(prev)
+                if b != nxt
+                and b in self.clues
+                and (fuzz(self.clues[b]) if fuzzed else self.clues[b]).text == clue.text
+            ]
+            if rivals:
+                self.stats.rejections["answer_not_unique"] += 1
+                return None
+            walk.append(nxt)
+            clues.append(clue)
+        return walk, clues
+
+    def item(self, walk: list[str], clues: list[Clue], split: str, index: int) -> QAItem | None:
+        """The question for a sampled walk, or None when it would leak a hidden name."""
+        anchor = self.graph.articles[walk[0]].title
+        question, template = render_question(anchor, clues, self.rng)
+        lowered = question.lower()
+        for doc in walk[1:]:
+            for alias in aliases(self.graph.articles[doc].title):
+                if re.search(rf"(?<!\w){re.escape(alias.lower())}(?!\w)", lowered):
+                    self.stats.rejections["name_leak"] += 1
+                    return None
+        answer = self.graph.articles[walk[-1]]
+        mentions = [self.graph.out(a)[b] for a, b in itertools.pairwise(walk)]
+        return QAItem(
+            id=f"seekrl-synth-{split}-{index:06d}",
+            question=question,
+            golden_answers=aliases(answer.title),
+            entities=tuple(aliases(self.graph.articles[d].title) for d in walk),
+            hops=len(walk) - 1,
+            chain=tuple(walk),
+            data_source="seekrl_synth",
+            extra={"template": template, "clues": [c.text for c in clues], "mentions": mentions},
+        )
+
+    def generate(
+        self,
+        quotas: dict[str, dict[int, int]],
+        split_weights: Sequence[float],
+        *,
+        max_attempts: int,
+        progress: bool,
+    ) -> dict[str, list[QAItem]]:
+        """New questions filling ``quotas`` (split -> hops -> count) as far as attempts allow.
+
+        ``split_weights`` (train, validation, test) decide which split each answer belongs to; walks
+        already produced by this synthesizer are never repeated.
+        """
+        left = {s: dict(q) for s, q in quotas.items()}
+        out: dict[str, list[QAItem]] = {s: [] for s in quotas}
+        total = sum(sum(q.values()) for q in left.values())
+        budget = self.stats.attempts + max_attempts
+        bar = tqdm(total=total, desc="questions", unit="q", disable=not progress)
+        while self.stats.attempts < budget and total > 0:
+            open_hops: Counter = Counter()
+            for q in left.values():
+                for h, n in q.items():
+                    open_hops[h] += n
+            hops = self.rng.choices(list(open_hops), weights=list(open_hops.values()))[0]
+            sampled = self.sample(hops)
+            if sampled is None:
+                continue
+            walk, clues = sampled
+            split = split_of(walk[-1], self.seed, split_weights)
+            if left.get(split, {}).get(hops, 0) == 0:
+                self.stats.skipped["quota_full"] += 1
+                continue
+            if tuple(walk) in self.seen:
+                self.stats.skipped["duplicate_chain"] += 1
+                continue
+            item = self.item(walk, clues, split, len(out[split]))
+            if item is None:
+                continue
+            self.seen.add(tuple(walk))
+            left[split][hops] -= 1
+            total -= 1
+            out[split].append(item)
+            bar.update(1)
+        bar.close()
+        return out
+
+
+def quotas_for(n: int, weights: Sequence[float]) -> dict[int, int]:
+    """``n`` questions split over hops 1..len(weights) in proportion (largest remainders round up)."""
+    total = sum(weights)
+    raw = [n * w / total for w in weights]
+    counts = [int(r) for r in raw]
+    for i in sorted(range(len(raw)), key=lambda i: counts[i] - raw[i])[: n - sum(counts)]:
+        counts[i] += 1
+    return {h + 1: c for h, c in enumerate(counts)}

@@ -1,0 +1,111 @@
+"""The synth command on a slice of the shipped summaries, and the train app reading its output."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from framework.data.schema import QAItem, read_dataset, write_split
+
+REPO = Path(__file__).resolve().parents[2]
+SIZES = {"train": 120, "validation": 20, "test": 30}
+
+
+def cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "framework", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=cwd,
+    )
+
+
+@pytest.fixture(scope="module")
+def synth_dir(tmp_path_factory) -> Path:
+    """Synthesized splits over the first 1,500 summaries, answerability checked with BM25."""
+    root = tmp_path_factory.mktemp("synth")
+    proc = cli(
+        "synth",
+        "dataset.corpus.limit=1500",
+        *(f"dataset.{s}_size={n}" for s, n in SIZES.items()),
+        "dataset.answerability.retriever=bm25",
+        f"dataset.cache_dir={root}/cache",
+        f"dataset.output_dir={root}/out",
+        f"hydra.run.dir={root}/run",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return root / "out"
+
+
+def test_splits_report_and_files(synth_dir):
+    for split, n in SIZES.items():
+        jsonl = read_dataset(synth_dir / f"{split}.jsonl")
+        assert read_dataset(synth_dir / f"{split}.parquet") == jsonl
+        assert len(jsonl) >= n * 0.9
+        assert {it.hops for it in jsonl} <= {1, 2, 3, 4}
+        for it in jsonl:
+            assert it.entities and len(it.entities) == it.hops + 1 == len(it.chain)
+            assert it.golden_answers[0] == it.chain[-1]
+            assert it.extra["answerable"] is True
+    report = (synth_dir / "quality_report.md").read_text()
+    assert "Answerability" in report and "Answer-uniqueness rejections" in report
+    data = json.loads((synth_dir / "quality_report.json").read_text())
+    assert data["answerability"]["retriever"] == "bm25" and 0 < data["answerability"]["rate"] <= 1
+    assert json.loads((synth_dir / "graph_stats.json").read_text())["articles"] == 1500
+
+
+def test_splits_share_no_answer_and_no_chain(synth_dir):
+    splits = {s: read_dataset(synth_dir / f"{s}.jsonl") for s in SIZES}
+    answers = {s: {it.chain[-1] for it in items} for s, items in splits.items()}
+    chains = {s: {it.chain for it in items} for s, items in splits.items()}
+    for a in SIZES:
+        for b in SIZES:
+            if a < b:
+                assert not answers[a] & answers[b], (a, b)
+                assert not chains[a] & chains[b], (a, b)
+    assert len(chains["train"]) == len(splits["train"])  # no repeated chain within a split
+
+
+def test_train_app_reads_the_synthesized_splits(synth_dir, tmp_path):
+    proc = cli(
+        "train",
+        "dataset=files",
+        f"dataset.train={synth_dir}/train.jsonl",
+        f"dataset.validation={synth_dir}/validation.parquet",
+        f"hydra.run.dir={tmp_path}/run",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "dataset    files" in proc.stdout and "data       train " in proc.stdout
+
+
+def test_entity_reward_refuses_a_dataset_without_entities(tmp_path):
+    plain = [
+        QAItem(f"nq-{i}", f"who wrote book {i}?", (f"author {i}",), None, None, None, "nq")
+        for i in range(3)
+    ]
+    write_split(plain, tmp_path, "train")
+    args = ["dataset=files", f"dataset.train={tmp_path}/train.jsonl", "dataset.validation=null"]
+    proc = cli("train", *args, f"hydra.run.dir={tmp_path}/run")  # default algorithm: e_grpo
+    assert proc.returncode == 2
+    assert (
+        "reward=e_grpo needs ground-truth entities" in proc.stderr and "train.jsonl" in proc.stderr
+    )
+    proc = cli("train", "algorithm=grpo", *args, f"hydra.run.dir={tmp_path}/run2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_too_few_linked_entities_is_a_clear_error(tmp_path):
+    proc = cli(
+        "synth",
+        "dataset.corpus.limit=25",
+        "dataset.answerability.enabled=false",
+        f"dataset.output_dir={tmp_path}/out",
+        f"hydra.run.dir={tmp_path}/run",
+    )
+    assert proc.returncode == 1
+    assert "[dataset.train_size] got" in proc.stderr and "Fix:" in proc.stderr

@@ -1,0 +1,1 @@
+"""Tests of the QA dataset schema, loaders and synthesis."""
