@@ -104,8 +104,12 @@ class EntityGraph:
         ``Painting``, ``Sea`` and ``Ethnoreligious`` are ordinary words; ``American``, ``Danish-born``
         and ``Orion`` are not (a hyphenated word is judged by its first part).
         """
-        word = word.split("-", 1)[0]
-        return self.lower_counts[word.lower()] >= self.standalone_counts[word]
+        if word.isalpha():
+            return self.lower_counts[word.lower()] >= self.standalone_counts[word]
+        # "Danish-born", "Earth's", "U.S.": judged by the first word, which must occur lower-case
+        first = next(iter(tokens(word)), "")
+        low = self.lower_counts[first.lower()]
+        return low > 0 and low >= self.standalone_counts[first]
 
     def out(self, doc_id: str) -> dict[str, str]:
         return self.edges.get(doc_id, {})
@@ -207,15 +211,15 @@ def _is_generic(word: str, standalone: Counter, lower: Counter, ratio: float) ->
 
 def find_mentions(
     toks: list[str], forms: dict[tuple[str, ...], str], max_len: int
-) -> list[tuple[str, str]]:
-    """``(doc_id, matched text)`` for each greedy longest, non-overlapping form match in ``toks``."""
+) -> list[tuple[str, int, int]]:
+    """``(doc_id, first token, end token)`` for each greedy longest, non-overlapping form match."""
     out = []
     i = 0
     while i < len(toks):
         for n in range(min(max_len, len(toks) - i), 0, -1):
             doc = forms.get(tuple(toks[i : i + n]))
             if doc is not None:
-                out.append((doc, " ".join(toks[i : i + n])))
+                out.append((doc, i, i + n))
                 i += n
                 break
         else:
@@ -225,22 +229,19 @@ def find_mentions(
 
 def build_graph(articles: list[Article], cfg: GraphConfig) -> EntityGraph:
     """The entity graph of ``articles`` under ``cfg``'s matching rules."""
-    toks = {a.doc_id: tokens(a.text) for a in articles}
+    spans = {a.doc_id: [(m.start(), m.end()) for m in _TOKEN.finditer(a.text)] for a in articles}
+    toks = {a.doc_id: [a.text[s:e] for s, e in spans[a.doc_id]] for a in articles}
     _, lower, standalone = _word_case_counts(toks.values())
     forms, dropped = surface_forms(articles, standalone, lower, cfg)
     max_len = max((len(f) for f in forms), default=1)
     edges: dict[str, dict[str, str]] = {}
     for art in articles:
         found: dict[str, str] = {}
-        for doc, text in find_mentions(toks[art.doc_id], forms, max_len):
-            if doc != art.doc_id:
-                found.setdefault(doc, _detokenize(text))
+        span = spans[art.doc_id]
+        for doc, first, end in find_mentions(toks[art.doc_id], forms, max_len):
+            if doc != art.doc_id:  # the mention exactly as written in the source text
+                found.setdefault(doc, art.text[span[first][0] : span[end - 1][1]])
         edges[art.doc_id] = found
     return EntityGraph(
         {a.doc_id: a for a in articles}, edges, forms, dropped, cfg.max_in_degree, lower, standalone
     )
-
-
-def _detokenize(text: str) -> str:
-    """Undo the token spacing for display: ``2001 : A Space`` -> ``2001: A Space``."""
-    return re.sub(r"\s+([^\w\s])", r"\1", text)

@@ -19,7 +19,10 @@ def evidence_queries(item: QAItem) -> list[str]:
     The anchor's article is searched with the question itself; each later article with the name by
     which the previous article mentions it (what an agent reads there).
     """
-    return [item.question, *item.extra.get("mentions", [])]
+    mentions = list(item.extra.get("mentions", []))
+    chain = item.chain or ()
+    later = range(1, max(len(chain), len(mentions) + 1))
+    return [item.question, *(mentions[j - 1] if j <= len(mentions) else chain[j] for j in later)]
 
 
 def answerability(

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
-from framework.data.entity_graph import Article, EntityGraph, aliases
+from framework.data.entity_graph import Article, EntityGraph, aliases, strip_qualifier
 from framework.data.schema import QAItem
 
 SPLITS = ("train", "validation", "test")
@@ -56,8 +56,10 @@ class Clue:
 
 def clean_description(text: str) -> str:
     """Drop parentheticals, surrounding space and a final period."""
-    text = _PAREN.sub("", text or "").strip()
-    return re.sub(r"\s+", " ", text).rstrip(".").strip()
+    text = re.sub(r"\s+", " ", _PAREN.sub("", text or "")).strip()
+    if text.endswith(".") and not re.search(r"\b\w\.\w\.$", text):  # keep "D.C."
+        text = text[:-1]
+    return text.strip()
 
 
 def first_sentence_predicate(text: str) -> str | None:
@@ -140,7 +142,7 @@ def with_article(phrase: str) -> str:
         return phrase
     low = phrase.lower()
     sounds_like_you = low.startswith(
-        ("eu", "uni", "use", "usu", "uti", "one", "once", "ukr", "ura")
+        ("eu", "uni", "use", "usu", "uti", "one", "once", "ukr", "ura", "u.")
     )
     vowel = (low[:1] in "aeiou" and not sounds_like_you) or low.startswith(
         ("8", "11", "18", "hour", "honest")
@@ -225,7 +227,9 @@ class QuestionSynthesizer:
         }
         self.eligible = {d for d in self.clues if not graph.is_hub(d, indeg)}
         self.anchors = sorted(
-            d for d in graph.articles if any(b in self.eligible for b in graph.out(d))
+            d
+            for d, a in graph.articles.items()
+            if nameable(a.title) and any(b in self.eligible for b in graph.out(d))
         )
         self.stats = SynthesisStats()
         self.seen: set[tuple[str, ...]] = set()
@@ -314,7 +318,10 @@ class QuestionSynthesizer:
             if sampled is None:
                 continue
             walk, clues = sampled
-            split = split_of(walk[-1], self.seed, split_weights)
+            # by the qualifier-free name: "Mercury (planet)" and "Mercury (element)" both accept
+            # "Mercury", so they must land in the same split
+            answer_key = strip_qualifier(self.graph.articles[walk[-1]].title).lower()
+            split = split_of(answer_key, self.seed, split_weights)
             if left.get(split, {}).get(hops, 0) == 0:
                 self.stats.skipped["quota_full"] += 1
                 continue
