@@ -36,6 +36,7 @@ BUILTIN_MODULES = (
     "framework.retrieval.hybrid",
     "framework.retrieval.http",
     "framework.data.datasets",
+    "framework.rollout.hf_backend",
 )
 
 _loaded = False

@@ -1,0 +1,1 @@
+"""Search-agent rollouts: the agent loop, tool-call parsing, generation backends, policies."""

@@ -1,0 +1,301 @@
+"""The agent loop: batched multi-turn search-agent rollouts, token in and token out.
+
+Every active rollout of every group advances together: one backend call per turn generates the next
+model turn for all of them; their tool calls are answered with one batched retriever call; each
+observation is tokenised once, on its own, and appended (loss mask 0). Earlier text is never
+re-tokenised, so ``token_ids`` is exactly what the policy was conditioned on.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from framework.config import Problem, check_range
+from framework.retrieval.types import DocumentNotFound, QueryError, RetrievalError, Retriever
+from framework.rollout.parser import (
+    ANSWER,
+    STOP_STRINGS,
+    THINK,
+    TOOL_CALL,
+    TOOL_RESPONSE,
+    ToolCall,
+    parse_turn,
+)
+from framework.rollout.types import RolloutBackend, Segment, Trajectory
+
+SYSTEM_PROMPT = """You are a research assistant who answers questions by searching a Wikipedia corpus.
+Think step by step inside <think> </think>. To search, write
+<tool_call>{"name": "search", "arguments": {"queries": ["query one", "query two"]}}</tool_call>
+and the results appear inside <tool_response> </tool_response>. To read a whole article, write
+<tool_call>{"name": "visit", "arguments": {"title": "Article title", "goal": "what you look for"}}</tool_call>
+Search as often as you need. When you know the answer, write it, as short as possible, inside
+<answer> </answer>."""
+
+
+@dataclass
+class AgentConfig:
+    """Budgets and tool settings of the agent loop."""
+
+    max_turns: int = field(default=8, metadata={"help": "model turns per rollout"})
+    max_tool_calls: int = field(default=8, metadata={"help": "tool calls per rollout (paper: 40)"})
+    max_new_tokens_per_turn: int = field(default=256, metadata={"help": "tokens per model turn"})
+    max_total_tokens: int = field(default=2048, metadata={"help": "prompt + response budget"})
+    max_invalid_calls: int = field(
+        default=2, metadata={"help": "invalid tool calls tolerated before a format error"}
+    )
+    search_k: int = field(default=3, metadata={"help": "results per search query"})
+    max_passage_chars: int = field(default=400, metadata={"help": "characters per search result"})
+    max_visit_chars: int = field(default=1500, metadata={"help": "characters of a visited page"})
+    system_prompt: str = field(default=SYSTEM_PROMPT, metadata={"help": "describes the tools"})
+
+    def problems(self) -> list[Problem]:
+        out: list[Problem] = []
+        for name in ("max_turns", "max_new_tokens_per_turn", "search_k", "max_passage_chars"):
+            out += check_range(getattr(self, name), name, low=1)
+        out += check_range(self.max_tool_calls, "max_tool_calls", low=0)
+        out += check_range(self.max_invalid_calls, "max_invalid_calls", low=0)
+        out += check_range(self.max_visit_chars, "max_visit_chars", low=1)
+        out += check_range(self.max_total_tokens, "max_total_tokens", low=16)
+        return out
+
+
+@dataclass
+class _Rollout:
+    """Mutable state of one rollout while the loop runs."""
+
+    traj: Trajectory
+    done: bool = False
+    think: list[str] = field(default_factory=list)
+    pending: list[ToolCall] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+class AgentLoop:
+    """Runs search-agent rollouts with a backend (the policy) and a retriever (the tools).
+
+    Args:
+        backend: batched generation (its tokenizer also encodes prompts and observations).
+        retriever: answers ``search`` and ``visit``.
+        cfg: budgets and tool settings.
+    """
+
+    def __init__(self, backend: RolloutBackend, retriever: Retriever, cfg: AgentConfig) -> None:
+        self.backend = backend
+        self.retriever = retriever
+        self.cfg = cfg
+        self.tok = backend.tokenizer
+
+    def prompt_ids(self, question: str) -> list[int]:
+        """The chat-templated prompt: system message with the tools, then the question."""
+        messages = [
+            {"role": "system", "content": self.cfg.system_prompt},
+            {"role": "user", "content": question},
+        ]
+        ids = self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # BatchEncoding in newer versions
+            ids = ids["input_ids"]
+        return [int(i) for i in ids]
+
+    def run(
+        self,
+        questions: Sequence[str],
+        group_size: int,
+        *,
+        question_ids: Sequence[int] | None = None,
+    ) -> list[Trajectory]:
+        """``group_size`` rollouts of every question; returns them grouped, question by question."""
+        qids = list(question_ids) if question_ids is not None else list(range(len(questions)))
+        rollouts = []
+        for g, (q, qid) in enumerate(zip(questions, qids, strict=True)):
+            prompt = self.prompt_ids(q)
+            for _ in range(group_size):
+                traj = Trajectory(qid, g, list(prompt), [0] * len(prompt), len(prompt))
+                traj.stats = dict.fromkeys(
+                    (
+                        "turns",
+                        "tool_calls",
+                        "queries",
+                        "visits",
+                        "invalid_calls",
+                        "truncated_turns",
+                        "generated_tokens",
+                    ),
+                    0,
+                )
+                rollouts.append(_Rollout(traj))
+        for _ in range(self.cfg.max_turns):
+            active = [r for r in rollouts if not r.done]
+            if not active:
+                break
+            self._generate(active)
+            self._run_tools([r for r in active if not r.done])
+        for r in rollouts:
+            if not r.done:
+                self._finish(r, "over_budget", "max_turns")
+        return [r.traj for r in rollouts]
+
+    # -- one turn ---------------------------------------------------------------------------------
+    def _generate(self, active: list[_Rollout]) -> None:
+        budget = [self.cfg.max_total_tokens - len(r.traj.token_ids) for r in active]
+        for r, left in zip(active, budget, strict=True):
+            if left <= 0:
+                self._finish(r, "over_budget", "max_total_tokens")
+        live = [
+            (r, min(left, self.cfg.max_new_tokens_per_turn))
+            for r, left in zip(active, budget, strict=True)
+            if left > 0
+        ]
+        if not live:
+            return
+        outs = self.backend.generate(
+            [r.traj.token_ids for r, _ in live], [n for _, n in live], STOP_STRINGS
+        )
+        for (r, limit), gen in zip(live, outs, strict=True):
+            self._absorb(r, gen.token_ids, gen.finish, limit)
+
+    def _absorb(self, r: _Rollout, new: list[int], finish: str, limit: int) -> None:
+        t = r.traj
+        start = len(t.token_ids)
+        text = self.tok.decode(new, skip_special_tokens=False)
+        t.token_ids.extend(new)
+        t.loss_mask.extend([1] * len(new))
+        t.segments.extend(_segments(self.tok, new, text, start))
+        t.response_text += text
+        t.stats["turns"] += 1
+        t.stats["generated_tokens"] += len(new)
+        turn = parse_turn(text)
+        if turn.think:
+            r.think.append(turn.think)
+        if finish == "length":
+            t.stats["truncated_turns"] += 1
+        if turn.answer is not None:
+            t.answer = turn.answer
+            self._finish(r, "ok", "answer")
+            return
+        if turn.malformed is not None:
+            out_of_room = finish == "length" and len(t.token_ids) >= self.cfg.max_total_tokens
+            reason = "max_total_tokens" if out_of_room else turn.malformed
+            self._finish(r, "over_budget" if out_of_room else "format_error", reason)
+            return
+        calls = len(turn.calls) + len(turn.errors)
+        if t.stats["tool_calls"] + calls > self.cfg.max_tool_calls:
+            self._finish(r, "over_budget", "max_tool_calls")
+            return
+        t.stats["tool_calls"] += calls
+        t.stats["invalid_calls"] += len(turn.errors)
+        if t.stats["invalid_calls"] > self.cfg.max_invalid_calls:
+            self._finish(r, "format_error", "too many invalid tool calls")
+            return
+        r.pending, r.errors = turn.calls, turn.errors
+
+    def _run_tools(self, waiting: list[_Rollout]) -> None:
+        """Answer every pending call of every rollout: all searches in one retriever call."""
+        queries = [q for r in waiting for c in r.pending if c.name == "search" for q in c.queries]
+        results: dict[str, list] = {}
+        unique = list(dict.fromkeys(queries))
+        if unique:
+            try:
+                hits = self.retriever.search(unique, self.cfg.search_k)
+                results = dict(zip(unique, hits, strict=True))
+            except (QueryError, RetrievalError):
+                results = {}
+                for q in unique:  # one bad query must not cost the others their results
+                    try:
+                        results[q] = self.retriever.search([q], self.cfg.search_k)[0]
+                    except (QueryError, RetrievalError) as exc:
+                        results[q] = f"search failed: {str(exc).splitlines()[0]}"
+        for r in waiting:
+            r.traj.stats["queries"] += sum(len(c.queries) for c in r.pending if c.name == "search")
+            r.traj.stats["visits"] += sum(1 for c in r.pending if c.name == "visit")
+            parts = [self._observe(c, results) for c in r.pending]
+            parts += [f"Error: {e}" for e in r.errors]
+            r.pending, r.errors = [], []
+            self._append_observation(r, "\n\n".join(parts))
+
+    def _observe(self, call: ToolCall, results: dict[str, list | str]) -> str:
+        if call.name == "search":
+            blocks = []
+            for q in call.queries:
+                got = results.get(q, [])
+                if isinstance(got, str):
+                    blocks.append(f'Query "{q}": {got}')
+                    continue
+                lines = [f'Query "{q}":'] + [
+                    f"[{i}] {h.title}: {_clip(h.text, self.cfg.max_passage_chars)}"
+                    for i, h in enumerate(got, 1)
+                ]
+                blocks.append("\n".join(lines) if got else f'Query "{q}": no results.')
+            return "\n".join(blocks)
+        try:
+            doc = self.retriever.document(doc_id=call.doc_id, title=call.title)
+        except DocumentNotFound:
+            return f"Error: no page titled {call.title or call.doc_id!r}. Search for it first."
+        except (QueryError, RetrievalError) as exc:
+            return f"Error: {str(exc).splitlines()[0]}"
+        return f"Page {doc.title}:\n{_clip(doc.text, self.cfg.max_visit_chars)}"
+
+    def _append_observation(self, r: _Rollout, body: str) -> None:
+        t = r.traj
+        text = f"\n{TOOL_RESPONSE[0]}\n{body}\n{TOOL_RESPONSE[1]}\n"
+        ids = [int(i) for i in self.tok.encode(text, add_special_tokens=False)]
+        if len(t.token_ids) + len(ids) > self.cfg.max_total_tokens:
+            self._finish(r, "over_budget", "max_total_tokens")
+            return
+        start = len(t.token_ids)
+        t.token_ids.extend(ids)
+        t.loss_mask.extend([0] * len(ids))
+        t.segments.append(Segment("tool_response", start, start + len(ids)))
+        t.response_text += text
+
+    def _finish(self, r: _Rollout, status: str, reason: str) -> None:
+        r.done = True
+        r.traj.status = status
+        r.traj.end_reason = reason
+        r.traj.think_text = "\n".join(r.think)
+        r.traj.stats["response_tokens"] = len(r.traj.token_ids) - r.traj.prompt_len
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
+
+
+_TAGGED = re.compile(
+    "|".join(f"{re.escape(a)}.*?(?:{re.escape(b)}|$)" for a, b in (THINK, TOOL_CALL, ANSWER)),
+    re.DOTALL,
+)
+_KIND = {THINK[0]: "think", TOOL_CALL[0]: "tool_call", ANSWER[0]: "answer"}
+
+
+def _segments(tok: object, ids: list[int], text: str, start: int) -> list[Segment]:
+    """Spans of one model turn by kind: each token takes the kind of the block its text starts in."""
+    if not ids:
+        return []
+    spans = [
+        (m.start(), m.end(), _KIND[next(k for k in _KIND if m.group(0).startswith(k))])
+        for m in _TAGGED.finditer(text)
+    ]
+    ends = _char_ends(tok, ids)
+    kinds = []
+    prev_end = 0
+    for end in ends:
+        begin = min(prev_end, max(end - 1, 0))
+        kind = next((k for s, e, k in spans if s <= begin < e), "other")
+        kinds.append(kind)
+        prev_end = end
+    out: list[Segment] = []
+    for i, kind in enumerate(kinds):
+        if out and out[-1].kind == kind and out[-1].end == start + i:
+            out[-1] = Segment(kind, out[-1].start, start + i + 1)
+        else:
+            out.append(Segment(kind, start + i, start + i + 1))
+    return out
+
+
+def _char_ends(tok: object, ids: list[int]) -> list[int]:
+    """Character offset where each token's text ends in the decoded turn (incremental decode)."""
+    ends = []
+    for i in range(1, len(ids) + 1):
+        ends.append(len(tok.decode(ids[:i], skip_special_tokens=False)))  # type: ignore[attr-defined]
+    return ends

