@@ -12,6 +12,7 @@ COMMANDS = {
     "synth": "framework.cli.synth",
     "serve": "framework.cli.serve",
     "components": "framework.cli.components",
+    "rollout": "framework.cli.rollout",
 }
 
 

@@ -15,6 +15,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from framework.config.problems import Problem, check, check_choice, check_range
+from framework.rollout.engine import AgentConfig
 
 RUN_DIR = "${hydra:runtime.output_dir}"
 
@@ -222,6 +223,30 @@ class ServeConfig:
         return out
 
 
+@dataclass
+class RolloutsConfig:
+    """The ``rollout`` app: the policy as a search agent on a few questions, trajectories shown."""
+
+    run_dir: str = RUN_DIR
+    seed: int = field(default=0, metadata={"help": "which questions are drawn"})
+    dataset: Any = MISSING
+    split: str = field(default="test", metadata={"help": "train, validation or test"})
+    num_questions: int = field(default=4, metadata={"help": "questions drawn from the split"})
+    group_size: int = field(default=2, metadata={"help": "rollouts per question"})
+    rollout: Any = MISSING
+    retriever: Any = MISSING
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    reward: Any = MISSING
+    show: int = field(default=4, metadata={"help": "trajectories printed in full"})
+
+    def problems(self) -> list[Problem]:
+        out = check_choice(self.split, "split", ("train", "validation", "test"))
+        out += check_range(self.num_questions, "num_questions", low=1)
+        out += check_range(self.group_size, "group_size", low=1)
+        out += check_range(self.show, "show", low=0)
+        return out
+
+
 #: app name -> (schema class, ConfigStore name the primary config extends)
 APPS: dict[str, type] = {
     "train": TrainConfig,
@@ -229,6 +254,7 @@ APPS: dict[str, type] = {
     "index": IndexConfig,
     "synth": SynthConfig,
     "serve": ServeConfig,
+    "rollouts": RolloutsConfig,
 }
 
 

@@ -30,6 +30,7 @@ BUILTIN_MODULES = (
     "framework.algorithms.kl",
     "framework.rewards.outcome",
     "framework.rewards.entity",
+    "framework.rewards.composite",
     "framework.samplers.uniform",
     "framework.retrieval.dense",
     "framework.retrieval.bm25",

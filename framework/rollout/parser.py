@@ -28,10 +28,7 @@ TOOLS = ("search", "visit")
 MAX_QUERIES_PER_CALL = 8
 MAX_CALL_CHARS = 4000
 
-_BLOCK = re.compile(r"<(think|tool_call|answer)>(.*?)</\1>", re.DOTALL)
-_OPEN_TAIL = re.compile(
-    r"<(think|tool_call|answer)>((?:(?!</?(?:think|tool_call|answer)>).)*)$", re.DOTALL
-)
+_OPEN = re.compile(r"<(think|tool_call|answer)>")
 
 
 @dataclass(frozen=True)
@@ -72,10 +69,31 @@ def parse_turn(text: Any) -> Turn:
         return Turn(malformed=f"unparseable output ({type(exc).__name__})")
 
 
+def scan_blocks(text: str) -> tuple[list[tuple[str, str]], tuple[str, str] | None]:
+    """Closed ``(kind, body)`` blocks in order, and the unclosed last block if any; linear time.
+
+    Each opening tag is matched to the next closing tag of its kind; text between blocks is
+    skipped. A block that is never closed ends the scan.
+    """
+    blocks: list[tuple[str, str]] = []
+    pos = 0
+    while True:
+        m = _OPEN.search(text, pos)
+        if m is None:
+            return blocks, None
+        kind = m.group(1)
+        close = text.find(f"</{kind}>", m.end())
+        if close < 0:
+            return blocks, (kind, text[m.end() :])
+        blocks.append((kind, text[m.end() : close]))
+        pos = close + len(kind) + 3
+
+
 def _parse(text: str) -> Turn:
     turn = Turn()
     thinks: list[str] = []
-    for kind, body in _BLOCK.findall(text):
+    blocks, tail = scan_blocks(text)
+    for kind, body in blocks:
         if kind == "think":
             thinks.append(body.strip())
         elif kind == "answer":
@@ -86,15 +104,14 @@ def _parse(text: str) -> Turn:
                 turn.calls.append(call)
             else:
                 turn.errors.append(call)
-    tail = _OPEN_TAIL.search(text)
-    if tail and tail.group(1) == "think":  # an unclosed think still counts as thinking
-        thinks.append(tail.group(2).strip())
+    if tail and tail[0] == "think":  # an unclosed think still counts as thinking
+        thinks.append(tail[1].strip())
     turn.think = "\n".join(t for t in thinks if t)
     if turn.answer is not None and (turn.calls or turn.errors):
         turn.calls, turn.errors = [], []  # an answer ends the episode: later calls are moot
     if turn.answer is None and not turn.calls and not turn.errors:
-        if tail and tail.group(1) in ("tool_call", "answer"):
-            turn.malformed = f"unclosed <{tail.group(1)}> block"
+        if tail and tail[0] in ("tool_call", "answer"):
+            turn.malformed = f"unclosed <{tail[0]}> block"
         else:
             turn.malformed = "no <tool_call> and no <answer>"
     return turn

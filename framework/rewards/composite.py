@@ -1,0 +1,96 @@
+"""Format validity, and weighted sums of rewards with every component reported."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from framework.config import ComponentConfig, Problem
+from framework.registry.kinds import REWARDS
+from framework.rewards.common import valid_mask
+from framework.types import RewardInputs
+
+
+@dataclass
+class FormatRewardConfig(ComponentConfig):
+    pass
+
+
+@REWARDS.register("format", config=FormatRewardConfig)
+def format_reward(inputs: RewardInputs, *, cfg: FormatRewardConfig) -> Tensor:
+    """1 for a rollout that ended in an ``<answer>`` within budget and without format errors, else 0.
+
+    Returns:
+        ``[N]`` rewards.
+    """
+    return valid_mask(inputs).to(torch.get_default_dtype())
+
+
+@dataclass
+class WeightedSumConfig(ComponentConfig):
+    terms: list[Any] = field(
+        default_factory=lambda: [
+            {"name": "outcome", "weight": 1.0},
+            {"name": "format", "weight": 0.1},
+        ],
+        metadata={"help": "list of {name, weight, <that reward's fields>}"},
+    )
+
+    def problems(self) -> list[Problem]:
+        out: list[Problem] = []
+        for i, term in enumerate(self.terms):
+            try:
+                term_config(term)
+            except (TypeError, ValueError, LookupError) as exc:
+                out.append(
+                    Problem(
+                        f"terms.{i}",
+                        term,
+                        "{name: <registered reward>, weight: <number>, ...}",
+                        str(exc).splitlines()[0],
+                    )
+                )
+                continue
+            out += [p.under(f"terms.{i}") for p in term_config(term)[0].problems()]
+        return out
+
+
+def term_config(term: Any) -> tuple[ComponentConfig, float]:
+    """``(config, weight)`` of one weighted-sum term."""
+    from framework.registry.kinds import REWARDS as registry
+
+    if not isinstance(term, dict) or "name" not in term:
+        raise TypeError("each term needs a 'name'")
+    fields = dict(term)
+    name, weight = fields.pop("name"), float(fields.pop("weight", 1.0))
+    if name == "weighted_sum":
+        raise ValueError("weighted_sum cannot contain itself")
+    entry = registry.get(name)
+    return entry.config_cls(name=name, **fields), weight
+
+
+def reward_components(inputs: RewardInputs, cfg: ComponentConfig) -> dict[str, Tensor]:
+    """Every component of a reward, by name; a single reward is its own only component."""
+    from framework.registry.kinds import REWARDS as registry
+
+    if isinstance(cfg, WeightedSumConfig):
+        out = {}
+        for term in cfg.terms:
+            sub, _ = term_config(term)
+            out[sub.name] = registry.bind(sub)(inputs)
+        return out
+    return {cfg.name: registry.bind(cfg)(inputs)}
+
+
+@REWARDS.register("weighted_sum", config=WeightedSumConfig)
+def weighted_sum_reward(inputs: RewardInputs, *, cfg: WeightedSumConfig) -> Tensor:
+    """``sum_i w_i r_i`` over the configured rewards (see :func:`reward_components` for each r_i)."""
+    parts = reward_components(inputs, cfg)
+    total = torch.zeros(len(inputs), dtype=torch.get_default_dtype())
+    for term in cfg.terms:
+        sub, weight = term_config(term)
+        total = total + weight * parts[sub.name]
+    return total

@@ -1,0 +1,50 @@
+"""Trajectories as JSON records (dumps) and as readable text (console)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from framework.data.schema import QAItem
+from framework.rollout.scoring import Scores
+from framework.rollout.types import Trajectory
+
+
+def trajectory_records(
+    trajectories: Sequence[Trajectory], items: Sequence[QAItem], scores: Scores
+) -> list[dict[str, Any]]:
+    """One JSON-ready dict per trajectory: question, gold, outcome, rewards, stats and full text."""
+    out = []
+    for i, t in enumerate(trajectories):
+        item = items[t.group]
+        out.append(
+            {
+                "question_id": item.id,
+                "question": item.question,
+                "golden_answers": list(item.golden_answers),
+                "entities": [list(e) for e in item.entities] if item.entities else None,
+                "group": t.group,
+                "status": t.status,
+                "end_reason": t.end_reason,
+                "answer": t.answer,
+                "reward": float(scores.total[i]),
+                "reward_components": {k: float(v[i]) for k, v in scores.components.items()},
+                "stats": dict(t.stats),
+                "prompt_tokens": t.prompt_len,
+                "think_text": t.think_text,
+                "response_text": t.response_text,
+            }
+        )
+    return out
+
+
+def render_record(record: dict[str, Any]) -> str:
+    """A trajectory for humans."""
+    comps = ", ".join(f"{k} {v:.3f}" for k, v in record["reward_components"].items())
+    head = (
+        f"--- {record['question_id']} (group {record['group']}): {record['status']} "
+        f"({record['end_reason']}), reward {record['reward']:.3f} [{comps}]\n"
+        f"Q: {record['question']}\ngold: {record['golden_answers']}  answer: {record['answer']!r}\n"
+        f"stats: {record['stats']}\n"
+    )
+    return head + record["response_text"].strip() + "\n"
