@@ -38,6 +38,7 @@ BUILTIN_MODULES = (
     "framework.retrieval.http",
     "framework.data.datasets",
     "framework.rollout.hf_backend",
+    "framework.rollout.vllm_backend",
 )
 
 _loaded = False

