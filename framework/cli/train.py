@@ -12,7 +12,16 @@ from typing import Any
 from framework.cli.app import run_app
 from framework.config.schema import TrainConfig
 
-COMPONENT_SECTIONS = ("reward", "advantage", "loss", "kl", "sampler", "dataset")
+COMPONENT_SECTIONS = (
+    "reward",
+    "advantage",
+    "loss",
+    "kl",
+    "sampler",
+    "dataset",
+    "rollout",
+    "retriever",
+)
 
 
 def load_training_data(cfg: TrainConfig) -> dict[str, Any]:

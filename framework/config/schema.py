@@ -127,6 +127,9 @@ class TrainConfig:
     reward: Any = MISSING
     sampler: Any = MISSING
     dataset: Any = MISSING
+    rollout: Any = MISSING
+    retriever: Any = MISSING
+    agent: AgentConfig = field(default_factory=AgentConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     logger: Any = None

@@ -51,7 +51,7 @@ def test_app_default_config_validates(app):
 @pytest.mark.parametrize("group,option", [(g, o) for g in TRAIN_GROUPS for o in group_options(g)])
 def test_every_group_option_validates(group, option):
     cfg = load_config("train", [f"{group}={option}"])
-    if group in ("advantage", "loss", "kl", "reward", "sampler"):
+    if group in ("advantage", "loss", "kl", "reward", "sampler", "rollout", "retriever"):
         # a preset (e.g. advantage/dr_grpo) names the registered component it extends
         assert getattr(cfg, group).name in group_options(group)
 
