@@ -155,9 +155,11 @@ class AgentLoop:
         ]
         if not live:
             return
+        start = time.perf_counter()
         outs = self.backend.generate(
             [r.traj.token_ids for r, _ in live], [n for _, n in live], STOP_STRINGS
         )
+        self.timings["generate"] += time.perf_counter() - start
         for (r, limit), gen in zip(live, outs, strict=True):
             self._absorb(r, gen.token_ids, gen.finish, limit)
 
@@ -218,7 +220,7 @@ class AgentLoop:
                     try:
                         results[q] = self.retriever.search([q], self.cfg.search_k)[0]
                     except (QueryError, RetrievalError) as exc:
-                        results[q] = f"search failed: {str(exc).splitlines()[0]}"
+                        results[q] = f"search failed: {first_line(exc)}"
         for r in waiting:
             r.traj.stats["queries"] += sum(len(c.queries) for c in r.pending if c.name == "search")
             r.traj.stats["visits"] += sum(1 for c in r.pending if c.name == "visit")
@@ -246,7 +248,7 @@ class AgentLoop:
         except DocumentNotFound:
             return f"Error: no page titled {call.title or call.doc_id!r}. Search for it first."
         except (QueryError, RetrievalError) as exc:
-            return f"Error: {str(exc).splitlines()[0]}"
+            return f"Error: {first_line(exc)}"
         return f"Page {doc.title}:\n{_clip(doc.text, self.cfg.max_visit_chars)}"
 
     def _append_observation(self, r: _Rollout, body: str) -> None:
@@ -270,12 +272,17 @@ class AgentLoop:
         r.traj.stats["response_tokens"] = len(r.traj.token_ids) - r.traj.prompt_len
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message, or its type when the message is empty."""
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
+
+
 def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
 
 
 _TAGGED = re.compile(
-    "|".join(f"{re.escape(a)}.*?(?:{re.escape(b)}|$)" for a, b in (THINK, TOOL_CALL, ANSWER)),
+    "|".join(f"{re.escape(a)}.*?(?:{re.escape(b)}|\\Z)" for a, b in (THINK, TOOL_CALL, ANSWER)),
     re.DOTALL,
 )
 _KIND = {THINK[0]: "think", TOOL_CALL[0]: "tool_call", ANSWER[0]: "answer"}

@@ -117,6 +117,12 @@ def _parse(text: str) -> Turn:
     return turn
 
 
+def _clean(text: str) -> str:
+    """``text`` with anything that is not encodable as UTF-8 (lone surrogates from ``\\ud800``
+    escapes) replaced, so observations that echo it can always be tokenised."""
+    return text.encode("utf-8", "replace").decode("utf-8").strip()
+
+
 def parse_call(body: str) -> ToolCall | str:
     """A tool call from a ``<tool_call>`` body, or an error message saying what is wrong."""
     if len(body) > MAX_CALL_CHARS:
@@ -141,16 +147,16 @@ def parse_call(body: str) -> ToolCall | str:
             queries = [queries]
         if not isinstance(queries, list) or not queries:
             return "search needs 'queries': a non-empty list of strings"
-        clean = tuple(q.strip() for q in queries if isinstance(q, str) and q.strip())
+        clean = tuple(_clean(q) for q in queries if isinstance(q, str) and _clean(q))
         if len(clean) != len(queries):
             return "search 'queries' must all be non-empty strings"
         if len(clean) > MAX_QUERIES_PER_CALL:
             return f"search takes at most {MAX_QUERIES_PER_CALL} queries per call"
         return ToolCall("search", queries=clean)
     doc_id, title = args.get("doc_id"), args.get("title", args.get("url"))
-    goal = args.get("goal") if isinstance(args.get("goal"), str) else None
-    if isinstance(doc_id, str) and doc_id.strip():
-        return ToolCall("visit", doc_id=doc_id.strip(), goal=goal)
-    if isinstance(title, str) and title.strip():
-        return ToolCall("visit", title=title.strip(), goal=goal)
+    goal = _clean(args["goal"]) if isinstance(args.get("goal"), str) else None
+    if isinstance(doc_id, str) and _clean(doc_id):
+        return ToolCall("visit", doc_id=_clean(doc_id), goal=goal)
+    if isinstance(title, str) and _clean(title):
+        return ToolCall("visit", title=_clean(title), goal=goal)
     return "visit needs 'title' (or 'doc_id'): the page to read"
