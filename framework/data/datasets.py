@@ -24,7 +24,7 @@ from framework.registry.kinds import DATASETS
 from framework.retrieval.corpus import CorpusConfig, corpus_fingerprint, iter_documents
 from framework.retrieval.local import cache_root
 
-FORMAT_VERSION = 2  # bump when synthesis logic changes: cached outputs are keyed by it
+FORMAT_VERSION = 3  # bump when synthesis logic changes: cached outputs are keyed by it
 
 
 @dataclass

@@ -121,6 +121,13 @@ def make_clue(article: Article, is_common_word: Callable[[str], bool]) -> Clue |
     return Clue(text, head)
 
 
+def entity_forms(title: str) -> tuple[str, ...]:
+    """An entity's surface form, then its aliases: the natural name first (``Jaws``), the full
+    title after it (``Jaws (film)``), because E-GRPO's exact mode matches the first form and a
+    reasoning trace writes names, not disambiguated titles."""
+    return tuple(reversed(aliases(title)))
+
+
 def nameable(title: str) -> bool:
     """A title a question can name: at least three characters, with letters (not ``1`` or ``1984``)."""
     return len(title) >= 3 and sum(c.isalpha() for c in title) >= 2
@@ -283,7 +290,7 @@ class QuestionSynthesizer:
             id=f"seekrl-synth-{split}-{index:06d}",
             question=question,
             golden_answers=aliases(answer.title),
-            entities=tuple(aliases(self.graph.articles[d].title) for d in walk),
+            entities=tuple(entity_forms(self.graph.articles[d].title) for d in walk),
             hops=len(walk) - 1,
             chain=tuple(walk),
             data_source="seekrl_synth",

@@ -96,7 +96,8 @@ def check_item(item: QAItem, graph: EntityGraph, synth: QuestionSynthesizer) -> 
     for a, b in itertools.pairwise(chain):
         assert b in graph.out(a), (a, b)
     assert len(set(chain)) == len(chain)
-    assert item.entities == tuple(aliases(graph.articles[d].title) for d in chain)
+    # the natural name first (what E-GRPO's exact mode matches), the full title as an alias
+    assert item.entities == tuple(tuple(reversed(aliases(graph.articles[d].title))) for d in chain)
     assert item.golden_answers == aliases(graph.articles[chain[-1]].title)
     lowered = item.question.lower()
     for d in chain[1:]:
