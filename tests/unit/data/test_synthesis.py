@@ -416,7 +416,7 @@ def test_generate_on_tiny_graph_yields_exactly_the_valid_walks(tiny):
     by_chain = {it.chain: it for it in items}
     jaws_spielberg = by_chain[("jaws", "spielberg")]
     assert jaws_spielberg.golden_answers == ("Steven Spielberg",)
-    assert jaws_spielberg.entities == (("Jaws (film)", "Jaws"), ("Steven Spielberg",))
+    assert jaws_spielberg.entities == (("Jaws", "Jaws (film)"), ("Steven Spielberg",))
     assert jaws_spielberg.extra["mentions"] == ["Steven Spielberg"]
     assert "American filmmaker" in jaws_spielberg.question
     assert by_chain[("spielberg", "jaws")].golden_answers == ("Jaws (film)", "Jaws")
