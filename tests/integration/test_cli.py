@@ -81,7 +81,14 @@ def test_main_job_validates_and_lists_components(tmp_path):
 
 
 def test_multirun_sweep_gives_each_job_its_own_directory(tmp_path):
-    proc = run("train", "-m", "experiment=alpha_sweep", f"hydra.sweep.dir={tmp_path}/sweep")
+    # dataset=synth_small: the jobs load data, and the default set would need the full index
+    proc = run(
+        "train",
+        "-m",
+        "experiment=alpha_sweep",
+        "dataset=synth_small",
+        f"hydra.sweep.dir={tmp_path}/sweep",
+    )
     assert proc.returncode == 0, proc.stderr
     jobs = sorted(p for p in (tmp_path / "sweep").iterdir() if p.is_dir())
     assert len(jobs) == 4

@@ -242,7 +242,11 @@ def test_preset_composes_with_cfg_flag_after_the_overrides(venv: Venv):
 
 
 def test_train_with_the_preset_validates(venv: Venv):
-    proc = _check(_train(venv, "experiment=example_plugin"), "train experiment=example_plugin")
+    # dataset=synth_small: the run loads data, and the default set would need the full index
+    proc = _check(
+        _train(venv, "experiment=example_plugin", "dataset=synth_small"),
+        "train experiment=example_plugin",
+    )
     assert "seekrl-train: configuration valid" in proc.stdout, _report(proc)
     lines = {line.split()[0]: line for line in proc.stdout.splitlines() if line.startswith("  ")}
     assert "length_penalized_outcome" in lines.get("reward", ""), _report(proc)
