@@ -2,9 +2,24 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 _PACKAGE = Path(__file__).resolve().parent
+
+
+def package_dir(name: str) -> Path | None:
+    """The folder of an installed package, found without importing it (None when not installed).
+
+    The asset packages are read this way: importing them would run code (and CLIs) they ship.
+    """
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def config_dir() -> Path:

@@ -10,7 +10,7 @@ from typing import Any
 
 from framework.config.problems import ConfigError
 from framework.config.schema import APPS, store_schemas
-from framework.paths import config_dir
+from framework.paths import config_dir, package_dir
 from framework.registry.core import UnknownComponentError, unknown_component_error
 
 # `group=value`, `+group=value`, `++group=value` or `~group`; values may be sweeps `a,b`.
@@ -49,16 +49,10 @@ def group_options(group: str) -> list[str]:
 
 
 def _package_dir(dotted: str) -> Path | None:
-    import importlib.util
-
+    """The folder a ``pkg://package/sub/dir`` search-path entry names."""
     parts = dotted.strip("/").replace("/", ".").split(".")
-    try:
-        spec = importlib.util.find_spec(parts[0])
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)), *parts[1:])
+    root = package_dir(parts[0])
+    return None if root is None else root.joinpath(*parts[1:])
 
 
 def check_choices(args: Sequence[str]) -> list[UnknownComponentError]:

