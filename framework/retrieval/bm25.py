@@ -7,7 +7,6 @@ import json
 import shutil
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from framework.config import Problem, check_choice, check_range
@@ -129,11 +128,7 @@ class BM25Retriever(StoreBacked):
         docs, scores = self.model.retrieve(
             _tokenize(queries, self.cfg.bm25), k=min(k, len(self.store)), show_progress=False
         )
-        out = []
-        for row_ids, row_scores in zip(docs.tolist(), scores.tolist(), strict=True):
-            keep = [(int(i), s) for i, s in zip(row_ids, row_scores, strict=True) if s > 0]
-            out.append(self.store.hits([i for i, _ in keep], [s for _, s in keep]))
-        return out
+        return self.store.ranked_hits(docs.tolist(), scores.tolist(), keep=lambda _, s: s > 0)
 
     def describe(self) -> dict[str, Any]:
         """Where the index is and what it holds (for the index command)."""
@@ -146,6 +141,3 @@ class BM25Retriever(StoreBacked):
             "build_seconds": self.build_seconds,
             "corpus": str(self.store.path),
         }
-
-    def index_path(self) -> Path:
-        return self.directory

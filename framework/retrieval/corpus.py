@@ -14,7 +14,7 @@ import json
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -358,6 +358,20 @@ class CorpusStore:
     def hits(self, rows: list[int], scores: list[float]) -> list[Hit]:
         """Hits for passage ``rows`` with their ``scores``."""
         return [Hit(*p, score=float(s)) for p, s in zip(self.passages(rows), scores, strict=True)]
+
+    def ranked_hits(
+        self,
+        id_rows: list[list[int]],
+        score_rows: list[list[float]],
+        keep: Callable[[int, float], bool],
+    ) -> list[list[Hit]]:
+        """Per query, the hits of an index's ``(ids, scores)`` rows, keeping the pairs ``keep`` accepts
+        (FAISS pads with id -1, BM25 with score 0)."""
+        out = []
+        for ids, scores in zip(id_rows, score_rows, strict=True):
+            pairs = [(int(i), s) for i, s in zip(ids, scores, strict=True) if keep(i, s)]
+            out.append(self.hits([i for i, _ in pairs], [s for _, s in pairs]))
+        return out
 
     def iter_texts(self, batch: int = 4096) -> Iterator[list[str]]:
         """Passage texts prefixed by their titles, in row order, ``batch`` at a time."""

@@ -305,11 +305,7 @@ class FaissRetriever(StoreBacked):
     def search_embeddings(self, embeddings: np.ndarray, k: int) -> list[list[Hit]]:
         """Top-``k`` passages for already-encoded queries ``[q, dim]``."""
         scores, ids = self.index.search(np.ascontiguousarray(embeddings, dtype=np.float32), k)
-        out = []
-        for row_scores, row_ids in zip(scores.tolist(), ids.tolist(), strict=True):
-            keep = [(i, s) for i, s in zip(row_ids, row_scores, strict=True) if i >= 0]
-            out.append(self.store.hits([i for i, _ in keep], [s for _, s in keep]))
-        return out
+        return self.store.ranked_hits(ids.tolist(), scores.tolist(), keep=lambda i, _: i >= 0)
 
     def describe(self) -> dict[str, Any]:
         """Where the index is and what it holds (for the index command)."""
