@@ -28,16 +28,6 @@ from tests.unit.retrieval.corpus_fixtures import (
 )
 
 
-@pytest.fixture
-def corpus_path(tmp_path: Path) -> Path:
-    return write_jsonl(tmp_path / "corpus.jsonl")
-
-
-@pytest.fixture
-def cache(tmp_path: Path) -> Path:
-    return tmp_path / "cache"
-
-
 @pytest.fixture(scope="module")
 def bm25(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("bm25")

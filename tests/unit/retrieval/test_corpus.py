@@ -28,16 +28,6 @@ from framework.retrieval.types import Document, DocumentNotFound, RetrievalError
 from tests.unit.retrieval.corpus_fixtures import DOCS, corpus_cfg, write_jsonl
 
 
-@pytest.fixture
-def corpus_path(tmp_path: Path) -> Path:
-    return write_jsonl(tmp_path / "corpus.jsonl")
-
-
-@pytest.fixture
-def cache(tmp_path: Path) -> Path:
-    return tmp_path / "cache"
-
-
 def store_files(cache: Path) -> list[str]:
     """Every file under the cache's corpus directory (names relative to it)."""
     root = cache / "corpus"

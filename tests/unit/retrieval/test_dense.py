@@ -45,16 +45,6 @@ INDEXES = {
 QUERIES = ["saturn rings planet", "coffee beans pressure", "shark island film", "jazz samba music"]
 
 
-@pytest.fixture
-def corpus_path(tmp_path: Path) -> Path:
-    return write_jsonl(tmp_path / "corpus.jsonl")
-
-
-@pytest.fixture
-def cache(tmp_path: Path) -> Path:
-    return tmp_path / "cache"
-
-
 def open_faiss(cfg, fake: FakeEncoder | None = None) -> tuple[FaissRetriever, FakeEncoder]:
     fake = fake or FakeEncoder(cfg.encoder)
     return FaissRetriever(cfg=cfg, encoder=fake), fake

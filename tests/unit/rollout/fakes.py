@@ -227,3 +227,31 @@ def check_invariants(t: Trajectory, max_total_tokens: int, prompt: list[int] | N
     assert t.stats["response_tokens"] == n - t.prompt_len
     if t.status == "ok":
         assert t.answer is not None
+
+
+#: Fragments for fuzzing model output: the format's tags and JSON pieces, plus awkward characters.
+FUZZ_PIECES = [
+    "<think>",
+    "</think>",
+    "<tool_call>",
+    "</tool_call>",
+    "<answer>",
+    "</answer>",
+    "{",
+    "}",
+    "[",
+    "]",
+    '"name"',
+    '"search"',
+    '"visit"',
+    ":",
+    ",",
+    '"queries"',
+    '"arguments"',
+    '"title"',
+    "\\",
+    "\x00",
+    "😀",
+    "\n",
+    " ",
+]
