@@ -13,6 +13,7 @@ Modes (``agg``):
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 AGG_MODES = ("token_mean", "seq_mean_token_mean", "token_sum_norm")
@@ -58,3 +59,37 @@ def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
     """Mean of ``values`` over the true entries of ``mask`` (0 when there are none)."""
     m = mask.bool()
     return values.masked_fill(~m, 0.0).sum() / m.sum().clamp(min=1)
+
+
+def chunk_weights(mask: Tensor, chunks: list[Tensor], mode: str) -> list[float]:
+    """Weights ``w_k`` with ``sum_k w_k * aggregate(v[c_k], mask[c_k]) == aggregate(v, mask)``.
+
+    Gradient accumulation over micro-batches must reproduce the full-batch loss of the chosen
+    aggregation: each chunk's share is its trained tokens (``token_mean``), its rollouts that have
+    any trained token (``seq_mean_token_mean``) or its rows (``token_sum_norm``) over the batch's.
+    Rows left out of every chunk still count in the batch totals, so rollouts whose loss terms are
+    exactly 0 (zero advantage, no KL) can be skipped without changing loss or gradient.
+
+    Args:
+        mask: ``[N, L]`` effective trained-token mask of the whole batch (bool or 0/1).
+        chunks: row indices of each micro-batch (disjoint).
+        mode: one of :data:`AGG_MODES`.
+
+    Returns:
+        One float per chunk (0 for chunks whose rows carry no weight).
+    """
+    if mode not in AGG_MODES:
+        raise ValueError(
+            f"[loss.agg] got {mode!r}; expected one of {list(AGG_MODES)}. Fix: pick one."
+        )
+    m = mask.bool()
+    if mode == "token_mean":
+        per_row = m.sum(-1).float()
+    elif mode == "seq_mean_token_mean":
+        per_row = m.any(-1).float()
+    else:
+        per_row = torch.ones(m.shape[0])
+    total = float(per_row.sum())
+    if total == 0:
+        return [0.0] * len(chunks)
+    return [float(per_row[c].sum()) / total for c in chunks]

@@ -16,7 +16,7 @@ from framework.registry.core import UnknownComponentError, unknown_component_err
 # `group=value`, `+group=value`, `++group=value` or `~group`; values may be sweeps `a,b`.
 _CHOICE = re.compile(r"^\+{0,2}(?P<group>[a-z_]+)=(?P<value>[A-Za-z0-9_.,/-]*)$")
 # Config groups that are not registries but have option files in conf/.
-_FILE_GROUPS = ("algorithm", "trainer", "logger", "debug", "experiment")
+_FILE_GROUPS = ("algorithm", "trainer", "scale", "logger", "debug", "experiment")
 
 
 def prepare() -> None:

@@ -1,27 +1,45 @@
-"""``seekrl-train``: compose and validate the training config, then train.
+"""``seekrl-train``: group-relative RL of a search agent (E-GRPO by default), end to end.
 
-The training loop arrives with the Lightning training issue; until then the app validates the
-config, binds every selected component through its registry and prints what it would run.
+seekrl-train                                   # demo-sized E-GRPO run on this machine's CPU
+seekrl-train algorithm=grpo seed=1             # the GRPO arm of the paper
+seekrl-train trainer=gpu scale=paper           # the paper's batch and step counts on one GPU
+seekrl-train -m experiment=alpha_sweep         # alpha 0, 0.1, 0.3, 0.5, one job directory each
+seekrl-train resume=runs/train/<run>           # continue from the newest checkpoint of a run
+
+It builds or reuses the retrieval index, synthesizes or reuses the data, trains, validates, saves
+checkpoints and the final policy, and writes TensorBoard logs under ``<run_dir>/tensorboard``.
 """
 
 from __future__ import annotations
 
+import json
+import platform
 import sys
+import time
+from dataclasses import asdict
+from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from framework.cli.app import run_app
 from framework.config.schema import TrainConfig
 
-COMPONENT_SECTIONS = (
-    "reward",
-    "advantage",
-    "loss",
-    "kl",
-    "sampler",
-    "dataset",
-    "rollout",
-    "retriever",
+#: distributions whose versions are saved with every run
+VERSIONED = (
+    "seekrl",
+    "torch",
+    "lightning",
+    "transformers",
+    "hydra-core",
+    "faiss-cpu",
+    "sentence-transformers",
+    "bm25s",
+    "peft",
+    "vllm",
 )
+
+#: exit status after SIGINT / SIGTERM once the checkpoint is saved (128 + SIGINT, as shells do)
+INTERRUPTED = 130
 
 
 def load_training_data(cfg: TrainConfig) -> dict[str, Any]:
@@ -35,9 +53,7 @@ def load_training_data(cfg: TrainConfig) -> dict[str, Any]:
 
     load = DATASETS.bind(cfg.dataset)
     splits = {"train": load("train")}
-    if (
-        getattr(cfg.dataset, "validation", "") is not None
-    ):  # user files may have no validation split
+    if getattr(cfg.dataset, "validation", "") is not None:  # user files may have no validation
         splits["validation"] = load("validation")
     if getattr(type(cfg.reward), "needs_entities", False):
         for split, items in splits.items():
@@ -53,36 +69,202 @@ def _source(dataset: Any, split: str) -> str:
     return str(getattr(dataset, split, None) or f"dataset={dataset.name} ({split})")
 
 
-def train(cfg: TrainConfig) -> Any:
-    """Bind the configured components, load the data and report (training is not wired yet)."""
-    from framework.cli.components import describe, render
-    from framework.data.schema import DatasetError
-    from framework.registry import ALL
+def versions() -> dict[str, str]:
+    """Python, platform and the versions of the packages a run depends on."""
+    out = {"python": platform.python_version(), "platform": platform.platform()}
+    for dist in VERSIONED:
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
 
-    print(f"seekrl-train: configuration valid (algorithm={cfg.algorithm}, seed={cfg.seed})")
-    for section in COMPONENT_SECTIONS:
-        component = getattr(cfg, section)
-        entry = ALL[section].get(component.name)
-        ALL[section].bind(component)  # fails here, not mid-run, if a target cannot take its config
-        values = {k: v for k, v in vars(component).items() if k != "name"}
-        print(f"  {section:<10} {component.name:<22} [{entry.source}] {values}")
+
+def save_run_info(cfg: TrainConfig, run_dir: Path) -> None:
+    """The resolved config and the package versions, beside the logs."""
+    from omegaconf import OmegaConf
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
+    (run_dir / "versions.json").write_text(json.dumps(versions(), indent=2) + "\n")
+
+
+def build_trainer(cfg: TrainConfig, run_dir: Path, checkpoint: Any) -> Any:
+    """The Lightning trainer of a run (loggers, checkpoint callback, validation schedule)."""
+    import lightning as L
+    from hydra.utils import instantiate
+
+    t = cfg.trainer
+    logger = instantiate(cfg.logger) if cfg.logger is not None else False
+    return L.Trainer(
+        accelerator=t.accelerator,
+        devices=t.devices,
+        num_nodes=t.num_nodes,
+        strategy=t.strategy,
+        precision=t.precision,
+        max_steps=t.max_steps * cfg.optim.policy_epochs,  # Lightning counts optimiser steps
+        max_epochs=1,  # one pass over the step stream, whose length is max_steps
+        logger=logger,
+        callbacks=[checkpoint],
+        log_every_n_steps=t.log_every_n_steps,
+        val_check_interval=t.val_every_n_steps or 10**9,
+        check_val_every_n_epoch=None,
+        limit_val_batches=1,
+        num_sanity_val_steps=0,
+        enable_checkpointing=False,  # StepCheckpoint owns checkpoints
+        enable_model_summary=False,
+        use_distributed_sampler=False,
+        default_root_dir=str(run_dir),
+    )
+
+
+def quiet_lightning() -> None:
+    """One copy of each Lightning log line (through Hydra's handlers), without notices that do
+    not apply to this loop (it keeps the policy in eval mode on purpose, its step stream has a
+    length, its batches are plain question indices)."""
+    import logging
+    import warnings
+
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
+        log = logging.getLogger(name)
+        for handler in list(log.handlers):
+            if isinstance(handler, logging.StreamHandler):
+                log.removeHandler(handler)
+        log.propagate = True
+    noise = ("litlogger", "`weights_only` was not set")
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.pytorch.trainer.connectors"):
+        logging.getLogger(name).addFilter(
+            lambda record: not any(n in record.getMessage() for n in noise)
+        )
+    for pattern in (
+        r".*module\(s\) in eval mode.*",
+        r".*`IterableDataset` has `__len__` defined.*",
+        r".*overridden `transfer_batch_to_device`.*",
+        r".*LeafSpec.*",
+        r".*litlogger.*",
+    ):
+        warnings.filterwarnings("ignore", message=pattern)
+
+
+def train(cfg: TrainConfig) -> float | None:
+    """Train; returns ``cfg.optimized_metric`` (for Hydra sweepers), or None when not measured."""
+    import lightning as L
+
+    from framework.data.schema import DatasetError
+    from framework.lightning.callbacks import StepCheckpoint
+    from framework.lightning.data import QuestionDataModule
+    from framework.lightning.module import CheckpointMismatch, SearchAgentRL
+    from framework.registry import SAMPLERS
+    from framework.retrieval.types import RetrievalError
+    from framework.rollout.policy import PolicyError
+    from framework.training.checkpoints import latest_checkpoint
+    from framework.training.lora import export_policy
+
+    clock = time.perf_counter()
+    quiet_lightning()
+    run_dir = Path(cfg.run_dir)
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
     try:
         splits = load_training_data(cfg)
-    except DatasetError as exc:
+        train_items, val_items = splits["train"], splits.get("validation", [])
+        sampler = SAMPLERS.bind(cfg.sampler)(len(train_items), cfg.seed)
+        module = SearchAgentRL(cfg, train_items, val_items)
+    except (DatasetError, PolicyError, ValueError) as exc:
         print(exc, file=sys.stderr)
         raise SystemExit(2) from None
-    sizes = ", ".join(f"{k} {len(v)}" for k, v in splits.items())
-    print(f"  data       {sizes} questions")
-    print()
-    print(render(describe()))
-    print(
-        "\nseekrl-train: the training loop is not part of this version yet; "
-        "this run validated the config and the components only."
+    data = QuestionDataModule(
+        train_items,
+        val_items,
+        sampler,
+        max_steps=cfg.trainer.max_steps,
+        val_questions=cfg.trainer.val_questions,
+        seed=cfg.seed,
     )
-    return None
+    checkpoints = StepCheckpoint(
+        run_dir / "checkpoints",
+        cfg.trainer.checkpoint_every_n_steps,
+        cfg.trainer.keep_checkpoints,
+        cfg.trainer.max_steps,
+    )
+    trainer = build_trainer(cfg, run_dir, checkpoints)
+    if trainer.is_global_zero:
+        save_run_info(cfg, run_dir)
+    ckpt = str(latest_checkpoint(cfg.resume)) if cfg.resume else None
+    try:
+        trainer.fit(module, datamodule=data, ckpt_path=ckpt)
+        validate = cfg.trainer.val_at_end and data.val_rows and not checkpoints.interrupted
+        if validate:
+            trainer.validate(module, datamodule=data, verbose=False)
+    except (CheckpointMismatch, RetrievalError, PolicyError) as exc:
+        print(exc, file=sys.stderr)
+        raise SystemExit(2) from None
+    finally:
+        module.close()
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    if trainer.is_global_zero:
+        if cfg.trainer.export_policy and not checkpoints.interrupted:
+            export_policy(module.policy, module.tokenizer, run_dir / "policy")
+        summary = {
+            "algorithm": cfg.algorithm,
+            "seed": cfg.seed,
+            "steps": module.rl_step,
+            "seconds": round(time.perf_counter() - clock, 1),
+            "interrupted": checkpoints.interrupted,
+            "last_checkpoint": str(run_dir / "checkpoints"),
+            "last_step": {f"rollout/{k}": v for k, v in module.last_rollout.items()},
+            "metrics": metrics,
+        }
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        report(cfg, run_dir, module, metrics, checkpoints)
+    if checkpoints.interrupted:
+        raise SystemExit(INTERRUPTED)
+    value = metrics.get(cfg.optimized_metric)
+    if value is None and trainer.is_global_zero:
+        print(
+            f"seekrl-train: optimized_metric {cfg.optimized_metric!r} was not measured "
+            f"(measured: {sorted(metrics)}); returning None to the sweeper.",
+            file=sys.stderr,
+        )
+    return value
+
+
+def report(
+    cfg: TrainConfig, run_dir: Path, module: Any, metrics: dict[str, float], ckpt: Any
+) -> None:
+    """Where everything is, and the headline figures."""
+    last = module.last_rollout
+    print(f"\nseekrl-train: {cfg.algorithm} finished {module.rl_step} steps in {run_dir}")
+    if last:
+        print(
+            f"  last step: reward {last['reward']:.3f}, accuracy {last['accuracy']:.3f}, "
+            f"format valid {last['format_valid']:.3f}, tool calls {last['tool_calls']:.2f}"
+        )
+    val = {k: v for k, v in metrics.items() if k.startswith("val/")}
+    if val:
+        keys = ("val/accuracy", "val/reward", "val/format_valid")
+        print("  validation: " + ", ".join(f"{k} {val[k]:.3f}" for k in keys if k in val))
+    if ckpt.interrupted:
+        print(f"  interrupted: resume with  seekrl-train resume={run_dir}")
+    print(f"  checkpoints: {run_dir / 'checkpoints'}")
+    if cfg.trainer.export_policy and not ckpt.interrupted:
+        print(
+            f"  policy:      {run_dir / 'policy'}  (rollout.policy.source=path "
+            f"rollout.policy.path={run_dir / 'policy'})"
+        )
+    if cfg.logging.dump_trajectories:
+        print(f"  rollouts:    {run_dir / 'trajectories'}")
+    logger = cfg.logger or {}
+    if "TensorBoard" in str(logger.get("_target_", "")):
+        print(f"  TensorBoard: tensorboard --logdir {run_dir / 'tensorboard'}")
 
 
 def main() -> None:
+    import __main__
+    import importlib.util
+
+    # Lightning's DDP launcher re-runs `python -m <__main__.__spec__.name> <argv>` for each
+    # extra process; point it at this module whichever way the app was started.
+    __main__.__spec__ = importlib.util.find_spec("framework.cli.train")
     run_app("train", train)
 
 

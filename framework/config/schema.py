@@ -16,6 +16,7 @@ from omegaconf import MISSING
 
 from framework.config.problems import Problem, check, check_choice, check_range
 from framework.rollout.engine import AgentConfig
+from framework.training.lora import LoraConfig
 
 RUN_DIR = "${hydra:runtime.output_dir}"
 
@@ -34,6 +35,10 @@ class OptimConfig:
     grad_clip: float = field(default=1.0, metadata={"help": "max gradient norm; 0 disables"})
     policy_epochs: int = field(default=1, metadata={"help": "optimisation passes per batch"})
     micro_batch_size: int = field(default=8, metadata={"help": "rollouts per forward/backward"})
+    skip_zero_advantage: bool = field(
+        default=True,
+        metadata={"help": "no forward/backward for rollouts whose loss terms are 0 (exact)"},
+    )
 
     def problems(self) -> list[Problem]:
         out = check_range(self.lr, "lr", low=0.0, low_inclusive=False)
@@ -60,7 +65,14 @@ class TrainerConfig:
     max_steps: int = field(default=80, metadata={"help": "training steps (paper: ~80)"})
     log_every_n_steps: int = 1
     checkpoint_every_n_steps: int = field(default=10, metadata={"help": "0 disables"})
-    val_every_n_steps: int = field(default=0, metadata={"help": "0 disables validation"})
+    val_every_n_steps: int = field(default=0, metadata={"help": "0: no validation during training"})
+    val_at_end: bool = field(default=True, metadata={"help": "validate once after training"})
+    val_questions: int = field(default=16, metadata={"help": "validation subset size (0 = all)"})
+    val_samples: int = field(default=1, metadata={"help": "rollouts per validation question"})
+    keep_checkpoints: int = field(default=2, metadata={"help": "newest step checkpoints kept"})
+    export_policy: bool = field(
+        default=True, metadata={"help": "save the trained policy as a HF checkpoint (policy/)"}
+    )
 
     def problems(self) -> list[Problem]:
         out = check_choice(self.accelerator, "accelerator", ("cpu", "gpu", "cuda", "mps", "auto"))
@@ -74,6 +86,9 @@ class TrainerConfig:
         out += check_range(self.log_every_n_steps, "log_every_n_steps", low=1)
         out += check_range(self.checkpoint_every_n_steps, "checkpoint_every_n_steps", low=0)
         out += check_range(self.val_every_n_steps, "val_every_n_steps", low=0)
+        out += check_range(self.val_questions, "val_questions", low=0)
+        out += check_range(self.val_samples, "val_samples", low=1)
+        out += check_range(self.keep_checkpoints, "keep_checkpoints", low=1)
         ok = (
             self.devices == "auto"
             or (isinstance(self.devices, int) and self.devices >= 1)
@@ -89,6 +104,24 @@ class TrainerConfig:
                     "use trainer.precision=bf16-mixed or 32-true (fp16 needs a GPU)",
                 )
             ]
+        return out
+
+
+@dataclass
+class LoggingConfig:
+    """What the train app writes besides scalars."""
+
+    dump_trajectories: bool = field(
+        default=True, metadata={"help": "trajectories/step-NNNNNN.jsonl every step"}
+    )
+    text_every_n_steps: int = field(
+        default=1, metadata={"help": "trajectory text samples to TensorBoard; 0 disables"}
+    )
+    text_samples: int = field(default=2, metadata={"help": "trajectories per text sample"})
+
+    def problems(self) -> list[Problem]:
+        out = check_range(self.text_every_n_steps, "text_every_n_steps", low=0)
+        out += check_range(self.text_samples, "text_samples", low=0)
         return out
 
 
@@ -131,14 +164,35 @@ class TrainConfig:
     retriever: Any = MISSING
     agent: AgentConfig = field(default_factory=AgentConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     logger: Any = None
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    resume: str | None = field(
+        default=None,
+        metadata={"help": "a .ckpt file, or a run directory whose newest checkpoint is resumed"},
+    )
     optimized_metric: str = field(
         default="val/accuracy", metadata={"help": "metric returned to Hydra sweepers"}
     )
 
     def problems(self) -> list[Problem]:
-        return target_problems(self.logger, "logger")
+        from framework.training.checkpoints import latest_checkpoint
+
+        out = target_problems(self.logger, "logger")
+        if self.resume is not None:
+            try:
+                latest_checkpoint(self.resume)
+            except FileNotFoundError:
+                out.append(
+                    Problem(
+                        "resume",
+                        self.resume,
+                        "a .ckpt file or a run directory with checkpoints/step-*.ckpt",
+                        "point resume at an existing checkpoint, or drop it to start fresh",
+                    )
+                )
+        return out
 
 
 @dataclass

@@ -59,12 +59,17 @@ class VLLMBackend:
 
     Args:
         cfg: policy checkpoint, sampling, parallelism and memory settings.
+        model: the policy being trained; its weights are loaded into the engine at once (the
+            engine starts from ``cfg.policy``'s checkpoint, which must have the same architecture).
+        tokenizer: unused (the checkpoint's tokenizer is loaded); accepted for the common signature.
 
     Raises:
         PolicyError: vLLM is not installed, or the policy cannot be served by it.
     """
 
-    def __init__(self, *, cfg: VLLMBackendConfig) -> None:
+    def __init__(
+        self, *, cfg: VLLMBackendConfig, model: Any = None, tokenizer: Any = None
+    ) -> None:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         try:
             import vllm
@@ -87,6 +92,8 @@ class VLLMBackend:
             seed=cfg.sampling.seed,
         )
         self.calls = 0
+        if model is not None:
+            self.update_weights(model)
 
     def generate(
         self, sequences: Sequence[Sequence[int]], max_new_tokens: Sequence[int], stop: Sequence[str]
@@ -121,6 +128,12 @@ class VLLMBackend:
 
     def update_weights(self, model: Any) -> None:
         """Load ``model``'s weights into the engine and drop the prefix cache built on the old ones."""
+        from framework.training.lora import is_peft
+
+        if is_peft(model):  # the engine serves the plain architecture: merge adapters into a copy
+            import copy
+
+            model = copy.deepcopy(model).merge_and_unload()
         runner = self._model_runner_model()
         if runner is not None:
             runner.load_weights(weights=list(model.state_dict().items()))

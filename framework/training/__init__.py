@@ -1,0 +1,1 @@
+"""Training pieces below Lightning: token batches, the policy update, rollout metrics."""

@@ -1,0 +1,31 @@
+"""Where step checkpoints live and which one a ``resume`` value names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CHECKPOINT_GLOB = "step-*.ckpt"
+
+
+def checkpoint_name(step: int) -> str:
+    return f"step-{step:06d}.ckpt"
+
+
+def latest_checkpoint(path: str | Path) -> Path:
+    """The checkpoint a ``resume`` value names: a ``.ckpt`` file, or the newest one of a run
+    directory (its ``checkpoints/``) or of a checkpoints directory.
+
+    Raises:
+        FileNotFoundError: with a message in the config-error format.
+    """
+    p = Path(path).expanduser()
+    if p.is_file():
+        return p
+    for folder in (p / "checkpoints", p):
+        found = sorted(folder.glob(CHECKPOINT_GLOB)) if folder.is_dir() else []
+        if found:
+            return found[-1]
+    raise FileNotFoundError(
+        f"[resume] got {str(path)!r}; expected a .ckpt file or a run directory with "
+        f"checkpoints/{CHECKPOINT_GLOB}. Fix: point resume at an existing checkpoint."
+    )

@@ -1,0 +1,76 @@
+"""LoRA adapters through peft, and saving a policy as a plain Hugging Face checkpoint."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from framework.config import Problem, check_range
+
+
+@dataclass
+class LoraConfig:
+    """Low-rank adapters (Hu et al. 2021) instead of full fine-tuning."""
+
+    enabled: bool = field(default=False, metadata={"help": "train LoRA adapters only"})
+    r: int = field(default=16, metadata={"help": "adapter rank"})
+    alpha: int = field(default=32, metadata={"help": "scaling numerator (scale = alpha / r)"})
+    dropout: float = 0.0
+    target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
+        metadata={"help": "module names that get adapters"},
+    )
+
+    def problems(self) -> list[Problem]:
+        out = check_range(self.r, "r", low=1)
+        out += check_range(self.alpha, "alpha", low=1)
+        out += check_range(self.dropout, "dropout", low=0.0, high=1.0, high_inclusive=False)
+        return out
+
+
+def apply_lora(model: Any, cfg: LoraConfig) -> Any:
+    """``model`` with trainable adapters on ``cfg.target_modules`` (the base weights frozen)."""
+    from peft import LoraConfig as PeftLoraConfig
+    from peft import get_peft_model
+
+    peft_cfg = PeftLoraConfig(
+        r=cfg.r,
+        lora_alpha=cfg.alpha,
+        lora_dropout=cfg.dropout,
+        target_modules=list(cfg.target_modules),
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, peft_cfg)
+
+
+def is_peft(model: Any) -> bool:
+    return hasattr(model, "merge_and_unload") and hasattr(model, "peft_config")
+
+
+def export_policy(model: Any, tokenizer: Any, folder: str | Path) -> Path:
+    """Save ``model`` (adapters merged into a copy) with its tokenizer as a HF checkpoint folder.
+
+    The folder loads with ``rollout.policy.source=path rollout.policy.path=<folder>``.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    plain = copy.deepcopy(model).merge_and_unload() if is_peft(model) else model
+    plain.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+class AdaptersOff:
+    """The base model of a LoRA policy (adapters disabled), callable like a model: the KL reference."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    def __call__(self, **kwargs: Any) -> Any:
+        with self.model.disable_adapter():
+            return self.model(**kwargs)
+
+    def parameters(self) -> Any:
+        return self.model.parameters()

@@ -1,0 +1,31 @@
+"""Learning-rate multipliers: linear warm-up, then constant, linear or cosine decay to 0."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+
+def lr_multiplier(schedule: str, warmup_steps: int, total_steps: int) -> Callable[[int], float]:
+    """``f(step)`` for ``torch.optim.lr_scheduler.LambdaLR`` (``step`` counts optimiser steps from 0).
+
+    Warm-up rises linearly from ``1 / (warmup_steps + 1)`` to 1; decay then runs over the remaining
+    steps and reaches 0 after ``total_steps``.
+    """
+    if schedule not in ("constant", "linear", "cosine"):
+        raise ValueError(
+            f"[optim.schedule] got {schedule!r}; expected constant, linear or cosine. Fix: pick one."
+        )
+
+    def f(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / (warmup_steps + 1)
+        if schedule == "constant":
+            return 1.0
+        span = max(total_steps - warmup_steps, 1)
+        progress = min((step - warmup_steps) / span, 1.0)
+        if schedule == "linear":
+            return 1.0 - progress
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return f

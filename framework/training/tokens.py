@@ -1,0 +1,88 @@
+"""Trajectories as padded token tensors, and the policy's log-probabilities of their tokens.
+
+Rows are left padded, exactly as the transformers backend generates, so every sequence ends in the
+last column and its response lies in the last ``R`` columns (``R`` = the longest response). Position
+ids follow the attention mask, so a padded row is scored as it was generated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from framework.rollout.types import Trajectory
+
+
+@dataclass
+class TokenBatch:
+    """Left-padded sequences of a micro-batch.
+
+    Attributes:
+        input_ids: ``[n, W]`` prompt and response tokens, padded on the left.
+        attention_mask: ``[n, W]`` 1 on real tokens.
+        position_ids: ``[n, W]`` positions counted over real tokens only.
+        loss_mask: ``[n, R]`` the trajectories' loss masks over the last ``R`` columns (1 only on
+            model-generated tokens).
+    """
+
+    input_ids: Tensor
+    attention_mask: Tensor
+    position_ids: Tensor
+    loss_mask: Tensor
+
+    @property
+    def response_width(self) -> int:
+        return self.loss_mask.shape[1]
+
+    def to(self, device: Any) -> TokenBatch:
+        return TokenBatch(*(t.to(device) for t in vars(self).values()))
+
+
+def pack(trajectories: Sequence[Trajectory], pad_id: int) -> TokenBatch:
+    """Left-pad ``trajectories`` into one batch (raises on an empty sequence)."""
+    if not trajectories:
+        raise ValueError("pack() needs at least one trajectory")
+    width = max(len(t.token_ids) for t in trajectories)
+    resp = max(max(len(t.token_ids) - t.prompt_len for t in trajectories), 1)
+    n = len(trajectories)
+    ids = torch.full((n, width), pad_id, dtype=torch.long)
+    attn = torch.zeros((n, width), dtype=torch.long)
+    loss = torch.zeros((n, width), dtype=torch.long)
+    for row, t in enumerate(trajectories):
+        k = len(t.token_ids)
+        ids[row, width - k :] = torch.tensor(t.token_ids, dtype=torch.long)
+        attn[row, width - k :] = 1
+        loss[row, width - k :] = torch.tensor(t.loss_mask, dtype=torch.long)
+    positions = (attn.cumsum(-1) - 1).clamp(min=0)
+    return TokenBatch(ids, attn, positions, loss[:, width - resp :])
+
+
+def token_logprobs(
+    model: Any, batch: TokenBatch, *, entropy: bool = False
+) -> tuple[Tensor, Tensor | None]:
+    """Log-probabilities ``[n, R]`` of the last ``R`` tokens of each row under ``model``.
+
+    Only the logits of the response window are materialised (``logits_to_keep``). Entropy of the
+    next-token distribution at the same positions is returned too when asked (no gradient).
+    """
+    r = batch.response_width
+    out = model(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        position_ids=batch.position_ids,
+        logits_to_keep=r + 1,
+        use_cache=False,
+    )
+    logits = out.logits[:, :-1, :].float()  # [n, R, V]: position t predicts token t + 1
+    targets = batch.input_ids[:, -r:]
+    lse = torch.logsumexp(logits, dim=-1)
+    logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
+    ent = None
+    if entropy:
+        with torch.no_grad():
+            ent = lse - (logits.softmax(-1) * logits).sum(-1)
+    return logp, ent

@@ -1,0 +1,223 @@
+"""One policy update over a batch of trajectories, micro-batched, through the registries.
+
+The caller (the Lightning module) supplies ``backward`` (``manual_backward``) and runs the optimiser;
+everything here is plain torch so the gradient accumulation can be checked against the full-batch
+loss in unit tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from framework.algorithms.aggregation import chunk_weights
+from framework.algorithms.objective import add_kl_penalty
+from framework.rollout.types import Trajectory
+from framework.training.tokens import pack, token_logprobs
+from framework.types import LossOutput, PolicyLossInputs
+
+
+@dataclass
+class UpdatePlan:
+    """Which rows go through the model, in which micro-batches, with which weights."""
+
+    chunks: list[Tensor]
+    weights: list[float]
+    skipped: int = 0
+
+
+def plan_update(
+    trajectories: Sequence[Trajectory],
+    advantages: Tensor,
+    sample_mask: Tensor,
+    *,
+    micro_batch_size: int,
+    agg: str,
+    skip_zero: bool,
+) -> UpdatePlan:
+    """Micro-batches of similar length (less padding) and their accumulation weights.
+
+    With ``skip_zero``, rollouts whose advantage is exactly 0 or that are masked out are left out:
+    their loss terms are 0 (no KL term is configured then), and :func:`chunk_weights` keeps them in
+    the batch totals, so loss and gradient equal the full batch's.
+    """
+    n = len(trajectories)
+    mask = _row_token_mask(trajectories, sample_mask)
+    adv_rows = advantages.reshape(n, -1).abs().sum(-1) if n else advantages
+    keep = [
+        i
+        for i in range(n)
+        if not skip_zero or (bool(sample_mask[i]) and float(adv_rows[i]) != 0.0)
+    ]
+    keep.sort(key=lambda i: len(trajectories[i].token_ids))
+    chunks = [
+        torch.tensor(keep[s : s + micro_batch_size], dtype=torch.long)
+        for s in range(0, len(keep), micro_batch_size)
+    ]
+    return UpdatePlan(chunks, chunk_weights(mask, chunks, agg), skipped=n - len(keep))
+
+
+def _row_token_mask(trajectories: Sequence[Trajectory], sample_mask: Tensor) -> Tensor:
+    """``[N, L]`` effective trained-token mask of the whole batch (rows unpadded to L)."""
+    width = max((len(t.loss_mask) - t.prompt_len for t in trajectories), default=1)
+    mask = torch.zeros((len(trajectories), max(width, 1)), dtype=torch.bool)
+    for i, t in enumerate(trajectories):
+        m = torch.tensor(t.loss_mask[t.prompt_len :], dtype=torch.bool)
+        mask[i, : m.numel()] = m & bool(sample_mask[i])
+    return mask
+
+
+@dataclass
+class LossSpec:
+    """The bound registry components of the objective."""
+
+    policy_loss: Callable[[PolicyLossInputs], LossOutput]
+    agg: str
+    norm_constant: float | None = None
+    kl: Callable[..., Tensor] | None = None
+    kl_coef: float = 0.0
+
+
+@dataclass
+class ChunkResult:
+    """Detached figures of one micro-batch, weighted for averaging."""
+
+    weight: float
+    loss: float
+    metrics: dict[str, float] = field(default_factory=dict)
+    entropy_sum: float = 0.0
+    entropy_tokens: int = 0
+
+
+def chunk_loss(
+    model: Any,
+    trajectories: Sequence[Trajectory],
+    rows: Tensor,
+    advantages: Tensor,
+    sample_mask: Tensor,
+    spec: LossSpec,
+    *,
+    pad_id: int,
+    old_logprobs: Tensor | None = None,
+    reference: Any = None,
+    entropy: bool = False,
+) -> tuple[LossOutput, Tensor | None, Tensor]:
+    """Loss of one micro-batch: ``(loss output, entropy [n, R] or None, token mask [n, R])``.
+
+    ``old_logprobs`` ``[n, R]`` are the behaviour policy's; ``None`` means the batch is exactly on
+    policy (one policy epoch, weights unchanged since generation) and the current log-probabilities,
+    detached, stand in for them: the ratio is 1 and its gradient the policy gradient.
+    """
+    device = next(model.parameters()).device
+    batch = pack([trajectories[int(i)] for i in rows], pad_id).to(device)
+    logp, ent = token_logprobs(model, batch, entropy=entropy)
+    old = logp.detach() if old_logprobs is None else old_logprobs.to(device)
+    inputs = PolicyLossInputs(
+        logprobs=logp,
+        old_logprobs=old,
+        advantages=advantages[rows].to(device),
+        token_mask=batch.loss_mask,
+        sample_mask=sample_mask[rows].to(device),
+    )
+    out = spec.policy_loss(inputs)
+    if spec.kl is not None and spec.kl_coef > 0 and reference is not None:
+        with torch.no_grad():
+            ref_logp, _ = token_logprobs(reference, batch)
+        out = add_kl_penalty(
+            out,
+            spec.kl(logp, ref_logp),
+            inputs.effective_mask(),
+            coef=spec.kl_coef,
+            agg=spec.agg,
+            norm_constant=spec.norm_constant,
+        )
+    return out, ent, inputs.effective_mask()
+
+
+@torch.no_grad()
+def behaviour_logprobs(
+    model: Any, trajectories: Sequence[Trajectory], plan: UpdatePlan, *, pad_id: int
+) -> list[Tensor]:
+    """Log-probabilities of every chunk under the current weights (before any update)."""
+    device = next(model.parameters()).device
+    out = []
+    for rows in plan.chunks:
+        batch = pack([trajectories[int(i)] for i in rows], pad_id).to(device)
+        out.append(token_logprobs(model, batch)[0].detach())
+    return out
+
+
+def run_update_pass(
+    model: Any,
+    trajectories: Sequence[Trajectory],
+    advantages: Tensor,
+    sample_mask: Tensor,
+    plan: UpdatePlan,
+    spec: LossSpec,
+    backward: Callable[[Tensor], None],
+    *,
+    pad_id: int,
+    old_logprobs: list[Tensor] | None = None,
+    reference: Any = None,
+    entropy: bool = True,
+) -> dict[str, float]:
+    """Accumulate the gradient of the whole batch's loss over the plan's micro-batches.
+
+    Returns:
+        The batch loss and weighted means of the loss metrics (``clip_frac``, ``approx_kl``, ``kl``,
+        ...), plus ``entropy`` (token mean over the trained tokens of the chunks seen).
+    """
+    results = []
+    for k, (rows, w) in enumerate(zip(plan.chunks, plan.weights, strict=True)):
+        out, ent, mask = chunk_loss(
+            model,
+            trajectories,
+            rows,
+            advantages,
+            sample_mask,
+            spec,
+            pad_id=pad_id,
+            old_logprobs=None if old_logprobs is None else old_logprobs[k],
+            reference=reference,
+            entropy=entropy,
+        )
+        backward(out.loss * w)
+        res = ChunkResult(w, float(out.loss.detach()) * w)
+        res.metrics = {k2: float(v) for k2, v in out.metrics.items()}
+        if ent is not None:
+            res.entropy_sum = float(ent[mask].sum())
+            res.entropy_tokens = int(mask.sum())
+        results.append(res)
+    return summarize(results)
+
+
+def summarize(results: Sequence[ChunkResult]) -> dict[str, float]:
+    """The batch loss (sum of weighted chunk losses) and weight-averaged chunk metrics."""
+    total_w = sum(r.weight for r in results)
+    out = {"policy_loss": sum(r.loss for r in results)}
+    names = {k for r in results for k in r.metrics}
+    for name in sorted(names):
+        if total_w > 0:
+            out[name] = sum(r.metrics.get(name, 0.0) * r.weight for r in results) / total_w
+    tokens = sum(r.entropy_tokens for r in results)
+    if tokens:
+        out["entropy"] = sum(r.entropy_sum for r in results) / tokens
+    return out
+
+
+@torch.no_grad()
+def mean_entropy(
+    model: Any, trajectories: Sequence[Trajectory], rows: Tensor, *, pad_id: int
+) -> float | None:
+    """Token-mean entropy over the generated tokens of ``rows`` (a collapse indicator)."""
+    if rows.numel() == 0:
+        return None
+    device = next(model.parameters()).device
+    batch = pack([trajectories[int(i)] for i in rows], pad_id).to(device)
+    _, ent = token_logprobs(model, batch, entropy=True)
+    mask = batch.loss_mask.bool()
+    return float(ent[mask].mean()) if mask.any() else None
