@@ -16,7 +16,6 @@ import json
 import platform
 import sys
 import time
-from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -259,8 +258,9 @@ def report(
 
 
 def main() -> None:
-    import __main__
     import importlib.util
+
+    import __main__
 
     # Lightning's DDP launcher re-runs `python -m <__main__.__spec__.name> <argv>` for each
     # extra process; point it at this module whichever way the app was started.

@@ -13,6 +13,7 @@ import lightning as L
 
 from framework.training.checkpoints import CHECKPOINT_GLOB, checkpoint_name
 
+
 class StepCheckpoint(L.Callback):
     """Saves ``checkpoints/step-NNNNNN.ckpt`` and keeps the newest ``keep``.
 

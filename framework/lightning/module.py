@@ -198,7 +198,9 @@ class SearchAgentRL(L.LightningModule):
         """``group_size`` rollouts per question with the current policy, no gradients."""
         self.policy.eval()
         with torch.no_grad():
-            return self.loop.run([it.question for it in items], group_size, question_ids=question_ids)
+            return self.loop.run(
+                [it.question for it in items], group_size, question_ids=question_ids
+            )
 
     def optimise(
         self, trajs: list[Trajectory], advantages: torch.Tensor, sample_mask: torch.Tensor

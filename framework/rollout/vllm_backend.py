@@ -67,9 +67,7 @@ class VLLMBackend:
         PolicyError: vLLM is not installed, or the policy cannot be served by it.
     """
 
-    def __init__(
-        self, *, cfg: VLLMBackendConfig, model: Any = None, tokenizer: Any = None
-    ) -> None:
+    def __init__(self, *, cfg: VLLMBackendConfig, model: Any = None, tokenizer: Any = None) -> None:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         try:
             import vllm

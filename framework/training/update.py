@@ -49,9 +49,7 @@ def plan_update(
     mask = _row_token_mask(trajectories, sample_mask)
     adv_rows = advantages.reshape(n, -1).abs().sum(-1) if n else advantages
     keep = [
-        i
-        for i in range(n)
-        if not skip_zero or (bool(sample_mask[i]) and float(adv_rows[i]) != 0.0)
+        i for i in range(n) if not skip_zero or (bool(sample_mask[i]) and float(adv_rows[i]) != 0.0)
     ]
     keep.sort(key=lambda i: len(trajectories[i].token_ids))
     chunks = [
