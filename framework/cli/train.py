@@ -68,6 +68,43 @@ def _source(dataset: Any, split: str) -> str:
     return str(getattr(dataset, split, None) or f"dataset={dataset.name} ({split})")
 
 
+COMPONENT_SECTIONS = (
+    "reward",
+    "advantage",
+    "loss",
+    "kl",
+    "sampler",
+    "dataset",
+    "rollout",
+    "retriever",
+)
+
+
+def dry_run(cfg: TrainConfig) -> None:
+    """Bind every configured component and load the data, then report instead of training."""
+    from framework.cli.components import describe, render
+    from framework.data.schema import DatasetError
+    from framework.registry import ALL
+
+    print(f"seekrl-train: configuration valid (algorithm={cfg.algorithm}, seed={cfg.seed})")
+    for section in COMPONENT_SECTIONS:
+        component = getattr(cfg, section)
+        entry = ALL[section].get(component.name)
+        ALL[section].bind(component)  # fails here, not mid-run, if a target cannot take its config
+        values = {k: v for k, v in vars(component).items() if k != "name"}
+        print(f"  {section:<10} {component.name:<22} [{entry.source}] {values}")
+    try:
+        splits = load_training_data(cfg)
+    except DatasetError as exc:
+        print(exc, file=sys.stderr)
+        raise SystemExit(2) from None
+    sizes = ", ".join(f"{k} {len(v)}" for k, v in splits.items())
+    print(f"  data       {sizes} questions")
+    print()
+    print(render(describe()))
+    print("\nseekrl-train: dry run; drop dry_run=true to train.")
+
+
 def versions() -> dict[str, str]:
     """Python, platform and the versions of the packages a run depends on."""
     out = {"python": platform.python_version(), "platform": platform.platform()}
@@ -159,6 +196,9 @@ def train(cfg: TrainConfig) -> float | None:
     from framework.training.checkpoints import latest_checkpoint
     from framework.training.lora import export_policy
 
+    if cfg.dry_run:
+        dry_run(cfg)
+        return None
     clock = time.perf_counter()
     quiet_lightning()
     run_dir = Path(cfg.run_dir)

@@ -172,6 +172,10 @@ class TrainConfig:
         default=None,
         metadata={"help": "a .ckpt file, or a run directory whose newest checkpoint is resumed"},
     )
+    dry_run: bool = field(
+        default=False,
+        metadata={"help": "validate, bind every component and load the data, then stop"},
+    )
     optimized_metric: str = field(
         default="val/accuracy", metadata={"help": "metric returned to Hydra sweepers"}
     )

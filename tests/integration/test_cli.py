@@ -60,7 +60,7 @@ def test_invalid_values_reported_together(tmp_path):
     }
 
 
-def test_main_job_validates_and_lists_components(tmp_path):
+def test_dry_run_validates_and_lists_components(tmp_path):
     # a small synthesized dataset (no index needed) keeps this test to seconds
     data = [
         "dataset.corpus.limit=1500",
@@ -70,7 +70,7 @@ def test_main_job_validates_and_lists_components(tmp_path):
         "dataset.answerability.enabled=false",
         f"dataset.output_dir={tmp_path}/data",
     ]
-    proc = run("train", *data, f"hydra.run.dir={tmp_path}/run")
+    proc = run("train", "dry_run=true", *data, f"hydra.run.dir={tmp_path}/run")
     assert proc.returncode == 0, proc.stderr
     assert "configuration valid (algorithm=e_grpo" in proc.stdout
     assert re.search(r"data       train (\d+), validation (\d+) questions", proc.stdout), (
@@ -87,6 +87,7 @@ def test_multirun_sweep_gives_each_job_its_own_directory(tmp_path):
         "-m",
         "experiment=alpha_sweep",
         "dataset=synth_small",
+        "dry_run=true",
         f"hydra.sweep.dir={tmp_path}/sweep",
     )
     assert proc.returncode == 0, proc.stderr

@@ -244,7 +244,7 @@ def test_preset_composes_with_cfg_flag_after_the_overrides(venv: Venv):
 def test_train_with_the_preset_validates(venv: Venv):
     # dataset=synth_small: the run loads data, and the default set would need the full index
     proc = _check(
-        _train(venv, "experiment=example_plugin", "dataset=synth_small"),
+        _train(venv, "experiment=example_plugin", "dataset=synth_small", "dry_run=true"),
         "train experiment=example_plugin",
     )
     assert "seekrl-train: configuration valid" in proc.stdout, _report(proc)

@@ -76,6 +76,7 @@ def test_splits_share_no_answer_and_no_chain(synth_dir):
 def test_train_app_reads_the_synthesized_splits(synth_dir, tmp_path):
     proc = cli(
         "train",
+        "dry_run=true",
         "dataset=files",
         f"dataset.train={synth_dir}/train.jsonl",
         f"dataset.validation={synth_dir}/validation.parquet",
@@ -91,7 +92,12 @@ def test_entity_reward_refuses_a_dataset_without_entities(tmp_path):
         for i in range(3)
     ]
     write_split(plain, tmp_path, "train")
-    args = ["dataset=files", f"dataset.train={tmp_path}/train.jsonl", "dataset.validation=null"]
+    args = [
+        "dry_run=true",
+        "dataset=files",
+        f"dataset.train={tmp_path}/train.jsonl",
+        "dataset.validation=null",
+    ]
     proc = cli("train", *args, f"hydra.run.dir={tmp_path}/run")  # default algorithm: e_grpo
     assert proc.returncode == 2
     assert (
