@@ -178,6 +178,8 @@ def quiet_lightning() -> None:
         r".*overridden `transfer_batch_to_device`.*",
         r".*LeafSpec.*",
         r".*litlogger.*",
+        # the data module restores the sampler position itself (see framework/lightning/data.py)
+        r".*resuming from a checkpoint that ended before the epoch ended.*",
     ):
         warnings.filterwarnings("ignore", message=pattern)
 
@@ -230,7 +232,7 @@ def train(cfg: TrainConfig) -> float | None:
         save_run_info(cfg, run_dir)
     ckpt = str(latest_checkpoint(cfg.resume)) if cfg.resume else None
     try:
-        trainer.fit(module, datamodule=data, ckpt_path=ckpt)
+        trainer.fit(module, datamodule=data, ckpt_path=ckpt, weights_only=True)
         validate = cfg.trainer.val_at_end and data.val_rows and not checkpoints.interrupted
         if validate:
             trainer.validate(module, datamodule=data, verbose=False)

@@ -325,7 +325,7 @@ class SearchAgentRL(L.LightningModule):
             "rng": {
                 "torch": torch.get_rng_state(),
                 "python": random.getstate(),
-                "numpy": np.random.get_state(),
+                "numpy": _numpy_state_to_plain(np.random.get_state()),
             },
         }
 
@@ -346,4 +346,15 @@ class SearchAgentRL(L.LightningModule):
         self._restored_calls = int(state["backend_calls"])
         torch.set_rng_state(state["rng"]["torch"])
         random.setstate(state["rng"]["python"])
-        np.random.set_state(state["rng"]["numpy"])
+        np.random.set_state(_numpy_state_from_plain(state["rng"]["numpy"]))
+
+
+def _numpy_state_to_plain(state: tuple) -> list:
+    """numpy's RNG state with plain Python types (checkpoints load with ``weights_only=True``)."""
+    name, keys, pos, has_gauss, gauss = state
+    return [name, [int(k) for k in keys], int(pos), int(has_gauss), float(gauss)]
+
+
+def _numpy_state_from_plain(state: list) -> tuple:
+    name, keys, pos, has_gauss, gauss = state
+    return (name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss)

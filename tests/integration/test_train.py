@@ -1,0 +1,267 @@
+"""The train app end to end on the tiny model, the small synthesized dataset and BM25.
+
+Runs in-process where a test-only reward is needed (the random tiny model never answers, so the
+shipped rewards would all be 0 and nothing would train), and as subprocesses for what a user runs:
+multirun sweeps, two-process DDP on CPU, Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+from framework.config import ComponentConfig
+from framework.registry import REWARDS
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class LengthModRewardConfig(ComponentConfig):
+    pass
+
+
+@REWARDS.register("test_length_mod", config=LengthModRewardConfig)
+def length_mod_reward(inputs, *, cfg):
+    """A reward that varies between rollouts of random text, so every group has a signal."""
+    return torch.tensor([(len(c) % 5) / 4 for c in inputs.completions])
+
+
+TINY = [
+    "dataset=synth_small",
+    "retriever=bm25",
+    "rollout.policy.source=tiny",
+    "trainer.max_steps=2",
+    "sampler.questions_per_step=2",
+    "sampler.group_size=3",
+    "agent.max_turns=1",
+    "agent.max_new_tokens_per_turn=12",
+    "trainer.val_questions=2",
+    "optim.micro_batch_size=4",
+    "optim.lr=1e-3",
+]
+
+
+def train_in_process(run_dir: Path, *overrides: str):
+    from framework.cli.app import run_app
+    from framework.cli.train import train
+
+    return run_app("train", train, argv=[*TINY, *overrides, f"hydra.run.dir={run_dir}"])
+
+
+def cli(*args: str, timeout: int = 240) -> subprocess.CompletedProcess:
+    flags = [a for a in args if a.startswith("-")]  # Hydra wants flags before the overrides
+    overrides = [a for a in args if not a.startswith("-")]
+    return subprocess.run(
+        [sys.executable, "-m", "framework", "train", *flags, *TINY, *overrides],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+    )
+
+
+def tags(run_dir: Path) -> dict[str, set[str]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out: dict[str, set[str]] = {}
+    for f in (run_dir / "tensorboard").glob("events.out.tfevents.*"):
+        ea = EventAccumulator(str(f), size_guidance={"scalars": 0, "histograms": 0, "tensors": 0})
+        ea.Reload()
+        for kind, names in ea.Tags().items():
+            if isinstance(names, list):
+                out.setdefault(kind, set()).update(names)
+    return out
+
+
+def initial_tiny_weights() -> dict[str, torch.Tensor]:
+    from framework.rollout.policy import PolicyConfig, load_policy
+
+    model, _ = load_policy(PolicyConfig(source="tiny"))
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def test_training_changes_the_policy_and_logs_every_metric(tmp_path):
+    run = tmp_path / "run"
+    value = train_in_process(run, "reward=test_length_mod")
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["steps"] == 2 and not summary["interrupted"]
+    assert value == summary["metrics"]["val/accuracy"]  # what a sweeper receives
+
+    trained = load_file(run / "policy" / "model.safetensors")
+    initial = initial_tiny_weights()
+    changed = [k for k in trained if k in initial and not torch.equal(trained[k], initial[k])]
+    assert len(changed) >= len(trained) // 2, changed
+
+    found = tags(run)
+    scalars = found["scalars"]
+    for name in (
+        "rollout/reward",
+        "rollout/reward/test_length_mod",
+        "rollout/accuracy",
+        "rollout/entity_match_rate",
+        "rollout/tool_calls",
+        "rollout/turns",
+        "rollout/response_length",
+        "rollout/format_error",
+        "rollout/truncated",
+        "rollout/valid_action_ratio",
+        "rollout/zero_variance_groups",
+        "loss/policy_loss",
+        "loss/clip_frac",
+        "loss/entropy",
+        "loss/grad_norm",
+        "timing/generate",
+        "timing/retrieval",
+        "timing/update",
+        "timing/step",
+        "train/lr",
+        "val/accuracy",
+        "val/format_valid",
+    ):
+        assert name in scalars, (name, sorted(scalars))
+    assert {"rollout/rewards", "rollout/advantages"} <= found["histograms"]
+    assert any(t.startswith("rollout/samples") for t in found["tensors"])
+
+    lines = (run / "trajectories" / "step-000001.jsonl").read_text().splitlines()
+    records = [json.loads(x) for x in lines]
+    assert len(records) == 6 and all("advantage" in r and "response_text" in r for r in records)
+    # scale=demo checkpoints every 2 steps
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-000002.ckpt"]
+    assert "lightning" in json.loads((run / "versions.json").read_text())
+    assert "reward:\n  name: test_length_mod" in (run / "config.yaml").read_text()
+
+
+def test_resumed_run_equals_the_uninterrupted_one(tmp_path):
+    common = ["reward=test_length_mod", "trainer.val_at_end=false", "trainer.keep_checkpoints=5"]
+    full, resumed = tmp_path / "full", tmp_path / "resumed"
+    train_in_process(full, *common, "trainer.checkpoint_every_n_steps=1")
+    first = full / "checkpoints" / "step-000001.ckpt"
+    train_in_process(resumed, *common, f"resume={first}")
+
+    a = load_file(full / "policy" / "model.safetensors")
+    b = load_file(resumed / "policy" / "model.safetensors")
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a), [k for k in a if not torch.equal(a[k], b[k])]
+    step2 = "trajectories/step-000002.jsonl"
+    assert (full / step2).read_text() == (resumed / step2).read_text()
+    assert not (resumed / "trajectories" / "step-000001.jsonl").exists()
+    assert json.loads((resumed / "summary.json").read_text())["steps"] == 2
+
+
+def test_kl_lora_and_two_policy_epochs(tmp_path):
+    run = tmp_path / "run"
+    train_in_process(
+        run,
+        "reward=test_length_mod",
+        "kl.coef=0.1",
+        "optim.policy_epochs=2",
+        "lora.enabled=true",
+        "lora.r=4",
+        "trainer.val_at_end=false",
+    )
+    scalars = tags(run)["scalars"]
+    assert "loss/kl" in scalars and "loss/approx_kl" in scalars
+    # the exported policy is a plain checkpoint (adapters merged) that the rollout app can load
+    from framework.rollout.policy import PolicyConfig, load_policy
+
+    model, _ = load_policy(PolicyConfig(source="path", path=str(run / "policy")))
+    assert not any("lora" in k for k in model.state_dict())
+    merged = {k: v for k, v in model.state_dict().items()}
+    initial = initial_tiny_weights()
+    assert not torch.equal(
+        merged["model.layers.0.self_attn.q_proj.weight"],
+        initial["model.layers.0.self_attn.q_proj.weight"],
+    )
+    assert torch.equal(
+        merged["model.layers.0.mlp.up_proj.weight"], initial["model.layers.0.mlp.up_proj.weight"]
+    )
+
+
+def test_resume_refuses_a_checkpoint_of_another_policy(tmp_path):
+    run = tmp_path / "run"
+    train_in_process(
+        run, "trainer.max_steps=1", "trainer.val_at_end=false", "trainer.export_policy=false"
+    )
+    proc = cli(f"resume={run}", "rollout.policy.tiny_hidden=32", f"hydra.run.dir={tmp_path}/again")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "[resume] got a checkpoint of policy" in proc.stderr
+
+
+def test_two_job_multirun_returns_one_directory_per_job(tmp_path):
+    proc = cli("-m", "seed=0,1", "trainer.max_steps=1", f"hydra.sweep.dir={tmp_path}/sweep")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = sorted(p for p in (tmp_path / "sweep").iterdir() if p.is_dir())
+    assert len(jobs) == 2
+    seeds = sorted(json.loads((j / "summary.json").read_text())["seed"] for j in jobs)
+    assert seeds == [0, 1]
+    assert all((j / "checkpoints" / "step-000001.ckpt").is_file() for j in jobs)
+
+
+def test_ddp_with_two_cpu_processes(tmp_path):
+    run = tmp_path / "run"
+    proc = cli(
+        "trainer.strategy=ddp",
+        "trainer.devices=2",
+        "trainer.max_steps=1",
+        f"hydra.run.dir={run}",
+        timeout=280,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (run / "trajectories" / "step-000001.jsonl").is_file()  # rank 0's group
+    assert (run / "trajectories" / "step-000001.rank1.jsonl").is_file()  # rank 1's group
+    assert json.loads((run / "summary.json").read_text())["steps"] == 1
+    assert (run / "checkpoints" / "step-000001.ckpt").is_file()
+
+
+def test_ctrl_c_saves_a_checkpoint_and_the_run_resumes(tmp_path):
+    run = tmp_path / "run"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "framework",
+            "train",
+            *TINY,
+            "trainer.max_steps=50",
+            "trainer.checkpoint_every_n_steps=0",
+            f"hydra.run.dir={run}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    deadline = time.time() + 200
+    while not (run / "trajectories" / "step-000001.jsonl").exists():
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()[1][-3000:]
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=200)
+    assert proc.returncode == 130, err[-3000:]
+    assert "finishing the current step" in err
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["interrupted"] and 1 <= summary["steps"] < 50
+    saved = sorted((run / "checkpoints").glob("step-*.ckpt"))
+    assert [p.name for p in saved] == [f"step-{summary['steps']:06d}.ckpt"]
+
+    done = cli(
+        f"resume={run}",
+        "trainer.max_steps=" + str(summary["steps"] + 1),
+        f"hydra.run.dir={tmp_path}/more",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (
+        json.loads((tmp_path / "more" / "summary.json").read_text())["steps"]
+        == summary["steps"] + 1
+    )
+    assert os.path.isdir(tmp_path / "more" / "policy")
