@@ -167,11 +167,11 @@ def quiet_lightning() -> None:
             if isinstance(handler, logging.StreamHandler):
                 log.removeHandler(handler)
         log.propagate = True
-    noise = ("litlogger", "`weights_only` was not set")
-    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.pytorch.trainer.connectors"):
-        logging.getLogger(name).addFilter(
-            lambda record: not any(n in record.getMessage() for n in noise)
-        )
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
+        lambda record: "litlogger" not in record.getMessage()
+    )
+    for name in ("lightning.pytorch.trainer.connectors.checkpoint_connector", "faiss.loader"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     for pattern in (
         r".*module\(s\) in eval mode.*",
         r".*`IterableDataset` has `__len__` defined.*",
