@@ -13,6 +13,7 @@ COMMANDS = {
     "serve": "framework.cli.serve",
     "components": "framework.cli.components",
     "rollout": "framework.cli.rollout",
+    "sft": "framework.cli.sft",
 }
 
 

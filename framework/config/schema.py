@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -16,6 +17,7 @@ from omegaconf import MISSING
 
 from framework.config.problems import Problem, check, check_choice, check_range
 from framework.rollout.engine import AgentConfig
+from framework.sft.expert import ExpertConfig
 from framework.training.lora import LoraConfig
 
 RUN_DIR = "${hydra:runtime.output_dir}"
@@ -148,6 +150,62 @@ def target_problems(section: Any, path: str) -> list[Problem]:
 
 
 @dataclass
+class SFTOptimConfig:
+    """AdamW for the supervised warm start."""
+
+    lr: float = field(default=1e-4, metadata={"help": "peak learning rate"})
+    weight_decay: float = 0.0
+    warmup_steps: int = 5
+    schedule: str = field(default="cosine", metadata={"help": "constant, linear or cosine"})
+    grad_clip: float = field(default=1.0, metadata={"help": "max gradient norm; 0 disables"})
+    batch_size: int = field(default=4, metadata={"help": "trajectories per optimiser step"})
+    epochs: int = field(default=2, metadata={"help": "passes over the expert trajectories"})
+
+    def problems(self) -> list[Problem]:
+        out = check_range(self.lr, "lr", low=0.0, low_inclusive=False)
+        out += check_range(self.weight_decay, "weight_decay", low=0.0)
+        out += check_range(self.warmup_steps, "warmup_steps", low=0)
+        out += check_choice(self.schedule, "schedule", ("constant", "linear", "cosine"))
+        out += check_range(self.grad_clip, "grad_clip", low=0.0)
+        out += check_range(self.batch_size, "batch_size", low=1)
+        out += check_range(self.epochs, "epochs", low=1)
+        return out
+
+
+@dataclass
+class WarmStartConfig:
+    """Where RL starts: the configured policy, an SFT run's policy, or an SFT stage run first."""
+
+    sft: bool = field(
+        default=False,
+        metadata={"help": "run (or reuse the cached) cold-start SFT first, then RL from it"},
+    )
+    path: str | None = field(
+        default=None,
+        metadata={"help": "an seekrl-sft run directory (or its policy/) to start from"},
+    )
+    expert: ExpertConfig = field(default_factory=ExpertConfig)
+    optim: SFTOptimConfig = field(default_factory=SFTOptimConfig)
+    eval_questions: int = field(
+        default=16, metadata={"help": "test questions for the before/after check; 0 skips it"}
+    )
+
+    def problems(self) -> list[Problem]:
+        out = check_range(self.eval_questions, "eval_questions", low=0)
+        if self.path is not None:
+            p = Path(self.path).expanduser()
+            ok = (p / "config.json").is_file() or (p / "policy" / "config.json").is_file()
+            out += check(
+                ok,
+                "path",
+                self.path,
+                "an seekrl-sft run directory with policy/, or a checkpoint folder",
+                "point warm_start.path at a finished SFT run, or use warm_start.sft=true",
+            )
+        return out
+
+
+@dataclass
 class TrainConfig:
     """The ``train`` app."""
 
@@ -172,6 +230,7 @@ class TrainConfig:
         default=None,
         metadata={"help": "a .ckpt file, or a run directory whose newest checkpoint is resumed"},
     )
+    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
     dry_run: bool = field(
         default=False,
         metadata={"help": "validate, bind every component and load the data, then stop"},
@@ -196,6 +255,39 @@ class TrainConfig:
                         "point resume at an existing checkpoint, or drop it to start fresh",
                     )
                 )
+        return out
+
+
+@dataclass
+class SFTConfig:
+    """The ``sft`` app: expert trajectories from the synthesis chains, then supervised training.
+
+    ``trainer`` supplies the accelerator, devices, strategy, precision and logging interval; the
+    length of the run is ``optim.epochs`` over the kept trajectories.
+    """
+
+    seed: int = 0
+    run_dir: str = RUN_DIR
+    dataset: Any = MISSING
+    retriever: Any = MISSING
+    rollout: Any = MISSING
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    expert: ExpertConfig = field(default_factory=ExpertConfig)
+    optim: SFTOptimConfig = field(default_factory=SFTOptimConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    logger: Any = None
+    val_fraction: float = field(
+        default=0.05, metadata={"help": "expert trajectories held out for the validation loss"}
+    )
+    eval_questions: int = field(
+        default=16, metadata={"help": "test questions rolled out before and after; 0 skips"}
+    )
+
+    def problems(self) -> list[Problem]:
+        out = target_problems(self.logger, "logger")
+        out += check_range(self.val_fraction, "val_fraction", low=0.0, high=0.5)
+        out += check_range(self.eval_questions, "eval_questions", low=0)
         return out
 
 
@@ -316,6 +408,7 @@ APPS: dict[str, type] = {
     "synth": SynthConfig,
     "serve": ServeConfig,
     "rollouts": RolloutsConfig,
+    "sft": SFTConfig,
 }
 
 

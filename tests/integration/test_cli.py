@@ -93,11 +93,10 @@ def test_multirun_sweep_gives_each_job_its_own_directory(tmp_path):
     assert proc.returncode == 0, proc.stderr
     jobs = sorted(p for p in (tmp_path / "sweep").iterdir() if p.is_dir())
     assert len(jobs) == 4
-    alphas = []
-    for job in jobs:
-        text = (job / ".hydra" / "config.yaml").read_text()
-        alphas += [line.split(":")[1].strip() for line in text.splitlines() if "alpha:" in line]
-    assert sorted(alphas) == ["0.0", "0.1", "0.3", "0.5"]
+    from omegaconf import OmegaConf
+
+    alphas = [OmegaConf.load(job / ".hydra" / "config.yaml").reward.alpha for job in jobs]
+    assert sorted(alphas) == [0.0, 0.1, 0.3, 0.5]
 
 
 def test_pending_eval_app_validates_and_exits_3(tmp_path):

@@ -43,7 +43,12 @@ def test_default_train_config_is_valid_and_typed():
     assert cfg.algorithm == "e_grpo" and cfg.reward.name == "e_grpo" and cfg.reward.alpha == 0.3
     assert cfg.loss.clip_low == 0.2 and cfg.loss.clip_high == 0.28
     assert cfg.loss.agg == "seq_mean_token_mean" and cfg.kl.coef == 0.0
-    assert cfg.sampler.group_size == 8 and cfg.optim.lr == 2e-6
+    assert cfg.optim.lr == 2e-6
+    # scale=demo (default) is minutes on a CPU; scale=paper is the paper's G = 8 x 64 questions
+    assert cfg.sampler.group_size == 4 and cfg.trainer.max_steps == 4
+    paper = load_config("train", ["scale=paper"])
+    assert paper.sampler.group_size == 8 and paper.sampler.questions_per_step == 64
+    assert paper.trainer.max_steps == 80 and paper.agent.max_tool_calls == 40
 
 
 def test_all_value_problems_reported_at_once():

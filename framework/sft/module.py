@@ -1,0 +1,112 @@
+"""Lightning glue of the SFT stage: length-bucketed batches and the NLL training step."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, Sampler
+
+from framework.algorithms.sft import sft_loss
+from framework.rollout.types import Trajectory
+from framework.training.schedule import lr_multiplier
+from framework.training.tokens import pack, token_logprobs
+
+
+class LengthBuckets(Sampler[list[int]]):
+    """Batches of similar length: shuffle, cut into pools of ``pool`` batches, sort each pool by
+    length, batch it, and shuffle the batches. Padding falls to a few tokens per row."""
+
+    def __init__(self, lengths: Sequence[int], batch_size: int, seed: int, pool: int = 16) -> None:
+        self.lengths = list(lengths)
+        self.batch_size = batch_size
+        self.seed = seed
+        self.pool = pool
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        return -(-len(self.lengths) // self.batch_size)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        rng = random.Random(self.seed * 1_000_003 + self.epoch)
+        self.epoch += 1
+        order = list(range(len(self.lengths)))
+        rng.shuffle(order)
+        size = self.batch_size * self.pool
+        batches = []
+        for start in range(0, len(order), size):
+            chunk = sorted(order[start : start + size], key=lambda i: self.lengths[i])
+            batches += [
+                chunk[i : i + self.batch_size] for i in range(0, len(chunk), self.batch_size)
+            ]
+        rng.shuffle(batches)
+        return iter(batches)
+
+
+def padding_fraction(trajectories: Sequence[Trajectory], batches: Sequence[list[int]]) -> float:
+    """Share of padded positions over all batches (what bucketing saves)."""
+    real = padded = 0
+    for b in batches:
+        lens = [len(trajectories[i].token_ids) for i in b]
+        real += sum(lens)
+        padded += max(lens) * len(lens)
+    return 1.0 - real / padded if padded else 0.0
+
+
+class SFTData(L.LightningDataModule):
+    def __init__(
+        self, train: list[Trajectory], val: list[Trajectory], batch_size: int, seed: int
+    ) -> None:
+        super().__init__()
+        self.train, self.val = train, val
+        self.batch_size, self.seed = batch_size, seed
+
+    def train_dataloader(self) -> DataLoader:
+        buckets = LengthBuckets([len(t.token_ids) for t in self.train], self.batch_size, self.seed)
+        return DataLoader(self.train, batch_sampler=buckets, collate_fn=list)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self.val, batch_size=self.batch_size, collate_fn=list)
+
+
+class SFTModule(L.LightningModule):
+    """Next-token NLL on assistant tokens of expert trajectories (prompt and tool responses masked)."""
+
+    def __init__(self, policy: Any, pad_id: int, optim: Any, total_steps: int) -> None:
+        super().__init__()
+        self.policy = policy
+        self.pad_id = pad_id
+        self.optim = optim
+        self.total_steps = total_steps
+
+    def transfer_batch_to_device(self, batch: Any, device: Any, dataloader_idx: int) -> Any:
+        return batch
+
+    def _loss(self, batch: list[Trajectory]) -> tuple[torch.Tensor, int]:
+        tb = pack(batch, self.pad_id).to(self.device)
+        logp, _ = token_logprobs(self.policy, tb)
+        return sft_loss(logp, tb.loss_mask), int(tb.loss_mask.sum())
+
+    def training_step(self, batch: list[Trajectory], batch_idx: int) -> torch.Tensor:
+        self.policy.train()
+        loss, tokens = self._loss(batch)
+        self.log("sft/loss", loss, prog_bar=True, batch_size=len(batch))
+        self.log("sft/tokens", float(tokens), batch_size=len(batch))
+        self.log("sft/lr", self.lr_schedulers().get_last_lr()[0], batch_size=len(batch))
+        return loss
+
+    def validation_step(self, batch: list[Trajectory], batch_idx: int) -> None:
+        loss, _ = self._loss(batch)
+        self.log("sft/val_loss", loss, prog_bar=True, batch_size=len(batch), on_epoch=True)
+
+    def configure_optimizers(self) -> Any:
+        o = self.optim
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=o.lr, weight_decay=o.weight_decay)
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, lr_multiplier(o.schedule, o.warmup_steps, self.total_steps)
+        )
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
