@@ -148,7 +148,7 @@ class _Plan:
                 call = _call("visit", {"title": self.item.chain[self.hop - 1], "goal": goal})
                 return _turn(self.rng.choice(VISIT).format(**kw), call)
             if not found:
-                self.failure = f"evidence for hop {self.hop} not retrieved"
+                self.failure = "evidence not retrieved"
                 self.phase = "done"
                 return _turn(f"I could not find {_a(clue)}.", "<answer>unknown</answer>")
             self.evidence.append(True)
@@ -202,6 +202,9 @@ class ExpertBackend:
             finish = "stop"
             if len(ids) > limit:
                 ids, finish = ids[:limit], "length"
+                plan.failure = (
+                    plan.failure or "expert turn longer than agent.max_new_tokens_per_turn"
+                )
             plan.seen = len(seq) + len(ids)
             out.append(Generation(ids, finish))
         self.calls += 1
@@ -295,7 +298,7 @@ def _drop_reason(item: QAItem, plan: _Plan, t: Trajectory) -> str | None:
     from framework.rewards.text import exact_match
 
     if plan.failure:
-        return "evidence not retrieved"
+        return plan.failure
     if t.status == "over_budget":
         return f"over budget ({t.end_reason})"
     if t.status != "ok":

@@ -66,23 +66,51 @@ def token_logprobs(
 ) -> tuple[Tensor, Tensor | None]:
     """Log-probabilities ``[n, R]`` of the last ``R`` tokens of each row under ``model``.
 
-    Only the logits of the response window are materialised (``logits_to_keep``). Entropy of the
-    next-token distribution at the same positions is returned too when asked (no gradient).
+    Only positions whose token is trained (``batch.loss_mask``) are scored: the decoder runs over the
+    whole sequence, but the vocabulary projection, the only step whose cost scales with the
+    vocabulary, runs on those positions alone (prompts and tool responses are most of a search
+    trajectory). Other positions get 0. Entropy of the next-token distribution at the same positions
+    is returned too when asked (no gradient). Models whose logits are post-processed (soft-capping,
+    logit scales) take the plain full-logits path.
     """
     r = batch.response_width
-    out = model(
-        input_ids=batch.input_ids,
-        attention_mask=batch.attention_mask,
-        position_ids=batch.position_ids,
-        logits_to_keep=r + 1,
-        use_cache=False,
-    )
-    logits = out.logits[:, :-1, :].float()  # [n, R, V]: position t predicts token t + 1
     targets = batch.input_ids[:, -r:]
+    sel = batch.loss_mask.bool()
+    if _plain_head(model):
+        hidden = model.get_decoder()(
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            position_ids=batch.position_ids,
+            use_cache=False,
+        ).last_hidden_state
+        h = hidden[:, -(r + 1) : -1, :][sel]  # [T, H]: position t predicts token t + 1
+        logits = model.get_output_embeddings()(h).float()  # [T, V]
+    else:
+        out = model(
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            position_ids=batch.position_ids,
+            logits_to_keep=r + 1,
+            use_cache=False,
+        )
+        logits = out.logits[:, :-1, :].float()[sel]  # [T, V]
     lse = torch.logsumexp(logits, dim=-1)
-    logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
+    picked = logits.gather(-1, targets[sel].unsqueeze(-1)).squeeze(-1) - lse  # [T]
+    logp = torch.zeros(sel.shape, dtype=picked.dtype, device=picked.device)
+    logp = logp.masked_scatter(sel, picked)
     ent = None
     if entropy:
         with torch.no_grad():
-            ent = lse - (logits.softmax(-1) * logits).sum(-1)
+            values = lse - (logits.softmax(-1) * logits).sum(-1)
+            ent = torch.zeros(sel.shape, dtype=values.dtype, device=values.device)
+            ent = ent.masked_scatter(sel, values)
     return logp, ent
+
+
+def _plain_head(model: Any) -> bool:
+    """True when logits are exactly ``lm_head(decoder(x))`` (no soft-capping or scaling)."""
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(model, "get_decoder"):
+        return False
+    special = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier")
+    return not any(getattr(config, k, None) not in (None, 1, 1.0) for k in special)

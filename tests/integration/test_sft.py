@@ -110,7 +110,6 @@ def test_tiny_sft_run_lowers_its_loss_and_writes_a_loadable_policy(tmp_path):
             "optim.lr=3e-3",
             "optim.batch_size=4",
             "eval_questions=2",
-            "agent.max_new_tokens_per_turn=16",
             f"hydra.run.dir={run}",
         ],
     )
