@@ -154,6 +154,70 @@ def build_trainer(cfg: TrainConfig, run_dir: Path, checkpoint: Any) -> Any:
     )
 
 
+def warm_start(cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` with the policy RL starts from: an SFT run's policy, or one made now (and cached).
+
+    The SFT stage made by ``warm_start.sft=true`` is cached under ``$SEEKRL_CACHE/sft/<key>``, the key
+    covering everything it depends on (data, retriever, policy, agent budgets, expert and optimiser
+    settings, precision) but not the RL seed or algorithm: GRPO and E-GRPO arms and every seed of a
+    sweep start from the same warm start, as in the paper.
+    """
+    from dataclasses import asdict, replace
+
+    from framework.config.schema import SFTConfig
+    from framework.retrieval.encoder import fingerprint_key
+    from framework.retrieval.local import cache_root
+
+    ws = cfg.warm_start
+    if ws.path is not None:
+        folder = Path(ws.path).expanduser()
+        folder = folder / "policy" if (folder / "policy" / "config.json").is_file() else folder
+    elif ws.sft:
+        sft_cfg = SFTConfig(
+            seed=ws.expert.seed,
+            run_dir="",
+            dataset=cfg.dataset,
+            retriever=cfg.retriever,
+            rollout=cfg.rollout,
+            agent=cfg.agent,
+            expert=ws.expert,
+            optim=ws.optim,
+            trainer=replace(cfg.trainer, devices=1, strategy="auto", num_nodes=1),
+            eval_questions=ws.eval_questions,
+        )
+        keyed = {k: v for k, v in asdict(sft_cfg).items() if k not in ("run_dir", "logger")}
+        keyed["trainer"] = {
+            "accelerator": cfg.trainer.accelerator,
+            "precision": cfg.trainer.precision,
+        }
+        done = cache_root(getattr(cfg.dataset, "cache_dir", None)) / "sft" / fingerprint_key(keyed)
+        if not (done / "policy" / "config.json").is_file():
+            from framework.cli.sft import run_sft
+
+            tmp = done.with_name(done.name + ".partial")
+            logger = {
+                "_target_": "lightning.pytorch.loggers.TensorBoardLogger",
+                "save_dir": str(tmp),
+                "name": "tensorboard",
+                "version": "",
+                "default_hp_metric": False,
+            }
+            print(f"seekrl-train: warm start: cold-start SFT first (cached in {done})")
+            run_sft(replace(sft_cfg, run_dir=str(tmp), logger=logger))
+            if done.exists():
+                import shutil
+
+                shutil.rmtree(done)
+            tmp.rename(done)
+        else:
+            print(f"seekrl-train: warm start: reusing the SFT policy in {done}")
+        folder = done / "policy"
+    else:
+        return cfg
+    policy = replace(cfg.rollout.policy, source="path", path=str(folder))
+    return replace(cfg, rollout=replace(cfg.rollout, policy=policy))
+
+
 def quiet_lightning() -> None:
     """One copy of each Lightning log line (through Hydra's handlers), without notices that do
     not apply to this loop (it keeps the policy in eval mode on purpose, its step stream has a
@@ -205,6 +269,7 @@ def train(cfg: TrainConfig) -> float | None:
     quiet_lightning()
     run_dir = Path(cfg.run_dir)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
+    cfg = warm_start(cfg)
     try:
         splits = load_training_data(cfg)
         train_items, val_items = splits["train"], splits.get("validation", [])

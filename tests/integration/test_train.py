@@ -37,6 +37,7 @@ def length_mod_reward(inputs, *, cfg):
 
 
 TINY = [
+    "warm_start.sft=false",
     "dataset=synth_small",
     "retriever=bm25",
     "rollout.policy.source=tiny",
@@ -265,3 +266,26 @@ def test_ctrl_c_saves_a_checkpoint_and_the_run_resumes(tmp_path):
         == summary["steps"] + 1
     )
     assert os.path.isdir(tmp_path / "more" / "policy")
+
+
+def test_warm_start_sft_runs_the_warm_start_once_and_reuses_it(tmp_path, capsys):
+    stage = [
+        "warm_start.sft=true",
+        "trainer.max_steps=1",
+        "trainer.val_at_end=false",
+        "warm_start.expert.questions=8",
+        "warm_start.optim.epochs=1",
+        "warm_start.eval_questions=0",
+        "agent.max_turns=6",  # room for the expert's turns (TINY keeps RL turns minimal)
+        "agent.max_new_tokens_per_turn=200",
+        f"warm_start.expert.seed={time.time_ns() % 10**6}",  # a fresh cache entry for this test
+    ]
+    train_in_process(tmp_path / "first", *stage)
+    out = capsys.readouterr().out
+    assert "warm start: cold-start SFT first" in out
+    config = (tmp_path / "first" / "config.yaml").read_text()
+    assert "sft: true" in config
+    train_in_process(tmp_path / "second", *stage, "algorithm=grpo")
+    out = capsys.readouterr().out
+    assert "warm start: reusing the SFT policy" in out
+    assert json.loads((tmp_path / "second" / "summary.json").read_text())["steps"] == 1
