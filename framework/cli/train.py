@@ -192,9 +192,12 @@ def warm_start(cfg: TrainConfig) -> TrainConfig:
         }
         done = cache_root(getattr(cfg.dataset, "cache_dir", None)) / "sft" / fingerprint_key(keyed)
         if not (done / "policy" / "config.json").is_file():
+            import shutil
+
             from framework.cli.sft import run_sft
 
             tmp = done.with_name(done.name + ".partial")
+            shutil.rmtree(tmp, ignore_errors=True)  # left by an interrupted earlier attempt
             logger = {
                 "_target_": "lightning.pytorch.loggers.TensorBoardLogger",
                 "save_dir": str(tmp),
@@ -205,8 +208,6 @@ def warm_start(cfg: TrainConfig) -> TrainConfig:
             print(f"seekrl-train: warm start: cold-start SFT first (cached in {done})")
             run_sft(replace(sft_cfg, run_dir=str(tmp), logger=logger))
             if done.exists():
-                import shutil
-
                 shutil.rmtree(done)
             tmp.rename(done)
         else:
