@@ -1,14 +1,185 @@
-"""``seekrl-eval``: compose and validate the eval config (the body lands in a later release)."""
+"""``seekrl-eval``: evaluate a policy as a search agent, or compare evaluations.
+
+seekrl-eval                                          # the base policy, 64 test questions, k = 3
+seekrl-eval checkpoint=runs/train/<run>              # a trained policy (its policy/ folder)
+seekrl-eval checkpoint=runs/train/<run>/checkpoints/step-000004.ckpt
+seekrl-eval files=[nq_test.jsonl] questions=0        # more datasets, all their questions
+seekrl-eval compare=[runs/eval/a,runs/eval/b] labels=[grpo,e_grpo]
+
+Writes ``report.md`` (with its PNG plots), ``results.json``, ``summary.csv``, ``by_hops.csv``,
+``samples.jsonl`` and TensorBoard logs into the run directory.
+"""
 
 from __future__ import annotations
 
+import random
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
 from framework.cli.app import run_app
-from framework.cli.pending import report_pending
 from framework.config.schema import EvalConfig
 
 
-def evaluate(cfg: EvalConfig) -> None:
-    report_pending("eval", cfg, "evaluation of a policy")
+class EvalError(RuntimeError):
+    """A bad evaluation input (checkpoint, dataset)."""
+
+
+def resolve_policy(cfg: EvalConfig) -> tuple[Any, Any, str]:
+    """``(model, tokenizer, description)`` of the policy to evaluate.
+
+    Raises:
+        EvalError: a ``.ckpt`` whose weights do not fit the configured ``rollout.policy``.
+    """
+    import torch
+
+    from framework.rollout.policy import load_policy
+
+    base = cfg.rollout.policy
+    if cfg.checkpoint is None:
+        model, tok = load_policy(base)
+        return model, tok, f"base policy ({base.source}{': ' + base.path if base.path else ''})"
+    p = Path(cfg.checkpoint).expanduser()
+    if p.is_dir():
+        folder = p / "policy" if (p / "policy" / "config.json").is_file() else p
+        if not (folder / "config.json").is_file() and (p / "checkpoints").is_dir():
+            found = sorted((p / "checkpoints").glob("step-*.ckpt"))
+            if not found:
+                raise EvalError(
+                    f"[checkpoint] {p} has neither policy/ nor checkpoints/step-*.ckpt. "
+                    "Fix: point checkpoint at a finished run."
+                )
+            p = found[-1]
+        else:
+            model, tok = load_policy(replace(base, source="path", path=str(folder)))
+            return model, tok, str(folder)
+    model, tok = load_policy(base)
+    state = torch.load(p, map_location="cpu", weights_only=True)
+    weights = {
+        k.removeprefix("policy."): v
+        for k, v in state.get("state_dict", {}).items()
+        if k.startswith("policy.")
+    }
+    lora = any("lora_" in k for k in weights)
+    if lora:
+        from framework.training.lora import LoraConfig, apply_lora
+
+        model = apply_lora(model, LoraConfig(enabled=True))
+    try:
+        model.load_state_dict(weights, strict=True)
+    except RuntimeError as exc:
+        first = str(exc).splitlines()[0]
+        raise EvalError(
+            f"[checkpoint] {p} does not match the configured rollout.policy "
+            f"(source={base.source}): {first[:300]}. Fix: set rollout.policy to the model the "
+            "run trained (e.g. rollout.policy.source=tiny), or evaluate its policy/ folder."
+        ) from None
+    return model.eval(), tok, str(p)
+
+
+def load_datasets(cfg: EvalConfig) -> tuple[dict[str, list], list[str]]:
+    """The evaluated datasets (each subsampled to ``questions``) and notices for the report."""
+    from framework.data.schema import read_dataset
+    from framework.registry import DATASETS
+
+    sets = {f"{cfg.dataset.name}/{cfg.split}": DATASETS.bind(cfg.dataset)(cfg.split)}
+    for f in cfg.files:
+        sets[Path(f).stem] = read_dataset(Path(f).expanduser())
+    notices = []
+    rng = random.Random(cfg.seed)
+    for name, items in list(sets.items()):
+        if not items:
+            raise EvalError(
+                f"[dataset] {name} has no questions. Fix: point it at a non-empty split."
+            )
+        if cfg.questions and len(items) > cfg.questions:
+            sets[name] = rng.sample(items, cfg.questions)
+        if not all(it.entities for it in sets[name]):
+            notices.append(
+                f"{name}: no ground-truth entities on every question; the entity analysis is "
+                "skipped for it (the other metrics are reported)."
+            )
+    return sets, notices
+
+
+def evaluate(cfg: EvalConfig) -> dict[str, Any]:
+    from framework.data.schema import DatasetError
+    from framework.eval.harness import rollout_rows, summarize, summarize_by_hops
+    from framework.eval.report import compare, write_outputs
+    from framework.registry import JUDGES, RETRIEVERS
+    from framework.retrieval.types import RetrievalError
+    from framework.rollout.engine import AgentLoop
+    from framework.rollout.hf_backend import TransformersBackend
+    from framework.rollout.policy import PolicyError
+
+    run_dir = Path(cfg.run_dir)
+    if cfg.compare:
+        try:
+            result = compare([Path(c) for c in cfg.compare], cfg.labels or None, run_dir)
+        except FileNotFoundError as exc:
+            print(exc, file=sys.stderr)
+            raise SystemExit(2) from None
+        print((run_dir / "comparison.md").read_text())
+        print(f"seekrl-eval: comparison written to {run_dir}")
+        return result
+    clock = time.perf_counter()
+    try:
+        sets, notices = load_datasets(cfg)
+        model, tok, described = resolve_policy(cfg)
+        retriever = RETRIEVERS.bind(cfg.retriever)()
+    except (EvalError, DatasetError, PolicyError, RetrievalError) as exc:
+        print(exc, file=sys.stderr)
+        raise SystemExit(2) from None
+    sampling = replace(cfg.rollout.sampling, seed=cfg.seed)
+    backend = TransformersBackend(
+        cfg=replace(cfg.rollout, sampling=sampling), model=model, tokenizer=tok
+    )
+    judge = JUDGES.bind(cfg.judge)(backend=backend)
+    loop = AgentLoop(backend, retriever, cfg.agent)
+    k = cfg.samples_per_question
+    rows: list[dict[str, Any]] = []
+    datasets = {}
+    try:
+        for name, items in sets.items():
+
+            def progress(done: int, total: int, name: str = name) -> None:
+                print(f"seekrl-eval: {name}: {done}/{total} questions", flush=True)
+
+            got = rollout_rows(
+                loop,
+                items,
+                k,
+                judge,
+                dataset=name,
+                batch_questions=cfg.batch_questions,
+                progress=progress,
+            )
+            rows += got
+            datasets[name] = {"overall": summarize(got, k), "by_hops": summarize_by_hops(got, k)}
+    finally:
+        retriever.close()
+    results = {
+        "policy": described,
+        "k": k,
+        "judge": cfg.judge.name,
+        "seed": cfg.seed,
+        "seconds": round(time.perf_counter() - clock, 1),
+        "datasets": datasets,
+    }
+    write_outputs(run_dir, results, rows, notices)
+    for n in notices:
+        print(f"notice: {n}")
+    for name, s in datasets.items():
+        o = s["overall"]
+        print(
+            f"{name}: Pass@1 {o['pass@1']:.3f} [{o['pass@1_ci'][0]:.3f}, {o['pass@1_ci'][1]:.3f}], "
+            f"Pass@{k} {o[f'pass@{k}']:.3f}, pass^{k} {o[f'pass^{k}']:.3f}, "
+            f"tool calls {o['tool_calls']:.2f}, format errors {o['format_error_rate']:.3f}"
+        )
+    print(f"seekrl-eval: report {run_dir / 'report.md'} ({results['seconds']} s)")
+    return results
 
 
 def main() -> None:

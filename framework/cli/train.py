@@ -206,10 +206,22 @@ def warm_start(cfg: TrainConfig) -> TrainConfig:
                 "default_hp_metric": False,
             }
             print(f"seekrl-train: warm start: cold-start SFT first (cached in {done})")
-            run_sft(replace(sft_cfg, run_dir=str(tmp), logger=logger))
+            summary = run_sft(replace(sft_cfg, run_dir=str(tmp), logger=logger), quiet=True)
             if done.exists():
                 shutil.rmtree(done)
             tmp.rename(done)
+            e, before, after = summary["expert"], summary["before"], summary["after"]
+            print(
+                f"seekrl-train: warm start ready in {summary['seconds']} s: {e['kept']} of "
+                f"{e['requested']} expert trajectories, {summary['optimizer_steps']} SFT steps, "
+                f"final loss {summary['final'].get('sft/loss', float('nan')):.3f}"
+            )
+            if before and after:
+                print(
+                    f"  on {after['questions']} test questions: format valid "
+                    f"{before['format_valid']:.2f} -> {after['format_valid']:.2f}, accuracy "
+                    f"{before['accuracy']:.2f} -> {after['accuracy']:.2f} (details: {done}/summary.json)"
+                )
         else:
             print(f"seekrl-train: warm start: reusing the SFT policy in {done}")
         folder = done / "policy"

@@ -293,18 +293,76 @@ class SFTConfig:
 
 @dataclass
 class EvalConfig:
-    """The ``eval`` app (its body arrives with the evaluation harness)."""
+    """The ``eval`` app: k rollouts per question, sampling metrics, tool use, entity analysis."""
 
-    seed: int = 0
+    seed: int = field(default=0, metadata={"help": "question subset and sampling seed"})
     run_dir: str = RUN_DIR
     checkpoint: str | None = field(
-        default=None, metadata={"help": "None evaluates the base policy"}
+        default=None,
+        metadata={
+            "help": "None: the base rollout.policy; a seekrl-train/seekrl-sft run directory, "
+            "a policy folder, or a step-*.ckpt file"
+        },
     )
+    dataset: Any = MISSING
+    split: str = field(default="test", metadata={"help": "split of the configured dataset"})
+    files: list[str] = field(
+        default_factory=list,
+        metadata={"help": "more datasets (Search-R1 JSONL or parquet), reported separately"},
+    )
+    questions: int = field(default=64, metadata={"help": "questions per dataset (0 = all)"})
     samples_per_question: int = field(default=3, metadata={"help": "k for Pass@k and pass^k"})
-    reward: Any = MISSING
+    batch_questions: int = field(default=16, metadata={"help": "questions rolled out together"})
+    judge: Any = MISSING
+    rollout: Any = MISSING
+    retriever: Any = MISSING
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    compare: list[str] = field(
+        default_factory=list,
+        metadata={"help": "evaluation run directories to put side by side (no new rollouts)"},
+    )
+    labels: list[str] = field(
+        default_factory=list, metadata={"help": "one label per compare entry; equal labels pool"}
+    )
 
     def problems(self) -> list[Problem]:
-        return check_range(self.samples_per_question, "samples_per_question", low=1)
+        out = check_range(self.samples_per_question, "samples_per_question", low=1)
+        out += check_range(self.questions, "questions", low=0)
+        out += check_range(self.batch_questions, "batch_questions", low=1)
+        out += check_choice(self.split, "split", ("train", "validation", "test"))
+        if self.labels and len(self.labels) != len(self.compare):
+            out.append(
+                Problem(
+                    "labels",
+                    self.labels,
+                    f"one label per compare entry ({len(self.compare)})",
+                    "give as many labels as compare directories, or none",
+                )
+            )
+        for i, f in enumerate(self.files):
+            out += check(
+                Path(f).expanduser().is_file(),
+                f"files.{i}",
+                f,
+                "an existing JSONL or parquet file",
+                "check the path",
+            )
+        if self.checkpoint is not None:
+            p = Path(self.checkpoint).expanduser()
+            ok = (
+                p.is_file()
+                or (p / "config.json").is_file()
+                or (p / "policy" / "config.json").is_file()
+            )
+            ok = ok or (p / "checkpoints").is_dir()
+            out += check(
+                ok,
+                "checkpoint",
+                self.checkpoint,
+                "a run directory with policy/, a checkpoint folder with config.json, or a .ckpt",
+                "point checkpoint at a finished seekrl-train or seekrl-sft run",
+            )
+        return out
 
 
 @dataclass

@@ -15,6 +15,7 @@ from framework.registry.kinds import (
     ADVANTAGES,
     ALL,
     DATASETS,
+    JUDGES,
     KL_ESTIMATORS,
     POLICY_LOSSES,
     RETRIEVERS,
@@ -39,6 +40,7 @@ BUILTIN_MODULES = (
     "framework.data.datasets",
     "framework.rollout.hf_backend",
     "framework.rollout.vllm_backend",
+    "framework.eval.judge",
 )
 
 _loaded = False
@@ -66,6 +68,7 @@ __all__ = [
     "ALL",
     "BUILTIN_MODULES",
     "DATASETS",
+    "JUDGES",
     "KL_ESTIMATORS",
     "POLICY_LOSSES",
     "RETRIEVERS",

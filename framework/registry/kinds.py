@@ -17,6 +17,7 @@ SAMPLERS           ``sampler``           ``cls(num_questions: int, seed: int, *,
 RETRIEVERS         ``retriever``         ``cls(*, cfg)`` (search / document lookup)
 ROLLOUT_BACKENDS   ``rollout``           ``cls(*, cfg)`` (batched generation)
 DATASETS           ``dataset``           ``fn(split: str, *, cfg) -> list[dict]``
+JUDGES             ``judge``             ``cls(*, cfg, backend=None)``; ``judge(JudgeInputs) -> list[bool]``
 =================  ====================  =======================================================
 """
 
@@ -32,6 +33,7 @@ SAMPLERS: Registry = Registry("sampler")
 RETRIEVERS: Registry = Registry("retriever")
 ROLLOUT_BACKENDS: Registry = Registry("rollout")
 DATASETS: Registry = Registry("dataset")
+JUDGES: Registry = Registry("judge")
 
 ALL: dict[str, Registry] = {
     r.group: r
@@ -44,5 +46,6 @@ ALL: dict[str, Registry] = {
         RETRIEVERS,
         ROLLOUT_BACKENDS,
         DATASETS,
+        JUDGES,
     )
 }

@@ -99,10 +99,11 @@ def test_multirun_sweep_gives_each_job_its_own_directory(tmp_path):
     assert sorted(alphas) == [0.0, 0.1, 0.3, 0.5]
 
 
-def test_pending_eval_app_validates_and_exits_3(tmp_path):
-    proc = run("eval", f"hydra.run.dir={tmp_path}/run")
-    assert proc.returncode == 3, proc.stderr
-    assert "configuration valid" in proc.stdout and "not available" in proc.stderr
+def test_eval_rejects_bad_inputs_before_loading_anything(tmp_path):
+    proc = run("eval", "checkpoint=/nowhere", "labels=[a]", "samples_per_question=0")
+    assert proc.returncode == 2
+    for key in ("[checkpoint] got '/nowhere'", "[labels]", "[samples_per_question] got 0"):
+        assert key in proc.stderr, proc.stderr
 
 
 def test_serve_rejects_bad_values_before_loading_anything():

@@ -43,7 +43,11 @@ def test_pass_at_1_equals_the_mean_over_samples():
 def test_mean_ci_hand_value():
     est = mean_ci([1.0, 3.0, 2.0])  # sd 1, n 3
     half = 1.96 / math.sqrt(3)
-    assert est.mean == 2.0 and est.low == pytest.approx(2 - half) and est.high == pytest.approx(2 + half)
+    assert (
+        est.mean == 2.0
+        and est.low == pytest.approx(2 - half)
+        and est.high == pytest.approx(2 + half)
+    )
     rates = mean_ci([0.0, 1.0, 1.0, 0.0])  # 0.5 +- 0.566, clipped
     assert (rates.low, rates.high) == (0.0, 1.0)
     assert mean_ci([0.9, 1.0, 1.0]).high == 1.0  # rates are clipped to [0, 1]

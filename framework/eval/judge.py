@@ -1,0 +1,117 @@
+"""Judges decide whether a final answer is correct: rule-based (default) or an LLM asked through a
+rollout backend. One signature: ``judge(JudgeInputs) -> list[bool]``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from framework.config import ComponentConfig, Problem, check_choice, check_range
+from framework.registry.kinds import JUDGES
+from framework.rewards.text import exact_match, substring_match, token_f1
+
+
+@dataclass
+class JudgeInputs:
+    """Questions, the final answers (``None`` when a rollout gave none) and the gold answers."""
+
+    questions: Sequence[str]
+    answers: Sequence[str | None]
+    golds: Sequence[Sequence[str]]
+
+
+@dataclass
+class RuleJudgeConfig(ComponentConfig):
+    metric: str = field(default="em", metadata={"help": "em, substring or f1 (with threshold)"})
+    f1_threshold: float = field(default=0.8, metadata={"help": "metric=f1: correct at or above"})
+
+    def problems(self) -> list[Problem]:
+        out = check_choice(self.metric, "metric", ("em", "substring", "f1"))
+        out += check_range(self.f1_threshold, "f1_threshold", low=0.0, high=1.0)
+        return out
+
+
+@JUDGES.register("rule", config=RuleJudgeConfig)
+class RuleJudge:
+    """Normalised exact match (default), substring match, or token F1 above a threshold."""
+
+    def __init__(self, *, cfg: RuleJudgeConfig, backend: Any = None) -> None:
+        self.cfg = cfg
+
+    def __call__(self, inputs: JudgeInputs) -> list[bool]:
+        out = []
+        for answer, golds in zip(inputs.answers, inputs.golds, strict=True):
+            if answer is None:
+                out.append(False)
+            elif self.cfg.metric == "em":
+                out.append(exact_match(answer, golds))
+            elif self.cfg.metric == "substring":
+                out.append(substring_match(answer, golds))
+            else:
+                out.append(token_f1(answer, golds) >= self.cfg.f1_threshold)
+        return out
+
+
+JUDGE_PROMPT = """Question: {question}
+Gold answer(s): {golds}
+Proposed answer: {answer}
+Does the proposed answer mean the same as a gold answer? Reply with one word, yes or no."""
+
+
+@dataclass
+class LLMJudgeConfig(ComponentConfig):
+    max_new_tokens: int = field(default=4, metadata={"help": "tokens of the verdict"})
+    rule_first: bool = field(
+        default=True, metadata={"help": "accept exact matches without asking the model"}
+    )
+
+    def problems(self) -> list[Problem]:
+        return check_range(self.max_new_tokens, "max_new_tokens", low=1)
+
+
+@JUDGES.register("llm", config=LLMJudgeConfig)
+class LLMJudge:
+    """Asks a language model (any rollout backend) whether each answer matches a gold answer.
+
+    Args:
+        cfg: verdict length and whether exact matches skip the model.
+        backend: the rollout backend that generates the verdicts (the eval app passes its own).
+    """
+
+    def __init__(self, *, cfg: LLMJudgeConfig, backend: Any = None) -> None:
+        if backend is None:
+            raise ValueError(
+                "[judge] got judge=llm without a rollout backend. Fix: run it from seekrl-eval, "
+                "which passes the configured backend, or use judge=rule."
+            )
+        self.cfg = cfg
+        self.backend = backend
+        self.rule = RuleJudge(cfg=RuleJudgeConfig(name="rule"))
+
+    def __call__(self, inputs: JudgeInputs) -> list[bool]:
+        verdicts = self.rule(inputs) if self.cfg.rule_first else [False] * len(inputs.answers)
+        ask = [
+            i for i, (v, a) in enumerate(zip(verdicts, inputs.answers, strict=True)) if not v and a
+        ]
+        if not ask:
+            return verdicts
+        tok = self.backend.tokenizer
+        prompts = []
+        for i in ask:
+            text = JUDGE_PROMPT.format(
+                question=inputs.questions[i],
+                golds="; ".join(inputs.golds[i]),
+                answer=inputs.answers[i],
+            )
+            ids = tok.apply_chat_template(
+                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+            )
+            if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+                ids = ids["input_ids"]
+            prompts.append([int(x) for x in ids])
+        outs = self.backend.generate(prompts, [self.cfg.max_new_tokens] * len(prompts), [])
+        for i, gen in zip(ask, outs, strict=True):
+            reply = tok.decode(gen.token_ids, skip_special_tokens=True).strip().lower()
+            verdicts[i] = reply.startswith("yes")
+        return verdicts

@@ -1,0 +1,303 @@
+"""Evaluation outputs: JSON, CSV tables, PNG plots, a markdown report, TensorBoard; and comparisons."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+TABLE_KEYS = (
+    "questions",
+    "rollouts",
+    "pass@1",
+    "pass@1_low",
+    "pass@1_high",
+    "pass@k",
+    "pass^k",
+    "em",
+    "f1",
+    "tool_calls",
+    "queries",
+    "turns",
+    "format_error_rate",
+    "over_budget_rate",
+    "entity_match_rate",
+)
+
+
+def flat(summary: dict[str, Any]) -> dict[str, Any]:
+    """One table row of a summary (k-specific keys renamed to pass@k / pass^k)."""
+    k = summary["k"]
+    entity = summary.get("entity") or {}
+    return {
+        "questions": summary["questions"],
+        "rollouts": summary["rollouts"],
+        "pass@1": summary["pass@1"],
+        "pass@1_low": summary["pass@1_ci"][0],
+        "pass@1_high": summary["pass@1_ci"][1],
+        "pass@k": summary[f"pass@{k}"],
+        "pass^k": summary[f"pass^{k}"],
+        "em": summary["em"],
+        "f1": summary["f1"],
+        "tool_calls": summary["tool_calls"],
+        "queries": summary["queries"],
+        "turns": summary["turns"],
+        "format_error_rate": summary["format_error_rate"],
+        "over_budget_rate": summary["over_budget_rate"],
+        "entity_match_rate": entity.get("match_rate"),
+    }
+
+
+def _write_csv(path: Path, rows: Sequence[dict[str, Any]], first: Sequence[str]) -> None:
+    keys = list(first) + [k for k in TABLE_KEYS]
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=keys)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: _fmt(r.get(k)) for k in keys})
+
+
+def _fmt(v: Any) -> Any:
+    return round(v, 4) if isinstance(v, float) else v
+
+
+def write_outputs(
+    run_dir: Path, results: dict[str, Any], rows: Sequence[dict[str, Any]], notices: list[str]
+) -> list[Path]:
+    """Everything an evaluation leaves behind; returns the plot files."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    with (run_dir / "samples.jsonl").open("w") as fh:
+        for r in rows:
+            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+    datasets = results["datasets"]
+    _write_csv(
+        run_dir / "summary.csv",
+        [{"dataset": d, **flat(s["overall"])} for d, s in datasets.items()],
+        ["dataset"],
+    )
+    _write_csv(
+        run_dir / "by_hops.csv",
+        [
+            {"dataset": d, "hops": h, **flat(x)}
+            for d, s in datasets.items()
+            for h, x in s["by_hops"].items()
+        ],
+        ["dataset", "hops"],
+    )
+    plots = _plots(run_dir, results)
+    (run_dir / "report.md").write_text(_markdown(results, plots, notices))
+    _tensorboard(run_dir, results, plots)
+    return plots
+
+
+def _plots(run_dir: Path, results: dict[str, Any]) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = []
+    for name, s in results["datasets"].items():
+        safe = name.replace("/", "_")
+        hops = s["by_hops"]
+        fig, ax = plt.subplots(figsize=(5, 3.2))
+        labels = list(hops)
+        means = [hops[h]["pass@1"] for h in labels]
+        err = [
+            [m - hops[h]["pass@1_ci"][0] for h, m in zip(labels, means, strict=True)],
+            [hops[h]["pass@1_ci"][1] - m for h, m in zip(labels, means, strict=True)],
+        ]
+        ax.bar(labels, means, yerr=err, capsize=4, color="#4c72b0")
+        ax.set_xlabel("hops")
+        ax.set_ylabel("Pass@1 (95% CI)")
+        ax.set_ylim(0, 1)
+        ax.set_title(f"{name}: Pass@1 by hop count")
+        fig.tight_layout()
+        path = run_dir / f"pass1_by_hops_{safe}.png"
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        out.append(path)
+        entity = s["overall"].get("entity")
+        if entity:
+            fig, ax = plt.subplots(figsize=(5, 3.2))
+            edges = [i / 10 for i in range(10)]
+            ax.bar(
+                edges, entity["norm_rate_hist_correct"], width=0.045, align="edge", label="correct"
+            )
+            ax.bar(
+                [e + 0.05 for e in edges],
+                entity["norm_rate_hist_wrong"],
+                width=0.045,
+                align="edge",
+                label="wrong",
+            )
+            ax.set_xlabel("normalised entity match rate")
+            ax.set_ylabel("rollouts")
+            ax.set_title(f"{name}: entity matches of correct vs wrong rollouts")
+            ax.legend()
+            fig.tight_layout()
+            path = run_dir / f"entity_match_hist_{safe}.png"
+            fig.savefig(path, dpi=120)
+            plt.close(fig)
+            out.append(path)
+    return out
+
+
+def _markdown(results: dict[str, Any], plots: list[Path], notices: list[str]) -> str:
+    k = results["k"]
+    lines = [
+        f"# Evaluation of {results['policy']}",
+        "",
+        f"{k} samples per question; judge `{results['judge']}`; seed {results['seed']}.",
+        "",
+    ]
+    lines += [f"> {n}" for n in notices] + ([""] if notices else [])
+    head = f"| dataset | questions | Pass@1 [95% CI] | Pass@{k} | pass^{k} | EM | F1 | tool calls | format errors | over budget |"
+    lines += [head, "|" + "---|" * 10]
+    for d, s in results["datasets"].items():
+        o = s["overall"]
+        lines.append(
+            f"| {d} | {o['questions']} | {o['pass@1']:.3f} [{o['pass@1_ci'][0]:.3f}, "
+            f"{o['pass@1_ci'][1]:.3f}] | {o[f'pass@{k}']:.3f} | {o[f'pass^{k}']:.3f} | "
+            f"{o['em']:.3f} | {o['f1']:.3f} | {o['tool_calls']:.2f} | "
+            f"{o['format_error_rate']:.3f} | {o['over_budget_rate']:.3f} |"
+        )
+    for d, s in results["datasets"].items():
+        lines += [
+            "",
+            f"## {d} by hop count",
+            "",
+            "| hops | questions | Pass@1 [95% CI] | tool calls |",
+            "|---|---|---|---|",
+        ]
+        for h, x in s["by_hops"].items():
+            lines.append(
+                f"| {h} | {x['questions']} | {x['pass@1']:.3f} [{x['pass@1_ci'][0]:.3f}, "
+                f"{x['pass@1_ci'][1]:.3f}] | {x['tool_calls']:.2f} |"
+            )
+        e = s["overall"].get("entity")
+        lines += ["", f"## {d}: entities in the reasoning", ""]
+        if e is None:
+            lines.append("Skipped: this dataset has no ground-truth entities.")
+        else:
+            lines += [
+                f"- mean entity match rate: {e['match_rate']:.3f}",
+                f"- questions with both correct and wrong rollouts: "
+                f"{e['questions_with_correct_and_wrong']}; correct rollouts match more entities "
+                f"on {e['correct_matches_more']}, wrong ones on {e['wrong_matches_more']}, "
+                f"ties {e['ties']}",
+                f"- mean matched entities: correct {e['mean_matched_correct']:.2f}, wrong "
+                f"{e['mean_matched_wrong']:.2f}",
+                f"- normalised match rate histogram (10 bins over [0, 1]): correct "
+                f"{e['norm_rate_hist_correct']}, wrong {e['norm_rate_hist_wrong']}",
+            ]
+    lines += ["", "## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots]
+    return "\n".join(lines) + "\n"
+
+
+def _tensorboard(run_dir: Path, results: dict[str, Any], plots: list[Path]) -> None:
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(run_dir / "tensorboard"))
+    try:
+        for d, s in results["datasets"].items():
+            for key, value in flat(s["overall"]).items():
+                if isinstance(value, int | float) and value is not None:
+                    writer.add_scalar(f"eval/{d}/{key}", value, 0)
+        import matplotlib.image as mpimg
+
+        for p in plots:
+            img = mpimg.imread(p)
+            writer.add_image(f"eval/{p.stem}", img[..., :3], 0, dataformats="HWC")
+        writer.add_text("eval/report", (run_dir / "report.md").read_text(), 0)
+    finally:
+        writer.close()
+
+
+def compare(runs: Sequence[Path], labels: Sequence[str] | None, out: Path) -> dict[str, Any]:
+    """Side-by-side table of several evaluations; runs sharing a label (e.g. seeds of one
+    algorithm) are also pooled: mean Pass@1 over runs with a 95% CI across runs."""
+    from framework.eval.metrics import mean_ci
+
+    loaded = []
+    for i, run in enumerate(runs):
+        path = Path(run) / "results.json"
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"[compare] got {str(run)!r}; expected an evaluation directory with results.json. "
+                "Fix: run seekrl-eval on each policy first and pass those run directories."
+            )
+        label = labels[i] if labels else Path(run).name
+        loaded.append((label, json.loads(path.read_text())))
+    rows = []
+    for label, res in loaded:
+        for d, s in res["datasets"].items():
+            rows.append({"run": label, "dataset": d, **flat(s["overall"])})
+    pooled = {}
+    for label in dict.fromkeys(lbl for lbl, _ in loaded):
+        for d in {d for lbl, r in loaded if lbl == label for d in r["datasets"]}:
+            vals = [
+                r["datasets"][d]["overall"]["pass@1"]
+                for lbl, r in loaded
+                if lbl == label and d in r["datasets"]
+            ]
+            est = mean_ci(vals)
+            pooled[f"{label} / {d}"] = {
+                "runs": len(vals),
+                "pass@1": est.mean,
+                "ci": [est.low, est.high],
+            }
+    out.mkdir(parents=True, exist_ok=True)
+    _write_csv(out / "comparison.csv", rows, ["run", "dataset"])
+    lines = [
+        "# Comparison",
+        "",
+        "| run | dataset | Pass@1 [95% CI] | Pass@k | pass^k | EM | F1 | tool calls |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['run']} | {r['dataset']} | {r['pass@1']:.3f} [{r['pass@1_low']:.3f}, {r['pass@1_high']:.3f}] "
+            f"| {r['pass@k']:.3f} | {r['pass^k']:.3f} | {r['em']:.3f} | {r['f1']:.3f} | {r['tool_calls']:.2f} |"
+        )
+    lines += [
+        "",
+        "## Pooled over runs with the same label",
+        "",
+        "| label / dataset | runs | Pass@1 [95% CI over runs] |",
+        "|---|---|---|",
+    ]
+    for key, p in pooled.items():
+        lines.append(
+            f"| {key} | {p['runs']} | {p['pass@1']:.3f} [{p['ci'][0]:.3f}, {p['ci'][1]:.3f}] |"
+        )
+    _compare_plot(out, rows)
+    lines += ["", "![comparison](comparison.png)"]
+    (out / "comparison.md").write_text("\n".join(lines) + "\n")
+    result = {"rows": rows, "pooled": pooled}
+    (out / "comparison.json").write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def _compare_plot(out: Path, rows: Sequence[dict[str, Any]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(4, 1.2 * len(rows)), 3.2))
+    names = [f"{r['run']}\n{r['dataset']}" for r in rows]
+    means = [r["pass@1"] for r in rows]
+    err = [
+        [r["pass@1"] - r["pass@1_low"] for r in rows],
+        [r["pass@1_high"] - r["pass@1"] for r in rows],
+    ]
+    ax.bar(names, means, yerr=err, capsize=4, color="#55a868")
+    ax.set_ylabel("Pass@1 (95% CI)")
+    ax.set_ylim(0, 1)
+    fig.tight_layout()
+    fig.savefig(out / "comparison.png", dpi=120)
+    plt.close(fig)

@@ -1,0 +1,96 @@
+"""The eval app end to end on the tiny model: report, tables, plots, comparison, bad inputs."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from framework.data.schema import QAItem, write_split
+
+TINY = [
+    "dataset=synth_small",
+    "retriever=bm25",
+    "rollout.policy.source=tiny",
+    "questions=4",
+    "samples_per_question=2",
+    "agent.max_turns=2",
+    "agent.max_new_tokens_per_turn=16",
+]
+
+
+def eval_in_process(run_dir: Path, *overrides: str):
+    from framework.cli.app import run_app
+    from framework.cli.evaluate import evaluate
+
+    return run_app("eval", evaluate, argv=[*TINY, *overrides, f"hydra.run.dir={run_dir}"])
+
+
+def test_eval_writes_report_tables_plots_and_compares(tmp_path):
+    plain = [
+        QAItem(f"nq-{i}", f"who wrote book {i}?", (f"author {i}",), None, None, None, "nq")
+        for i in range(3)
+    ]
+    write_split(plain, tmp_path / "nq", "test")
+    first = eval_in_process(tmp_path / "a", f"files=[{tmp_path}/nq/test.jsonl]")
+    assert set(first["datasets"]) == {"synth/test", "test"}
+    synth = first["datasets"]["synth/test"]["overall"]
+    assert synth["questions"] == 4 and synth["rollouts"] == 8 and synth["k"] == 2
+    assert 0.0 <= synth["pass@1"] <= synth["pass@2"] <= 1.0
+    assert synth["entity"] is not None and first["datasets"]["test"]["overall"]["entity"] is None
+    run = tmp_path / "a"
+    report = (run / "report.md").read_text()
+    assert "Pass@1 [95% CI]" in report and "no ground-truth entities" in report
+    assert (run / "pass1_by_hops_synth_test.png").stat().st_size > 1000
+    assert (run / "entity_match_hist_synth_test.png").stat().st_size > 1000
+    rows = list(csv.DictReader((run / "summary.csv").open()))
+    assert [r["dataset"] for r in rows] == ["synth/test", "test"]
+    assert len((run / "samples.jsonl").read_text().splitlines()) == 8 + 3 * 2
+    assert list((run / "tensorboard").glob("events.out.tfevents.*"))
+
+    eval_in_process(tmp_path / "b", "seed=1")
+    out = eval_in_process(
+        tmp_path / "cmp", f"compare=[{tmp_path}/a,{tmp_path}/b]", "labels=[base,base]"
+    )
+    assert out["pooled"]["base / synth/test"]["runs"] == 2
+    assert (tmp_path / "cmp" / "comparison.png").is_file()
+    assert "Pooled over runs" in (tmp_path / "cmp" / "comparison.md").read_text()
+
+
+def test_eval_of_a_trained_checkpoint_and_a_mismatched_one(tmp_path):
+    from framework.cli.app import run_app
+    from framework.cli.train import train
+
+    run = tmp_path / "train"
+    train_args = [
+        "warm_start.sft=false",
+        "dataset=synth_small",
+        "retriever=bm25",
+        "rollout.policy.source=tiny",
+        "trainer.max_steps=1",
+        "trainer.val_at_end=false",
+        "sampler.questions_per_step=1",
+        "sampler.group_size=2",
+        "agent.max_turns=1",
+        "agent.max_new_tokens_per_turn=8",
+        f"hydra.run.dir={run}",
+    ]
+    run_app("train", train, argv=train_args)
+    got = eval_in_process(tmp_path / "e1", f"checkpoint={run}")
+    assert got["policy"] == str(run / "policy")
+    ckpt = run / "checkpoints" / "step-000001.ckpt"
+    got = eval_in_process(tmp_path / "e2", f"checkpoint={ckpt}")
+    assert got["policy"] == str(ckpt)
+    with pytest.raises(SystemExit) as exc:
+        eval_in_process(tmp_path / "e3", f"checkpoint={ckpt}", "rollout.policy.tiny_hidden=32")
+    assert exc.value.code == 2
+
+
+def test_eval_refuses_an_empty_dataset(tmp_path, capsys):
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(SystemExit) as exc:
+        eval_in_process(tmp_path / "run", f"files=[{tmp_path}/empty.jsonl]")
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "empty" in err.lower() or "no questions" in err, err
