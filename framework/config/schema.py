@@ -23,6 +23,16 @@ from framework.training.lora import LoraConfig
 RUN_DIR = "${hydra:runtime.output_dir}"
 
 
+def schedule_problems(optim: Any) -> list[Problem]:
+    """Checks shared by the optimiser sections: lr, weight decay, warm-up, schedule, clipping."""
+    out = check_range(optim.lr, "lr", low=0.0, low_inclusive=False)
+    out += check_range(optim.weight_decay, "weight_decay", low=0.0)
+    out += check_range(optim.warmup_steps, "warmup_steps", low=0)
+    out += check_choice(optim.schedule, "schedule", ("constant", "linear", "cosine"))
+    out += check_range(optim.grad_clip, "grad_clip", low=0.0)
+    return out
+
+
 @dataclass
 class OptimConfig:
     """AdamW and its schedule (paper: lr 2e-6, one update per batch)."""
@@ -43,13 +53,9 @@ class OptimConfig:
     )
 
     def problems(self) -> list[Problem]:
-        out = check_range(self.lr, "lr", low=0.0, low_inclusive=False)
-        out += check_range(self.weight_decay, "weight_decay", low=0.0)
+        out = schedule_problems(self)
         out += check_range(self.beta1, "beta1", low=0.0, high=1.0, high_inclusive=False)
         out += check_range(self.beta2, "beta2", low=0.0, high=1.0, high_inclusive=False)
-        out += check_range(self.warmup_steps, "warmup_steps", low=0)
-        out += check_choice(self.schedule, "schedule", ("constant", "linear", "cosine"))
-        out += check_range(self.grad_clip, "grad_clip", low=0.0)
         out += check_range(self.policy_epochs, "policy_epochs", low=1)
         out += check_range(self.micro_batch_size, "micro_batch_size", low=1)
         return out
@@ -162,11 +168,7 @@ class SFTOptimConfig:
     epochs: int = field(default=2, metadata={"help": "passes over the expert trajectories"})
 
     def problems(self) -> list[Problem]:
-        out = check_range(self.lr, "lr", low=0.0, low_inclusive=False)
-        out += check_range(self.weight_decay, "weight_decay", low=0.0)
-        out += check_range(self.warmup_steps, "warmup_steps", low=0)
-        out += check_choice(self.schedule, "schedule", ("constant", "linear", "cosine"))
-        out += check_range(self.grad_clip, "grad_clip", low=0.0)
+        out = schedule_problems(self)
         out += check_range(self.batch_size, "batch_size", low=1)
         out += check_range(self.epochs, "epochs", low=1)
         return out
