@@ -1,0 +1,537 @@
+"""Training-step benchmark: this framework against TRL's GRPOTrainer, and the hardware ceiling.
+
+    python3 tools/bench/train_step.py                        # SmolLM2-135M and the tiny model
+    python3 tools/bench/train_step.py --policies tiny --rounds 1 --steps 2
+
+Both sides train the same policy on the same single-turn prompts (synthesized questions, no tools)
+with the same group size, completion length, sampling, optimiser (AdamW, lr 1e-6, fp32), clip bounds
+(0.2 / 0.28), token-mean loss, no KL and one on-policy update per batch. Each measurement runs in
+its own process (so peak memory is its own), the two sides alternate A/B for ``--rounds`` rounds,
+and the first step of every process is a warm-up that is not counted.
+
+Reported per side: trained samples/s, rollout tokens/s, the step split into generation / scoring /
+backward (forward + backward) / optimiser / other, and peak RSS. In the same run, the ceiling: raw
+batched ``generate`` tokens/s and a raw forward + backward tokens/s of the same model on the same
+shapes. A second table adds this framework's multi-turn search agent (agent loop and FAISS) for
+reference. Figures go to ``docs/benchmarks.md`` and ``docs/benchmarks/train_step.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+LR = 1e-6
+CLIP_LOW, CLIP_HIGH = 0.2, 0.28
+
+
+def reward_texts(texts: list[str]) -> list[float]:
+    """The shared reward: share of distinct words (varies between samples, so every group trains)."""
+    out = []
+    for t in texts:
+        words = t.split()
+        out.append(len(set(words)) / len(words) if words else 0.0)
+    return out
+
+
+def prompts(n: int) -> list[str]:
+    from framework.data.datasets import SynthDatasetConfig, synth_dataset
+
+    items = synth_dataset("test", cfg=SynthDatasetConfig(name="synth"))
+    return [f"Answer briefly. {it.question}" for it in items[:n]]
+
+
+def policy_config(name: str) -> Any:
+    from framework.rollout.policy import PolicyConfig
+
+    return PolicyConfig(source="tiny" if name == "tiny" else "smollm2")
+
+
+def peak_rss_gb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+
+
+# -- side A: this framework --------------------------------------------------------------------------
+def run_ours(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+
+    from framework.algorithms.advantages import GRPOAdvantageConfig, grpo_advantage
+    from framework.algorithms.losses import ClipLossConfig, ppo_clip_loss
+    from framework.rollout.hf_backend import (
+        SamplingConfig,
+        TransformersBackend,
+        TransformersBackendConfig,
+    )
+    from framework.rollout.policy import load_policy
+    from framework.rollout.types import Trajectory
+    from framework.training.update import LossSpec, plan_update, run_update_pass
+    from framework.types import AdvantageInputs
+
+    torch.manual_seed(0)
+    model, tok = load_policy(policy_config(args.policy))
+    backend = TransformersBackend(
+        cfg=TransformersBackendConfig(
+            name="transformers",
+            sampling=SamplingConfig(seed=0),
+            micro_batch=args.questions * args.group,
+        ),
+        model=model,
+        tokenizer=tok,
+    )
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=LR)
+    loss_cfg = ClipLossConfig(
+        name="ppo_clip", clip_low=CLIP_LOW, clip_high=CLIP_HIGH, agg="token_mean"
+    )
+    spec = LossSpec(policy_loss=lambda i: ppo_clip_loss(i, cfg=loss_cfg), agg="token_mean")
+    texts = prompts(args.questions * (args.steps + 1))
+    steps = []
+    for step in range(args.steps + 1):
+        qs = texts[step * args.questions : (step + 1) * args.questions]
+        ids = [
+            [
+                int(x)
+                for x in tok.apply_chat_template(
+                    [{"role": "user", "content": q}], add_generation_prompt=True, tokenize=True
+                )["input_ids"]
+            ]
+            for q in qs
+        ]
+        t0 = time.perf_counter()
+        seqs = [p for p in ids for _ in range(args.group)]
+        model.eval()
+        gens = backend.generate(seqs, [args.completion] * len(seqs), ())
+        t1 = time.perf_counter()
+        completions = [tok.decode(g.token_ids, skip_special_tokens=True) for g in gens]
+        rewards = torch.tensor(reward_texts(completions))
+        group = torch.arange(len(qs)).repeat_interleave(args.group)
+        adv = grpo_advantage(
+            AdvantageInputs(rewards=rewards, group_index=group),
+            cfg=GRPOAdvantageConfig(name="grpo"),
+        )
+        trajs = [
+            Trajectory(
+                0, int(g), list(s) + g_.token_ids, [0] * len(s) + [1] * len(g_.token_ids), len(s)
+            )
+            for s, g_, g in zip(seqs, gens, group.tolist(), strict=True)
+        ]
+        sample_mask = torch.ones(len(trajs), dtype=torch.bool)
+        t2 = time.perf_counter()
+        model.train()
+        opt.zero_grad(set_to_none=True)
+        plan = plan_update(
+            trajs, adv, sample_mask, micro_batch_size=len(trajs), agg="token_mean", skip_zero=True
+        )
+        run_update_pass(
+            model,
+            trajs,
+            adv,
+            sample_mask,
+            plan,
+            spec,
+            lambda x: x.backward(),
+            pad_id=tok.pad_token_id,
+            entropy=False,
+        )
+        t3 = time.perf_counter()
+        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.grad is not None], 1.0)
+        opt.step()
+        t4 = time.perf_counter()
+        tokens = sum(len(g.token_ids) for g in gens)
+        steps.append(
+            {
+                "generation": t1 - t0,
+                "scoring": t2 - t1,
+                "backward": t3 - t2,
+                "optimizer": t4 - t3,
+                "other": 0.0,
+                "total": t4 - t0,
+                "samples": len(trajs),
+                "completion_tokens": tokens,
+            }
+        )
+    return {"steps": steps[1:], "peak_rss_gb": peak_rss_gb()}
+
+
+# -- side B: TRL --------------------------------------------------------------------------------------
+def run_trl(args: argparse.Namespace) -> dict[str, Any]:
+    import tempfile
+
+    import torch
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from framework.rollout.policy import load_policy
+
+    torch.manual_seed(0)
+    model, tok = load_policy(policy_config(args.policy))
+    model.train()
+    texts = prompts(args.questions * (args.steps + 1))
+    data = Dataset.from_list([{"prompt": [{"role": "user", "content": q}]} for q in texts])
+    timing = {"generation": 0.0, "backward": 0.0, "tokens": 0}
+    original = model.generate
+
+    def timed_generate(*a: Any, **kw: Any) -> Any:
+        start = time.perf_counter()
+        out = original(*a, **kw)
+        timing["generation"] += time.perf_counter() - start
+        return out
+
+    model.generate = timed_generate
+    steps: list[dict[str, Any]] = []
+
+    class Clock(TrainerCallback):
+        def on_step_begin(self, *a: Any, **kw: Any) -> None:
+            self.start = time.perf_counter()
+            timing["generation"] = 0.0
+
+        def on_step_end(self, *a: Any, **kw: Any) -> None:
+            total = time.perf_counter() - self.start
+            steps.append({"total": total, "generation": timing["generation"]})
+
+    def reward(completions: list, **kw: Any) -> list[float]:
+        texts_ = [c[0]["content"] if isinstance(c, list) else c for c in completions]
+        timing["tokens"] += sum(len(tok.encode(t, add_special_tokens=False)) for t in texts_)
+        return reward_texts(texts_)
+
+    with tempfile.TemporaryDirectory() as out:
+        cfg = GRPOConfig(
+            output_dir=out,
+            per_device_train_batch_size=args.questions * args.group,
+            gradient_accumulation_steps=1,
+            num_generations=args.group,
+            max_completion_length=args.completion,
+            learning_rate=LR,
+            lr_scheduler_type="constant",
+            max_grad_norm=1.0,
+            beta=0.0,
+            epsilon=CLIP_LOW,
+            epsilon_high=CLIP_HIGH,
+            loss_type="dapo",
+            num_iterations=1,
+            temperature=1.0,
+            bf16=False,
+            gradient_checkpointing=False,
+            use_cpu=True,
+            max_steps=args.steps + 1,
+            logging_steps=1,
+            save_strategy="no",
+            report_to=[],
+            shuffle_dataset=False,
+            seed=0,
+            disable_tqdm=True,
+        )
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=reward,
+            args=cfg,
+            train_dataset=data,
+            processing_class=tok,
+            callbacks=[Clock()],
+        )
+        trainer.train()
+    per_step_tokens = timing["tokens"] / max(len(steps), 1)
+    for s in steps:
+        s["samples"] = args.questions * args.group
+        s["completion_tokens"] = per_step_tokens
+    return {"steps": steps[1:], "peak_rss_gb": peak_rss_gb()}
+
+
+# -- ceilings -----------------------------------------------------------------------------------------
+def run_ceiling(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+
+    from framework.rollout.policy import load_policy
+
+    torch.manual_seed(0)
+    model, tok = load_policy(policy_config(args.policy))
+    n = args.questions * args.group
+    texts = prompts(args.questions)
+    ids = tok([t for t in texts for _ in range(args.group)], return_tensors="pt", padding=True)
+    with torch.inference_mode():
+        model.generate(
+            **ids, max_new_tokens=4, do_sample=True, pad_token_id=tok.pad_token_id
+        )  # warm-up
+        start = time.perf_counter()
+        out = model.generate(
+            **ids,
+            max_new_tokens=args.completion,
+            min_new_tokens=args.completion,
+            do_sample=True,
+            pad_token_id=tok.pad_token_id,
+        )
+        gen_s = time.perf_counter() - start
+    gen_tokens = (out.shape[1] - ids["input_ids"].shape[1]) * n
+    model.train()
+    seq = torch.randint(3, len(tok), (n, ids["input_ids"].shape[1] + args.completion))
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        loss = model(input_ids=seq, labels=seq).loss
+        loss.backward()
+        times.append(time.perf_counter() - start)
+        model.zero_grad(set_to_none=True)
+    fb = median(times[1:])
+    return {
+        "generate_tokens_per_s": gen_tokens / gen_s,
+        "forward_backward_tokens_per_s": seq.numel() / fb,
+        "forward_backward_s": fb,
+        "shape": list(seq.shape),
+    }
+
+
+def run_agent(args: argparse.Namespace) -> dict[str, Any]:
+    """This framework's search agent (multi-turn, FAISS), one training step's work, for reference."""
+    import torch
+
+    from framework.cli.app import load_config
+    from framework.rollout.policy import load_policy  # noqa: F401
+
+    cfg = load_config(
+        "train",
+        [
+            "warm_start.sft=false",
+            f"rollout.policy.source={'tiny' if args.policy == 'tiny' else 'smollm2'}",
+            f"sampler.questions_per_step={args.questions}",
+            f"sampler.group_size={args.group}",
+            "agent.max_turns=4",
+            f"agent.max_new_tokens_per_turn={args.completion}",
+            "optim.micro_batch_size=8",
+            f"optim.lr={LR}",
+            "trainer.precision=32-true",
+        ],
+    )
+    from framework.lightning.module import SearchAgentRL
+    from framework.registry import DATASETS
+
+    items = DATASETS.bind(cfg.dataset)("train")
+    module = SearchAgentRL(cfg, items, [])
+    module.setup("fit")
+    opt = torch.optim.AdamW([p for p in module.policy.parameters() if p.requires_grad], lr=LR)
+    steps = []
+    for step in range(args.steps + 1):
+        chosen = items[step * args.questions : (step + 1) * args.questions]
+        t0 = time.perf_counter()
+        trajs = module.rollouts(chosen, args.group, list(range(len(chosen))))
+        t1 = time.perf_counter()
+        from framework.rollout.scoring import score
+        from framework.types import AdvantageInputs
+
+        scores = score(trajs, chosen, cfg.reward)
+        group = torch.tensor([t.group for t in trajs])
+        adv = module.advantage_fn(
+            AdvantageInputs(rewards=scores.total.float(), group_index=group)
+        ).float()
+        mask = torch.tensor([t.status != "over_budget" for t in trajs])
+        t2 = time.perf_counter()
+        from framework.training.update import plan_update, run_update_pass
+
+        module.policy.train()
+        opt.zero_grad(set_to_none=True)
+        plan = plan_update(
+            trajs, adv, mask, micro_batch_size=8, agg=module.spec.agg, skip_zero=True
+        )
+        run_update_pass(
+            module.policy,
+            trajs,
+            adv,
+            mask,
+            plan,
+            module.spec,
+            lambda x: x.backward(),
+            pad_id=module.pad_id,
+            entropy=False,
+        )
+        t3 = time.perf_counter()
+        opt.step()
+        t4 = time.perf_counter()
+        steps.append(
+            {
+                "generation": module.loop.timings["generate"],
+                "retrieval": module.loop.timings["retrieval"],
+                "scoring": t2 - t1,
+                "backward": t3 - t2,
+                "optimizer": t4 - t3,
+                "total": t4 - t0,
+                "samples": len(trajs),
+                "completion_tokens": sum(t.stats["generated_tokens"] for t in trajs),
+                "trained_rollouts": len(trajs) - plan.skipped,
+            }
+        )
+    module.close()
+    return {"steps": steps[1:], "peak_rss_gb": peak_rss_gb()}
+
+
+WORKERS = {"ours": run_ours, "trl": run_trl, "ceiling": run_ceiling, "agent": run_agent}
+
+
+def spawn(kind: str, args: argparse.Namespace, policy: str) -> dict[str, Any]:
+    cmd = [
+        sys.executable,
+        __file__,
+        "--worker",
+        kind,
+        "--policy",
+        policy,
+        "--questions",
+        str(args.questions),
+        "--group",
+        str(args.group),
+        "--completion",
+        str(args.completion),
+        "--steps",
+        str(args.steps),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{kind} worker failed:\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    steps = [s for r in runs for s in r["steps"]]
+    keys = ("generation", "retrieval", "scoring", "backward", "optimizer", "total")
+    out = {k: median([s[k] for s in steps]) for k in keys if all(k in s for s in steps)}
+    if "total" in out and "generation" in out and "backward" not in out:
+        out["other"] = out["total"] - out["generation"]
+    samples = median([s["samples"] for s in steps])
+    tokens = median([s["completion_tokens"] for s in steps])
+    out["samples_per_s"] = samples / out["total"]
+    out["rollout_tokens_per_s"] = tokens / out["generation"]
+    out["completion_tokens"] = tokens
+    out["steps_measured"] = len(steps)
+    out["peak_rss_gb"] = max(r["peak_rss_gb"] for r in runs)
+    return out
+
+
+def render(report: dict[str, Any]) -> str:
+    lines = [
+        "# Training-step benchmark: seekrl against TRL's GRPOTrainer",
+        "",
+        f"Command: `python3 tools/bench/train_step.py {report['argv']}`  ",
+        f"Machine: {report['machine']}  ",
+        f"Date: {report['date']}; torch {report['torch']}, transformers {report['transformers']}, trl {report['trl']}",
+        "",
+        f"Setting: {report['questions']} prompts x {report['group']} completions per step, at most "
+        f"{report['completion']} new tokens, fp32, AdamW lr {LR}, clip {CLIP_LOW}/{CLIP_HIGH}, "
+        "token-mean loss, no KL, one update per batch; medians over the measured steps "
+        f"({report['steps']} per process x {report['rounds']} alternating rounds, a warm-up step not counted).",
+        "",
+    ]
+    for policy, r in report["policies"].items():
+        ours, trl, ceil = r["ours"], r["trl"], r["ceiling"]
+        lines += [
+            f"## {policy}",
+            "",
+            "| | samples/s | rollout tokens/s | step s | generation s | scoring s | backward s | optimiser s | other s | peak RSS GB |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for name, x in (("seekrl", ours), ("TRL GRPOTrainer", trl)):
+            lines.append(
+                f"| {name} | {x['samples_per_s']:.3f} | {x['rollout_tokens_per_s']:.1f} | {x['total']:.2f} | "
+                f"{x['generation']:.2f} | {x.get('scoring', float('nan')):.2f} | {x.get('backward', float('nan')):.2f} | "
+                f"{x.get('optimizer', float('nan')):.2f} | {x.get('other', 0.0):.2f} | {x['peak_rss_gb']:.2f} |"
+            )
+        lines += [
+            "",
+            f"- seekrl / TRL trained samples per second: **{r['ratio_samples']:.2f}x**",
+            f"- ceiling: raw batched generate {ceil['generate_tokens_per_s']:.1f} tokens/s; raw forward+backward "
+            f"{ceil['forward_backward_tokens_per_s']:.0f} tokens/s on {ceil['shape']}",
+            f"- seekrl rollout decode at {r['decode_fraction']:.2f} of the raw generate ceiling",
+            "",
+        ]
+        if "agent" in r:
+            a = r["agent"]
+            lines += [
+                "Multi-turn search agent (agent loop, FAISS, E-GRPO reward) for reference:",
+                "",
+                "| samples/s | rollout tokens/s | step s | generation s | retrieval s | backward s | peak RSS GB |",
+                "|---|---|---|---|---|---|---|",
+                f"| {a['samples_per_s']:.3f} | {a['rollout_tokens_per_s']:.1f} | {a['total']:.2f} | {a['generation']:.2f} | "
+                f"{a.get('retrieval', 0):.2f} | {a['backward']:.2f} | {a['peak_rss_gb']:.2f} |",
+                "",
+            ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--policies", nargs="+", default=["smollm2", "tiny"])
+    p.add_argument("--questions", type=int, default=2)
+    p.add_argument("--group", type=int, default=4)
+    p.add_argument("--completion", type=int, default=64)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--agent", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--out", default=str(REPO / "docs" / "benchmarks.md"))
+    p.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
+    p.add_argument("--policy", default="smollm2", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        print(json.dumps(WORKERS[args.worker](args)))
+        return
+    import torch
+    import transformers
+    import trl
+
+    report: dict[str, Any] = {
+        "argv": " ".join(sys.argv[1:]),
+        "machine": f"{platform.node()} ({os.cpu_count()} CPUs, {platform.machine()}, no GPU)",
+        "date": time.strftime("%Y-%m-%d"),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "trl": trl.__version__,
+        "questions": args.questions,
+        "group": args.group,
+        "completion": args.completion,
+        "steps": args.steps,
+        "rounds": args.rounds,
+        "policies": {},
+    }
+    for policy in args.policies:
+        runs: dict[str, list] = {"ours": [], "trl": []}
+        for rnd in range(args.rounds):
+            order = ("ours", "trl") if rnd % 2 == 0 else ("trl", "ours")
+            for side in order:
+                print(f"[bench] {policy}: round {rnd + 1}, {side}", flush=True)
+                runs[side].append(spawn(side, args, policy))
+        r = {side: aggregate(v) for side, v in runs.items()}
+        print(f"[bench] {policy}: ceiling", flush=True)
+        r["ceiling"] = spawn("ceiling", args, policy)
+        if args.agent:
+            print(f"[bench] {policy}: search agent", flush=True)
+            r["agent"] = aggregate([spawn("agent", args, policy)])
+        r["ratio_samples"] = r["ours"]["samples_per_s"] / r["trl"]["samples_per_s"]
+        r["decode_fraction"] = (
+            r["ours"]["rollout_tokens_per_s"] / r["ceiling"]["generate_tokens_per_s"]
+        )
+        report["policies"][policy] = r
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render(report))
+    (REPO / "docs" / "benchmarks").mkdir(exist_ok=True)
+    (REPO / "docs" / "benchmarks" / "train_step.json").write_text(
+        json.dumps(report, indent=2) + "\n"
+    )
+    print(render(report))
+
+
+if __name__ == "__main__":
+    main()
