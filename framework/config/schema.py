@@ -47,6 +47,10 @@ class OptimConfig:
     grad_clip: float = field(default=1.0, metadata={"help": "max gradient norm; 0 disables"})
     policy_epochs: int = field(default=1, metadata={"help": "optimisation passes per batch"})
     micro_batch_size: int = field(default=8, metadata={"help": "rollouts per forward/backward"})
+    micro_batch_tokens: int = field(
+        default=4096,
+        metadata={"help": "padded tokens per forward/backward (memory bound); 0 = no limit"},
+    )
     skip_zero_advantage: bool = field(
         default=True,
         metadata={"help": "no forward/backward for rollouts whose loss terms are 0 (exact)"},
@@ -58,6 +62,7 @@ class OptimConfig:
         out += check_range(self.beta2, "beta2", low=0.0, high=1.0, high_inclusive=False)
         out += check_range(self.policy_epochs, "policy_epochs", low=1)
         out += check_range(self.micro_batch_size, "micro_batch_size", low=1)
+        out += check_range(self.micro_batch_tokens, "micro_batch_tokens", low=0)
         return out
 
 

@@ -209,9 +209,7 @@ class SearchAgentRL(L.LightningModule):
         o = self.cfg.optim
         opt = self.optimizers()
         sched = self.lr_schedulers()
-        # skipping zero-advantage rollouts keeps the loss exact (see plan_update) but would give
-        # ranks different numbers of backward passes under data parallelism
-        skip = o.skip_zero_advantage and self.spec.kl is None and self.trainer.world_size == 1
+        skip = o.skip_zero_advantage and self.spec.kl is None
         plan = plan_update(
             trajs,
             advantages,
@@ -219,7 +217,9 @@ class SearchAgentRL(L.LightningModule):
             micro_batch_size=o.micro_batch_size,
             agg=self.spec.agg,
             skip_zero=skip,
+            max_tokens=o.micro_batch_tokens,
         )
+        extra = self._missing_passes(len(plan.chunks))
         old = None
         if o.policy_epochs > 1:  # later epochs are off policy: keep the behaviour log-probs
             old = behaviour_logprobs(self.policy, trajs, plan, pad_id=self.pad_id)
@@ -240,6 +240,7 @@ class SearchAgentRL(L.LightningModule):
                 old_logprobs=old,
                 reference=self.reference,
                 entropy=epoch == 0,
+                extra_passes=extra,
             )
             grads = [p for p in params if p.grad is not None]
             limit = o.grad_clip if o.grad_clip > 0 else float("inf")
@@ -257,6 +258,17 @@ class SearchAgentRL(L.LightningModule):
         figures["trained_rollouts"] = float(len(trajs) - plan.skipped)
         figures["advantage_abs_mean"] = float(advantages.abs().mean())
         return figures
+
+    def _missing_passes(self, mine: int) -> int:
+        """Backward passes this process must add so that every process runs as many as the
+        busiest one (data parallel: each backward synchronises gradients)."""
+        import torch.distributed as dist
+
+        if self.trainer.world_size == 1 or not dist.is_available() or not dist.is_initialized():
+            return 0
+        n = torch.tensor([mine], device=self.device)
+        dist.all_reduce(n, op=dist.ReduceOp.MAX)
+        return int(n.item()) - mine
 
     # -- logging ------------------------------------------------------------------------------------
     def record(self, trajs: list[Trajectory], items: list, scores: Any, advantages: Any) -> None:

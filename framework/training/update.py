@@ -38,8 +38,13 @@ def plan_update(
     micro_batch_size: int,
     agg: str,
     skip_zero: bool,
+    max_tokens: int = 0,
 ) -> UpdatePlan:
     """Micro-batches of similar length (less padding) and their accumulation weights.
+
+    A micro-batch holds at most ``micro_batch_size`` rollouts and, when ``max_tokens`` is set, at
+    most that many padded tokens (rows x longest row; a single longer rollout still gets its own
+    micro-batch): activation memory grows with tokens, and search trajectories vary in length.
 
     With ``skip_zero``, rollouts whose advantage is exactly 0 or that are masked out are left out:
     their loss terms are 0 (no KL term is configured then), and :func:`chunk_weights` keeps them in
@@ -52,10 +57,18 @@ def plan_update(
         i for i in range(n) if not skip_zero or (bool(sample_mask[i]) and float(adv_rows[i]) != 0.0)
     ]
     keep.sort(key=lambda i: len(trajectories[i].token_ids))
-    chunks = [
-        torch.tensor(keep[s : s + micro_batch_size], dtype=torch.long)
-        for s in range(0, len(keep), micro_batch_size)
-    ]
+    groups: list[list[int]] = []
+    for i in keep:
+        length = len(trajectories[i].token_ids)  # ascending, so this row is the longest so far
+        cur = groups[-1] if groups else None
+        fits = cur is not None and len(cur) < micro_batch_size
+        if fits and max_tokens and (len(cur) + 1) * length > max_tokens:
+            fits = False
+        if fits:
+            cur.append(i)
+        else:
+            groups.append([i])
+    chunks = [torch.tensor(g, dtype=torch.long) for g in groups]
     return UpdatePlan(chunks, chunk_weights(mask, chunks, agg), skipped=n - len(keep))
 
 
@@ -162,8 +175,12 @@ def run_update_pass(
     old_logprobs: list[Tensor] | None = None,
     reference: Any = None,
     entropy: bool = True,
+    extra_passes: int = 0,
 ) -> dict[str, float]:
     """Accumulate the gradient of the whole batch's loss over the plan's micro-batches.
+
+    ``extra_passes`` adds backward passes of an exactly-zero loss: under data parallelism every
+    process must run as many backward passes (each one synchronises gradients) as the busiest one.
 
     Returns:
         The batch loss and weighted means of the loss metrics (``clip_frac``, ``approx_kl``, ``kl``,
@@ -190,7 +207,16 @@ def run_update_pass(
             res.entropy_sum = float(ent[mask].sum())
             res.entropy_tokens = int(mask.sum())
         results.append(res)
+    for _ in range(extra_passes):
+        backward(zero_loss(model, pad_id))
     return summarize(results)
+
+
+def zero_loss(model: Any, pad_id: int) -> Tensor:
+    """A loss of exactly 0 connected to every parameter (one token through the model)."""
+    device = next(model.parameters()).device
+    out = model(input_ids=torch.full((1, 1), pad_id, dtype=torch.long, device=device))
+    return out.logits.sum() * 0.0
 
 
 def summarize(results: Sequence[ChunkResult]) -> dict[str, float]:

@@ -134,3 +134,34 @@ def test_tool_response_tokens_get_no_gradient(tiny_policy):
     assert (logp.grad[trained] != 0).all()
     tool_tokens = sum(t.loss_mask[t.prompt_len :].count(0) for t in trajs)
     assert tool_tokens > 0 and int((~trained).sum()) >= tool_tokens
+
+
+def test_token_budget_bounds_padded_micro_batches():
+    from framework.rollout.types import Trajectory
+
+    lengths = [5, 40, 12, 30, 8, 100, 9, 33]
+    trajs = [Trajectory(0, i // 2, [1] * n, [0] + [1] * (n - 1), 1) for i, n in enumerate(lengths)]
+    adv = torch.ones(len(trajs))
+    mask = torch.ones(len(trajs), dtype=torch.bool)
+    plan = plan_update(
+        trajs, adv, mask, micro_batch_size=4, agg="token_mean", skip_zero=True, max_tokens=64
+    )
+    rows = sorted(int(i) for c in plan.chunks for i in c)
+    assert rows == list(range(len(trajs)))
+    for c in plan.chunks:
+        longest = max(lengths[int(i)] for i in c)
+        assert len(c) <= 4 and (len(c) * longest <= 64 or len(c) == 1)
+    assert [len(c) for c in plan.chunks] == [4, 1, 1, 1, 1]  # 5,8,9,12 | 30 | 33 | 40 | 100
+    assert sum(plan.weights) == pytest.approx(1.0)
+
+
+def test_zero_loss_passes_add_nothing(tiny_policy):
+    from framework.training.update import zero_loss
+
+    model, tok = tiny_policy
+    model.zero_grad(set_to_none=True)
+    loss = zero_loss(model, tok.pad_token_id)
+    loss.backward()
+    grads = [p.grad for p in model.parameters()]
+    assert float(loss) == 0.0 and all(g is not None and (g == 0).all() for g in grads)
+    model.zero_grad(set_to_none=True)
