@@ -311,7 +311,10 @@ def train(cfg: TrainConfig) -> float | None:
     ckpt = str(latest_checkpoint(cfg.resume)) if cfg.resume else None
     try:
         trainer.fit(module, datamodule=data, ckpt_path=ckpt, weights_only=True)
-        validate = cfg.trainer.val_at_end and data.val_rows and not checkpoints.interrupted
+        t = cfg.trainer
+        just_validated = t.val_every_n_steps and module.rl_step % t.val_every_n_steps == 0
+        validate = t.val_at_end and data.val_rows and not checkpoints.interrupted
+        validate = validate and not just_validated
         if validate:
             trainer.validate(module, datamodule=data, verbose=False)
     except (CheckpointMismatch, RetrievalError, PolicyError) as exc:
