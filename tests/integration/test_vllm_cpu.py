@@ -21,8 +21,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def backend():
-    from framework.rollout.policy import PolicyConfig
     from framework.rollout.hf_backend import SamplingConfig
+    from framework.rollout.policy import PolicyConfig
     from framework.rollout.vllm_backend import VLLMBackend, VLLMBackendConfig
 
     cfg = VLLMBackendConfig(
@@ -66,14 +66,17 @@ def test_update_weights_changes_what_it_generates(backend):
     model, _ = load_policy(PolicyConfig(source="smollm2"))
     import torch
 
-    with torch.no_grad():  # make one token overwhelmingly likely everywhere
-        model.lm_head.weight.zero_()
-        model.lm_head.weight[
-            tok.convert_tokens_to_ids("Paris") if "Paris" in tok.get_vocab() else 42
-        ] += 1.0
+    with torch.no_grad():  # a different policy: every weight perturbed
+        gen = torch.Generator().manual_seed(0)
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.05)
     backend.update_weights(model)
     after = backend.generate(seq, [8], [])[0].token_ids
-    assert after != before and len(set(after)) == 1
+    assert after != before
+    # and back: the original weights give the original greedy output again
+    original, _ = load_policy(PolicyConfig(source="smollm2"))
+    backend.update_weights(original)
+    assert backend.generate(seq, [8], [])[0].token_ids == before
 
 
 def test_agent_loop_runs_on_vllm(backend):
