@@ -41,12 +41,10 @@ CLIP_LOW, CLIP_HIGH = 0.2, 0.28
 
 
 def reward_texts(texts: list[str]) -> list[float]:
-    """The shared reward: share of distinct words (varies between samples, so every group trains)."""
-    out = []
-    for t in texts:
-        words = t.split()
-        out.append(len(set(words)) / len(words) if words else 0.0)
-    return out
+    """The shared reward: a deterministic hash of the text in [0, 1]. Its only job is to differ
+    between samples, so that every group has a learning signal and both sides train every sample
+    (a reward that ties would let seekrl skip zero-advantage rollouts, which TRL does not)."""
+    return [(sum(map(ord, t)) * 2654435761 % 1009) / 1008 for t in texts]
 
 
 def prompts(n: int) -> list[str]:
