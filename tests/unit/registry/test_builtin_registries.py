@@ -25,6 +25,7 @@ def test_every_kind_declared_once():
         "retriever",
         "rollout",
         "dataset",
+        "judge",
     }
     assert len({id(r) for r in ALL.values()}) == len(ALL)
 
