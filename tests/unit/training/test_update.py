@@ -44,6 +44,25 @@ def test_chunk_weights_hand_values():
     assert chunk_weights(torch.zeros(2, 2, dtype=torch.bool), chunks[:1], "token_mean") == [0.0]
 
 
+def _accumulate(model, tok, trajs, plan, spec, old=None):
+    """``(stats, gradients)`` of one accumulated update pass (gradients cleared afterwards)."""
+    model.zero_grad(set_to_none=True)
+    stats = run_update_pass(
+        model,
+        trajs,
+        ADVANTAGES,
+        SAMPLE_MASK,
+        plan,
+        spec,
+        lambda x: x.backward(),
+        pad_id=tok.pad_token_id,
+        old_logprobs=old,
+    )
+    grads = _grads(model)
+    model.zero_grad(set_to_none=True)
+    return stats, grads
+
+
 def _grads(model):
     return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
 
@@ -66,18 +85,7 @@ def test_accumulated_gradient_equals_the_full_batch_gradient(tiny_policy, mode):
     plan = plan_update(trajs, ADVANTAGES, SAMPLE_MASK, micro_batch_size=2, agg=mode, skip_zero=True)
     assert plan.skipped == 3  # two zero advantages, one dropped rollout
     spec = LossSpec(policy_loss=loss_fn, agg=mode, norm_constant=12.0)
-    stats = run_update_pass(
-        model,
-        trajs,
-        ADVANTAGES,
-        SAMPLE_MASK,
-        plan,
-        spec,
-        lambda x: x.backward(),
-        pad_id=tok.pad_token_id,
-    )
-    got = _grads(model)
-    model.zero_grad(set_to_none=True)
+    stats, got = _accumulate(model, tok, trajs, plan, spec)
     assert stats["policy_loss"] == pytest.approx(float(full.loss.detach()), abs=1e-6)
     assert expected.keys() == got.keys()
     for name in expected:
@@ -95,20 +103,7 @@ def test_on_policy_shortcut_equals_recomputed_behaviour_logprobs(tiny_policy):
     old = behaviour_logprobs(model, trajs, plan, pad_id=tok.pad_token_id)
     results = []
     for old_lp in (None, old):
-        model.zero_grad(set_to_none=True)
-        stats = run_update_pass(
-            model,
-            trajs,
-            ADVANTAGES,
-            SAMPLE_MASK,
-            plan,
-            spec,
-            lambda x: x.backward(),
-            pad_id=tok.pad_token_id,
-            old_logprobs=old_lp,
-        )
-        results.append((stats, _grads(model)))
-    model.zero_grad(set_to_none=True)
+        results.append(_accumulate(model, tok, trajs, plan, spec, old_lp))
     (s1, g1), (s2, g2) = results
     assert s1["policy_loss"] == pytest.approx(s2["policy_loss"], abs=1e-6)
     assert s2["clip_frac"] == 0.0 and s2["ratio_mean"] == pytest.approx(1.0)
