@@ -36,6 +36,7 @@ def resolve_policy(cfg: EvalConfig) -> tuple[Any, Any, str]:
     import torch
 
     from framework.rollout.policy import load_policy
+    from framework.training.checkpoints import latest_checkpoint, policy_folder
 
     base = cfg.rollout.policy
     if cfg.checkpoint is None:
@@ -43,18 +44,17 @@ def resolve_policy(cfg: EvalConfig) -> tuple[Any, Any, str]:
         return model, tok, f"base policy ({base.source}{': ' + base.path if base.path else ''})"
     p = Path(cfg.checkpoint).expanduser()
     if p.is_dir():
-        folder = p / "policy" if (p / "policy" / "config.json").is_file() else p
-        if not (folder / "config.json").is_file() and (p / "checkpoints").is_dir():
-            found = sorted((p / "checkpoints").glob("step-*.ckpt"))
-            if not found:
-                raise EvalError(
-                    f"[checkpoint] {p} has neither policy/ nor checkpoints/step-*.ckpt. "
-                    "Fix: point checkpoint at a finished run."
-                )
-            p = found[-1]
-        else:
+        folder = policy_folder(p)
+        if folder is not None:
             model, tok = load_policy(replace(base, source="path", path=str(folder)))
             return model, tok, str(folder)
+        try:
+            p = latest_checkpoint(p)
+        except FileNotFoundError:
+            raise EvalError(
+                f"[checkpoint] {p} has neither policy/ nor checkpoints/step-*.ckpt. "
+                "Fix: point checkpoint at a finished run."
+            ) from None
     model, tok = load_policy(base)
     state = torch.load(p, map_location="cpu", weights_only=True)
     weights = {

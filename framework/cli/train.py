@@ -167,11 +167,11 @@ def warm_start(cfg: TrainConfig) -> TrainConfig:
     from framework.config.schema import SFTConfig
     from framework.retrieval.encoder import fingerprint_key
     from framework.retrieval.local import cache_root
+    from framework.training.checkpoints import policy_folder
 
     ws = cfg.warm_start
     if ws.path is not None:
-        folder = Path(ws.path).expanduser()
-        folder = folder / "policy" if (folder / "policy" / "config.json").is_file() else folder
+        folder = policy_folder(ws.path) or Path(ws.path).expanduser()
     elif ws.sft:
         sft_cfg = SFTConfig(
             seed=ws.expert.seed,

@@ -200,10 +200,10 @@ class WarmStartConfig:
     def problems(self) -> list[Problem]:
         out = check_range(self.eval_questions, "eval_questions", low=0)
         if self.path is not None:
-            p = Path(self.path).expanduser()
-            ok = (p / "config.json").is_file() or (p / "policy" / "config.json").is_file()
+            from framework.training.checkpoints import policy_folder
+
             out += check(
-                ok,
+                policy_folder(self.path) is not None,
                 "path",
                 self.path,
                 "an seekrl-sft run directory with policy/, or a checkpoint folder",
@@ -355,13 +355,10 @@ class EvalConfig:
                 "check the path",
             )
         if self.checkpoint is not None:
+            from framework.training.checkpoints import policy_folder
+
             p = Path(self.checkpoint).expanduser()
-            ok = (
-                p.is_file()
-                or (p / "config.json").is_file()
-                or (p / "policy" / "config.json").is_file()
-            )
-            ok = ok or (p / "checkpoints").is_dir()
+            ok = p.is_file() or policy_folder(p) is not None or (p / "checkpoints").is_dir()
             out += check(
                 ok,
                 "checkpoint",

@@ -10,6 +10,7 @@ from typing import Any
 from framework.config import ComponentConfig, Problem, check_choice, check_range
 from framework.registry.kinds import JUDGES
 from framework.rewards.text import exact_match, substring_match, token_f1
+from framework.rollout.policy import chat_prompt_ids
 
 
 @dataclass
@@ -104,12 +105,7 @@ class LLMJudge:
                 golds="; ".join(inputs.golds[i]),
                 answer=inputs.answers[i],
             )
-            ids = tok.apply_chat_template(
-                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
-            )
-            if isinstance(ids, dict) or hasattr(ids, "input_ids"):
-                ids = ids["input_ids"]
-            prompts.append([int(x) for x in ids])
+            prompts.append(chat_prompt_ids(tok, [{"role": "user", "content": text}]))
         outs = self.backend.generate(prompts, [self.cfg.max_new_tokens] * len(prompts), [])
         for i, gen in zip(ask, outs, strict=True):
             reply = tok.decode(gen.token_ids, skip_special_tokens=True).strip().lower()

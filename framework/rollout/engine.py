@@ -24,6 +24,7 @@ from framework.rollout.parser import (
     ToolCall,
     parse_turn,
 )
+from framework.rollout.policy import chat_prompt_ids
 from framework.rollout.types import RolloutBackend, Segment, Trajectory
 
 SYSTEM_PROMPT = """You are a research assistant who answers questions by searching a Wikipedia corpus.
@@ -96,10 +97,7 @@ class AgentLoop:
             {"role": "system", "content": self.cfg.system_prompt},
             {"role": "user", "content": question},
         ]
-        ids = self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # BatchEncoding in newer versions
-            ids = ids["input_ids"]
-        return [int(i) for i in ids]
+        return chat_prompt_ids(self.tok, messages)
 
     def run(
         self,

@@ -110,6 +110,14 @@ def clear_quantizer_marker(model: Any) -> None:
             setattr(model, attr, False)
 
 
+def chat_prompt_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
+    """Token ids of ``messages`` through the tokenizer's chat template, ready for the reply."""
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # BatchEncoding in newer versions
+        ids = ids["input_ids"]
+    return [int(i) for i in ids]
+
+
 def load_tokenizer(cfg: PolicyConfig) -> Any:
     """The policy's tokenizer (SmolLM2's for ``smollm2`` and ``tiny``)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -29,3 +29,13 @@ def latest_checkpoint(path: str | Path) -> Path:
         f"[resume] got {str(path)!r}; expected a .ckpt file or a run directory with "
         f"checkpoints/{CHECKPOINT_GLOB}. Fix: point resume at an existing checkpoint."
     )
+
+
+def policy_folder(path: str | Path) -> Path | None:
+    """The Hugging Face checkpoint folder a path names: a run directory's ``policy/`` (train and SFT
+    runs export one), or the path itself when it holds ``config.json``; None otherwise."""
+    p = Path(path).expanduser()
+    for folder in (p / "policy", p):
+        if (folder / "config.json").is_file():
+            return folder
+    return None

@@ -75,7 +75,7 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
         TransformersBackend,
         TransformersBackendConfig,
     )
-    from framework.rollout.policy import load_policy
+    from framework.rollout.policy import chat_prompt_ids, load_policy
     from framework.rollout.types import Trajectory
     from framework.training.update import LossSpec, plan_update, run_update_pass
     from framework.types import AdvantageInputs
@@ -100,15 +100,7 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
     steps = []
     for step in range(args.steps + 1):
         qs = texts[step * args.questions : (step + 1) * args.questions]
-        ids = [
-            [
-                int(x)
-                for x in tok.apply_chat_template(
-                    [{"role": "user", "content": q}], add_generation_prompt=True, tokenize=True
-                )["input_ids"]
-            ]
-            for q in qs
-        ]
+        ids = [chat_prompt_ids(tok, [{"role": "user", "content": q}]) for q in qs]
         t0 = time.perf_counter()
         seqs = [p for p in ids for _ in range(args.group)]
         model.eval()
