@@ -12,6 +12,7 @@ fine-tuned policy, a Hugging Face checkpoint the train app starts from), TensorB
 from __future__ import annotations
 
 import json
+import math
 import random
 import sys
 import time
@@ -87,7 +88,7 @@ def run_sft(cfg: SFTConfig, *, quiet: bool = False) -> dict[str, Any]:
     from framework.rollout.hf_backend import TransformersBackend
     from framework.rollout.policy import load_policy
     from framework.sft.expert import expert_trajectories
-    from framework.sft.module import LengthBuckets, SFTData, SFTModule, padding_fraction
+    from framework.sft.module import SFTData, SFTModule, padding_report
     from framework.training.lora import apply_lora, export_policy
 
     clock = time.perf_counter()
@@ -124,12 +125,9 @@ def run_sft(cfg: SFTConfig, *, quiet: bool = False) -> dict[str, Any]:
         if cfg.lora.enabled:
             policy = apply_lora(policy, cfg.lora)
             backend = TransformersBackend(cfg=cfg.rollout, model=policy, tokenizer=tok)
-        steps = (
-            len(LengthBuckets([0] * len(train), cfg.optim.batch_size, cfg.seed)) * cfg.optim.epochs
-        )
+        steps = math.ceil(len(train) / cfg.optim.batch_size) * cfg.optim.epochs
         module = SFTModule(policy, tok.pad_token_id, cfg.optim, steps)
         data = SFTData(train, val, cfg.optim.batch_size, cfg.seed)
-        buckets = list(LengthBuckets([len(t.token_ids) for t in train], cfg.optim.batch_size, 0))
         t = cfg.trainer
         trainer = L.Trainer(
             accelerator=t.accelerator,
@@ -164,17 +162,7 @@ def run_sft(cfg: SFTConfig, *, quiet: bool = False) -> dict[str, Any]:
         "val_trajectories": len(val),
         "optimizer_steps": int(trainer.global_step),
         "train_seconds": round(train_seconds, 1),
-        "padding_fraction_bucketed": round(padding_fraction(train, buckets), 4),
-        "padding_fraction_unbucketed": round(
-            padding_fraction(
-                train,
-                [
-                    list(range(i, min(i + cfg.optim.batch_size, len(train))))
-                    for i in range(0, len(train), cfg.optim.batch_size)
-                ],
-            ),
-            4,
-        ),
+        **padding_report(train, cfg.optim.batch_size),
         "final": metrics,
         "before": before,
         "after": after,

@@ -80,12 +80,8 @@ def _normalise_rates(rows: list[dict[str, Any]]) -> None:
         if r["match_rate"] is not None:
             best[r["question_id"]] = max(best.get(r["question_id"], 0.0), r["match_rate"])
     for r in rows:
-        top = best.get(r["question_id"], 0.0)
-        r["match_rate_norm"] = (
-            (r["match_rate"] / top)
-            if r["match_rate"] is not None and top > 0
-            else (0.0 if r["match_rate"] is not None else None)
-        )
+        rate, top = r["match_rate"], best.get(r["question_id"], 0.0)
+        r["match_rate_norm"] = None if rate is None else (rate / top if top > 0 else 0.0)
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -104,7 +100,7 @@ def summarize(rows: Sequence[dict[str, Any]], k: int) -> dict[str, Any]:
         "rollouts": len(rows),
         "k": k,
         "pass@1": sampling.pass1.mean,
-        "pass@1_ci": [sampling.pass1.low, sampling.pass1.high],
+        "pass@1_ci": _ci(sampling.pass1),
         f"pass@{k}": sampling.pass_k,
         f"pass^{k}": sampling.pass_hat_k,
         "em": _mean([float(r["em"]) for r in rows]),
@@ -124,7 +120,7 @@ def summarize(rows: Sequence[dict[str, Any]], k: int) -> dict[str, Any]:
         wrong = [r["match_rate_norm"] for r in rows if not r["correct"]]
         out["entity"] = {
             "match_rate": _mean([r["match_rate"] for r in rows]),
-            "match_rate_ci": list(_ci(mean_ci([r["match_rate"] for r in rows]))),
+            "match_rate_ci": _ci(mean_ci([r["match_rate"] for r in rows])),
             "questions_with_correct_and_wrong": cmp.questions_with_both,
             "correct_matches_more": cmp.correct_more,
             "wrong_matches_more": cmp.wrong_more,
@@ -139,8 +135,8 @@ def summarize(rows: Sequence[dict[str, Any]], k: int) -> dict[str, Any]:
     return out
 
 
-def _ci(est: Any) -> tuple[float, float]:
-    return (est.low, est.high)
+def _ci(est: Any) -> list[float]:
+    return [est.low, est.high]
 
 
 def summarize_by_hops(rows: Sequence[dict[str, Any]], k: int) -> dict[str, dict[str, Any]]:

@@ -51,7 +51,7 @@ def flat(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def _write_csv(path: Path, rows: Sequence[dict[str, Any]], first: Sequence[str]) -> None:
-    keys = list(first) + [k for k in TABLE_KEYS]
+    keys = [*first, *TABLE_KEYS]
     with path.open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=keys)
         w.writeheader()

@@ -83,9 +83,9 @@ class SearchAgentRL(L.LightningModule):
             else:
                 reference = copy.deepcopy(model).eval().requires_grad_(False)
         self.__dict__["reference"] = reference
-        self.__dict__["backend"] = None
-        self.__dict__["retriever"] = None
-        self.__dict__["loop"] = None
+        self.backend: Any = None  # plain objects below (not modules): built in setup()
+        self.retriever: Any = None
+        self.loop: AgentLoop | None = None
         self.rl_step = 0
         self._restored_calls: int | None = None
         self.last_rollout: dict[str, float] = {}
@@ -99,11 +99,11 @@ class SearchAgentRL(L.LightningModule):
         cfg = self.cfg
         sampling = replace(cfg.rollout.sampling, seed=cfg.seed * 1009 + self.global_rank)
         rollout_cfg = replace(cfg.rollout, sampling=sampling)
-        self.__dict__["backend"] = ROLLOUT_BACKENDS.bind(rollout_cfg)(
+        self.backend = ROLLOUT_BACKENDS.bind(rollout_cfg)(
             model=self.policy, tokenizer=self.tokenizer
         )
-        self.__dict__["retriever"] = RETRIEVERS.bind(cfg.retriever)()
-        self.__dict__["loop"] = AgentLoop(self.backend, self.retriever, cfg.agent)
+        self.retriever = RETRIEVERS.bind(cfg.retriever)()
+        self.loop = AgentLoop(self.backend, self.retriever, cfg.agent)
 
     def teardown(self, stage: str) -> None:
         if stage == "fit" and self.retriever is not None and self.cfg.trainer.val_at_end:
@@ -113,8 +113,8 @@ class SearchAgentRL(L.LightningModule):
     def close(self) -> None:
         if self.retriever is not None:
             self.retriever.close()
-            self.__dict__["retriever"] = None
-            self.__dict__["loop"] = None
+            self.retriever = None
+            self.loop = None
 
     def on_fit_start(self) -> None:
         ref = self.reference

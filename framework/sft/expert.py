@@ -99,7 +99,7 @@ class _Plan:
     phase: str = "start"  # start | extra | searched | visited | done
     found_in_search: bool = False
     failure: str | None = None
-    evidence: list[bool] = field(default_factory=list)
+    extra_search: bool = False  # began with an unhelpful search on the description alone
 
     @property
     def names(self) -> list[str]:
@@ -112,9 +112,6 @@ class _Plan:
     @property
     def mentions(self) -> list[str]:
         return list(self.item.extra.get("mentions") or [])
-
-    def _fill(self, template: str, **kw: str) -> str:
-        return template.format(**kw)
 
     def _search_call(self, name: str, clue: str) -> str:
         queries = [name, f"{name} {clue}", clue]
@@ -131,6 +128,7 @@ class _Plan:
         if self.phase == "start":
             if self.hop == 1 and self.rng.random() < self.cfg.extra_search_prob:
                 self.phase = "extra"
+                self.extra_search = True
                 think = f"I need to identify {_a(clue)}. Let me try searching for the description."
                 return _turn(think, _call("search", {"queries": [clue]}))
             self.phase = "searched"
@@ -151,7 +149,6 @@ class _Plan:
                 self.failure = "evidence not retrieved"
                 self.phase = "done"
                 return _turn(f"I could not find {_a(clue)}.", "<answer>unknown</answer>")
-            self.evidence.append(True)
             self.found_in_search = False
             said = self.rng.choice(FOUND).format(found=mention, **kw)
             if self.hop == k:
@@ -194,8 +191,8 @@ class ExpertBackend:
     ) -> list[Generation]:
         out = []
         for seq, limit in zip(sequences, max_new_tokens, strict=True):
-            plan = next(p for key, p in self.plans.items() if tuple(seq[: len(key)]) == key)
-            start = plan.seen or len(next(k for k, p in self.plans.items() if p is plan))
+            key, plan = next((k, p) for k, p in self.plans.items() if tuple(seq[: len(k)]) == k)
+            start = plan.seen or len(key)  # first turn: everything after the prompt is new
             observation = self.tokenizer.decode(list(seq[start:]), skip_special_tokens=False)
             text = plan.next_turn(observation)
             ids = [int(i) for i in self.tokenizer.encode(text, add_special_tokens=False)]
@@ -285,7 +282,7 @@ def expert_trajectories(
             kept.append((it, t))
             report.hops_kept[len(it.entities or ()) - 1] += 1
             report.visits += t.stats.get("visits", 0) > 0
-            report.extra_searches += '"queries": ["' + plan.clues[0] + '"]' in t.response_text
+            report.extra_searches += plan.extra_search
         if progress is not None:
             progress(min(start + step, len(usable)), len(usable))
     report.kept = len(kept)

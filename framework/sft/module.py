@@ -56,6 +56,19 @@ def padding_fraction(trajectories: Sequence[Trajectory], batches: Sequence[list[
     return 1.0 - real / padded if padded else 0.0
 
 
+def padding_report(trajectories: Sequence[Trajectory], batch_size: int) -> dict[str, float]:
+    """Padding share of length-bucketed batches against batches in dataset order."""
+    buckets = list(LengthBuckets([len(t.token_ids) for t in trajectories], batch_size, 0))
+    plain = [
+        list(range(i, min(i + batch_size, len(trajectories))))
+        for i in range(0, len(trajectories), batch_size)
+    ]
+    return {
+        "padding_fraction_bucketed": round(padding_fraction(trajectories, buckets), 4),
+        "padding_fraction_unbucketed": round(padding_fraction(trajectories, plain), 4),
+    }
+
+
 class SFTData(L.LightningDataModule):
     def __init__(
         self, train: list[Trajectory], val: list[Trajectory], batch_size: int, seed: int

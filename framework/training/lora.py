@@ -71,6 +71,3 @@ class AdaptersOff:
     def __call__(self, **kwargs: Any) -> Any:
         with self.model.disable_adapter():
             return self.model(**kwargs)
-
-    def parameters(self) -> Any:
-        return self.model.parameters()
