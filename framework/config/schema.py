@@ -55,6 +55,10 @@ class OptimConfig:
         default=True,
         metadata={"help": "no forward/backward for rollouts whose loss terms are 0 (exact)"},
     )
+    fused: bool = field(
+        default=True,
+        metadata={"help": "torch's fused AdamW kernel on CPU/CUDA parameters (false = foreach)"},
+    )
 
     def problems(self) -> list[Problem]:
         out = schedule_problems(self)

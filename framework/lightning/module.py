@@ -26,7 +26,7 @@ from framework.rollout.engine import AgentLoop
 from framework.rollout.types import Trajectory
 from framework.training.lora import AdaptersOff, apply_lora, is_peft
 from framework.training.metrics import rollout_metrics, zero_variance_fraction
-from framework.training.schedule import lr_multiplier
+from framework.training.schedule import adamw, lr_multiplier
 from framework.training.update import (
     LossSpec,
     behaviour_logprobs,
@@ -126,8 +126,13 @@ class SearchAgentRL(L.LightningModule):
     def configure_optimizers(self) -> Any:
         o = self.cfg.optim
         params = [p for p in self.policy.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(
-            params, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, weight_decay=o.weight_decay
+        opt = adamw(
+            params,
+            fused=o.fused,
+            lr=o.lr,
+            betas=(o.beta1, o.beta2),
+            eps=o.eps,
+            weight_decay=o.weight_decay,
         )
         total = self.cfg.trainer.max_steps * o.policy_epochs
         sched = torch.optim.lr_scheduler.LambdaLR(

@@ -6,10 +6,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from framework.config import ComponentConfig, Problem, check_range
+from framework.config import ComponentConfig, Problem, check_choice, check_range
 from framework.registry.kinds import ROLLOUT_BACKENDS
+from framework.rollout.decoding import PrefixCache, decode, supports_prefix_reuse
 from framework.rollout.policy import PolicyConfig, load_policy
 from framework.rollout.types import Generation
+
+DECODERS = ("loop", "generate")
 
 
 @dataclass
@@ -33,9 +36,22 @@ class TransformersBackendConfig(ComponentConfig):
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     micro_batch: int = field(default=32, metadata={"help": "sequences per generate call"})
+    decoder: str = field(
+        default="loop",
+        metadata={
+            "help": "loop (framework/rollout/decoding.py, faster) or generate (model.generate)"
+        },
+    )
+    prefix_cache_tokens: int = field(
+        default=16384,
+        metadata={"help": "decoder=loop: KV entries kept for reuse across turns (tokens); 0 = off"},
+    )
 
     def problems(self) -> list[Problem]:
-        return check_range(self.micro_batch, "micro_batch", low=1)
+        out = check_range(self.micro_batch, "micro_batch", low=1)
+        out += check_choice(self.decoder, "decoder", DECODERS)
+        out += check_range(self.prefix_cache_tokens, "prefix_cache_tokens", low=0)
+        return out
 
 
 def cut_generation(
@@ -69,7 +85,9 @@ def cut_generation(
 
 @ROLLOUT_BACKENDS.register("transformers", config=TransformersBackendConfig)
 class TransformersBackend:
-    """Batched sampling with ``model.generate``: left padding, KV cache, stop strings.
+    """Batched sampling with left padding, a KV cache and stop strings, either through the
+    framework's decoding loop (finished rows leave the batch; KV entries are reused across turns)
+    or through ``model.generate``.
 
     Args:
         cfg: policy, sampling and batch size.
@@ -93,6 +111,8 @@ class TransformersBackend:
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         )
         self.calls = 0
+        keep = cfg.prefix_cache_tokens if supports_prefix_reuse(model) else 0
+        self.prefix_cache = PrefixCache(keep) if cfg.decoder == "loop" and keep > 0 else None
 
     def generate(
         self, sequences: Sequence[Sequence[int]], max_new_tokens: Sequence[int], stop: Sequence[str]
@@ -115,6 +135,36 @@ class TransformersBackend:
     ) -> list[Generation]:
         import torch
 
+        s = self.cfg.sampling
+        self.calls += 1
+        torch.manual_seed(s.seed * 1_000_003 + self.calls)
+        decode_text = lambda t: self.tokenizer.decode(t, skip_special_tokens=False)  # noqa: E731
+        if self.cfg.decoder == "loop":
+            new = decode(
+                self.model,
+                seqs,
+                limits,
+                stop=stop,
+                eos_ids=self.eos_ids,
+                pad_id=self.pad_id,
+                token_text=decode_text,
+                temperature=s.temperature,
+                top_k=s.top_k,
+                top_p=s.top_p,
+                prefix_cache=self.prefix_cache,
+            )
+        else:
+            new = self._model_generate(seqs, limits, stop)
+        return [
+            cut_generation(n, stop, self.eos_ids, lim, decode_text)
+            for n, lim in zip(new, limits, strict=True)
+        ]
+
+    def _model_generate(
+        self, seqs: list[Sequence[int]], limits: list[int], stop: Sequence[str]
+    ) -> list[list[int]]:
+        import torch
+
         width = max(len(s) for s in seqs)
         ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(seqs), width), dtype=torch.long)
@@ -123,8 +173,6 @@ class TransformersBackend:
             mask[row, width - len(s) :] = 1
         device = next(self.model.parameters()).device
         s = self.cfg.sampling
-        self.calls += 1
-        torch.manual_seed(s.seed * 1_000_003 + self.calls)
         kwargs: dict[str, Any] = {"do_sample": s.temperature > 0}
         if s.temperature > 0:
             kwargs.update(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k or None)
@@ -139,15 +187,13 @@ class TransformersBackend:
                 use_cache=True,
                 **kwargs,
             )
-        new = generated[:, width:].tolist()
-        decode = lambda t: self.tokenizer.decode(t, skip_special_tokens=False)  # noqa: E731
-        return [
-            cut_generation(n, stop, self.eos_ids, lim, decode)
-            for n, lim in zip(new, limits, strict=True)
-        ]
+        return generated[:, width:].tolist()
 
     def update_weights(self, model: Any) -> None:
-        """Generate with ``model``'s weights from now on (a no-op when it is the same module)."""
+        """Generate with ``model``'s weights from now on (no copy when it is the same module);
+        KV entries computed with the old weights are dropped."""
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()
         if model is not self.model:
             self.model.load_state_dict(model.state_dict())
 

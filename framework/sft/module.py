@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, Sampler
 
 from framework.algorithms.sft import sft_loss
 from framework.rollout.types import Trajectory
-from framework.training.schedule import lr_multiplier
+from framework.training.schedule import adamw, lr_multiplier
 from framework.training.tokens import pack, token_logprobs
 
 
@@ -118,7 +118,7 @@ class SFTModule(L.LightningModule):
     def configure_optimizers(self) -> Any:
         o = self.optim
         params = [p for p in self.policy.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(params, lr=o.lr, weight_decay=o.weight_decay)
+        opt = adamw(params, lr=o.lr, weight_decay=o.weight_decay)
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, lr_multiplier(o.schedule, o.warmup_steps, self.total_steps)
         )

@@ -1,9 +1,25 @@
-"""Learning-rate multipliers: linear warm-up, then constant, linear or cosine decay to 0."""
+"""The optimiser (AdamW) and learning-rate multipliers: linear warm-up, then constant, linear or
+cosine decay to 0."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any
+
+FUSED_DEVICES = ("cpu", "cuda")
+
+
+def adamw(params: Iterable[Any], *, fused: bool = True, **kwargs: Any) -> Any:
+    """``torch.optim.AdamW`` over ``params``, with torch's fused kernel when asked and every
+    parameter is a floating-point tensor on a CPU or CUDA device (otherwise the multi-tensor
+    ``foreach`` one). On this project's 2-core CPU the fused step over SmolLM2-135M took 0.09 s
+    against 0.4-1.2 s; TRL's trainer uses it by default as well."""
+    import torch
+
+    params = list(params)
+    ok = fused and all(p.is_floating_point() and p.device.type in FUSED_DEVICES for p in params)
+    return torch.optim.AdamW(params, **({"fused": True} if ok else {"foreach": True}), **kwargs)
 
 
 def lr_multiplier(schedule: str, warmup_steps: int, total_steps: int) -> Callable[[int], float]:

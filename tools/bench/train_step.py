@@ -4,7 +4,7 @@
     python3 tools/bench/train_step.py --policies tiny --rounds 1 --steps 2
 
 Both sides train the same policy on the same single-turn prompts (synthesized questions, no tools)
-with the same group size, completion length, sampling, optimiser (AdamW, lr 1e-6, fp32), clip bounds
+with the same group size, completion length, sampling, optimiser (fused AdamW, TRL's default; lr 1e-6, fp32), clip bounds
 (0.2 / 0.28), token-mean loss, no KL and one on-policy update per batch. Each measurement runs in
 its own process (so peak memory is its own), the two sides alternate A/B for ``--rounds`` rounds,
 and the first step of every process is a warm-up that is not counted.
@@ -77,6 +77,7 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
     )
     from framework.rollout.policy import chat_prompt_ids, load_policy
     from framework.rollout.types import Trajectory
+    from framework.training.schedule import adamw
     from framework.training.update import LossSpec, plan_update, run_update_pass
     from framework.types import AdvantageInputs
 
@@ -91,7 +92,7 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
         model=model,
         tokenizer=tok,
     )
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=LR)
+    opt = adamw([p for p in model.parameters() if p.requires_grad], lr=LR)
     loss_cfg = ClipLossConfig(
         name="ppo_clip", clip_low=CLIP_LOW, clip_high=CLIP_HIGH, agg="token_mean"
     )
@@ -308,11 +309,12 @@ def run_agent(args: argparse.Namespace) -> dict[str, Any]:
     )
     from framework.lightning.module import SearchAgentRL
     from framework.registry import DATASETS
+    from framework.training.schedule import adamw
 
     items = DATASETS.bind(cfg.dataset)("train")
     module = SearchAgentRL(cfg, items, [])
     module.setup("fit")
-    opt = torch.optim.AdamW([p for p in module.policy.parameters() if p.requires_grad], lr=LR)
+    opt = adamw([p for p in module.policy.parameters() if p.requires_grad], lr=LR)
     steps = []
     for step in range(args.steps + 1):
         chosen = items[step * args.questions : (step + 1) * args.questions]
@@ -418,7 +420,7 @@ def render(report: dict[str, Any]) -> str:
         f"Date: {report['date']}; torch {report['torch']}, transformers {report['transformers']}, trl {report['trl']}",
         "",
         f"Setting: {report['questions']} prompts x {report['group']} completions per step, at most "
-        f"{report['completion']} new tokens, fp32, AdamW lr {LR}, clip {CLIP_LOW}/{CLIP_HIGH}, "
+        f"{report['completion']} new tokens, fp32, fused AdamW lr {LR}, clip {CLIP_LOW}/{CLIP_HIGH}, "
         "token-mean loss, no KL, one update per batch; medians over the measured steps "
         f"({report['steps']} per process x {report['rounds']} alternating rounds, a warm-up step not counted).",
         "",

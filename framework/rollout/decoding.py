@@ -1,0 +1,317 @@
+"""A batched sampling loop for Hugging Face causal LMs that does less work than ``generate``.
+
+``TransformersBackend`` uses it by default (``decoder=loop``); ``decoder=generate`` keeps
+``model.generate``. What it saves, and why each matters on a CPU (``tools/bench/train_step.py``):
+
+- **Finished rows leave the batch.** ``generate`` keeps decoding every row until the longest one
+  ends; here a row's KV entries are dropped when it ends, so a step costs what its live rows cost.
+- **Per-row budgets and cheap stop checks.** Each row stops at its own ``max_new_tokens``; stop
+  strings are looked for in the decoded text of the last few tokens only.
+- **The KV cache grows in place.** It is allocated once for the prompt and the budget, instead of
+  being concatenated (copied whole) at every step.
+- **Prefix reuse across turns.** After a call, each row's KV entries are kept, keyed by the tokens
+  they encode (:class:`PrefixCache`). A later sequence that extends a kept one, such as the next
+  turn of a search agent (previous context + tool response), prefills only its new tokens. The
+  cache must be cleared whenever the weights change (the backend does it in ``update_weights``).
+
+The batch layout with reused prefixes: row ``i`` holds ``p_i`` cached tokens right-aligned in a
+block of ``P = max p``, then its ``s_i`` new tokens right-aligned in a block of ``S = max s``; the
+attention mask marks the holes and position ids count only real tokens, so every row sees exactly
+its own sequence.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """Logits with every token outside the top-k and outside the nucleus set to -inf.
+
+    The nucleus keeps, in order of decreasing probability, each token whose more likely
+    predecessors hold less than ``top_p`` of the mass (so at least the most likely token).
+    """
+    out = logits
+    vocab = logits.shape[-1]
+    if 0 < top_k < vocab:
+        kth = torch.topk(out, top_k, dim=-1).values[..., -1:]
+        out = out.masked_fill(out < kth, float("-inf"))
+    if top_p < 1.0:
+        ordered, order = torch.sort(out, dim=-1, descending=True)
+        probs = torch.softmax(ordered, dim=-1)
+        before = torch.cumsum(probs, dim=-1) - probs
+        drop_sorted = before >= top_p
+        drop_sorted[..., 0] = False
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        out = out.masked_fill(drop, float("-inf"))
+    return out
+
+
+def sample_tokens(
+    logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0
+) -> torch.Tensor:
+    """One token per row of ``logits`` [B, V]: argmax at temperature 0, else a draw from
+    softmax(filtered logits / temperature) with torch's global generator.
+
+    The draw inverts the cumulative distribution with one uniform number per row; a token of
+    probability 0 is never drawn. (``torch.multinomial`` draws an exponential variate for every
+    vocabulary entry, which took 12 % of SmolLM2's decode time on a CPU.)
+    """
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    scaled = filter_logits(logits.float() / temperature, top_k, top_p)
+    cdf = torch.cumsum(torch.softmax(scaled, dim=-1), dim=-1)
+    u = torch.rand((cdf.shape[0], 1), device=cdf.device) * cdf[:, -1:]
+    picked = torch.searchsorted(cdf, u, right=True).squeeze(-1)
+    return picked.clamp_(max=cdf.shape[-1] - 1)
+
+
+def _in_place_layer(keys: torch.Tensor, values: torch.Tensor, capacity: int) -> Any:
+    """A cache layer holding ``keys``/``values`` in a buffer of ``capacity`` positions, allocated
+    once: later entries are written in place and the layer exposes views of the filled part
+    (transformers' ``DynamicLayer`` concatenates, copying the whole cache at every step)."""
+    from transformers.cache_utils import DynamicLayer
+
+    class InPlaceLayer(DynamicLayer):
+        def __init__(self) -> None:
+            super().__init__()
+            shape = (*keys.shape[:-2], capacity, keys.shape[-1])
+            self.lazy_initialization(keys, values)
+            self._k, self._v, self._n = keys.new_zeros(shape), values.new_zeros(shape), 0
+            self.update(keys, values)
+
+        def update(self, k: torch.Tensor, v: torch.Tensor, *args: Any, **kwargs: Any):
+            n, add = self._n, k.shape[-2]
+            if n + add > self._k.shape[-2]:  # past the planned budget: grow (not in normal use)
+                more = (*self._k.shape[:-2], max(n + add, 2 * self._k.shape[-2]), self._k.shape[-1])
+                self._k = torch.cat([self._k[..., :n, :], self._k.new_zeros(more)], dim=-2)
+                self._v = torch.cat([self._v[..., :n, :], self._v.new_zeros(more)], dim=-2)
+            self._k[..., n : n + add, :] = k
+            self._v[..., n : n + add, :] = v
+            self._n = n + add
+            self.keys, self.values = self._k[..., : self._n, :], self._v[..., : self._n, :]
+            return self.keys, self.values
+
+        def batch_select_indices(self, indices: torch.Tensor) -> None:
+            self._k, self._v = self._k[indices], self._v[indices]
+            self.keys, self.values = self._k[..., : self._n, :], self._v[..., : self._n, :]
+
+    return InPlaceLayer()
+
+
+def _make_cache(layers: list[Any]) -> Any:
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    cache.layers = layers  # type: ignore[assignment]
+    cache.layer_class_to_replicate = None
+    return cache
+
+
+@dataclass
+class _Entry:
+    tokens: tuple[int, ...]
+    kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer, [heads, len(tokens), head_dim]
+
+
+class PrefixCache:
+    """KV entries of finished sequences, keyed by their tokens, at most ``max_tokens`` in all
+    (the oldest are dropped first). An entry is handed out once: taking it removes it."""
+
+    def __init__(self, max_tokens: int) -> None:
+        self.max_tokens = max_tokens
+        self._entries: list[_Entry] = []
+        self.hits = 0
+        self.reused_tokens = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(e.tokens) for e in self._entries)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def take(self, seq: Sequence[int]) -> _Entry | None:
+        """The longest entry that is a proper prefix of ``seq`` (removed from the cache)."""
+        best = None
+        for e in self._entries:
+            n = len(e.tokens)
+            if (
+                n < len(seq)
+                and (best is None or n > len(best.tokens))
+                and tuple(seq[:n]) == e.tokens
+            ):
+                best = e
+        if best is not None:
+            self._entries.remove(best)
+            self.hits += 1
+            self.reused_tokens += len(best.tokens)
+        return best
+
+    def put(self, entry: _Entry) -> None:
+        if len(entry.tokens) == 0 or len(entry.tokens) > self.max_tokens:
+            return
+        self._entries.append(entry)
+        while self.tokens > self.max_tokens:
+            self._entries.pop(0)
+
+
+def _accepts(model: Any, name: str) -> bool:
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft wrappers
+    try:
+        return name in inspect.signature(base.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def supports_prefix_reuse(model: Any) -> bool:
+    """Whether the model's cache is plain full attention (no sliding windows, no recurrent state)."""
+    config = getattr(model, "config", None)
+    text = config.get_text_config(decoder=True) if config is not None else None
+    types = getattr(text, "layer_types", None) or []
+    return all(t == "full_attention" for t in types) and not getattr(text, "sliding_window", None)
+
+
+def decode(
+    model: Any,
+    seqs: Sequence[Sequence[int]],
+    limits: Sequence[int],
+    *,
+    stop: Sequence[str],
+    eos_ids: set[int],
+    pad_id: int,
+    token_text: Callable[[list[int]], str],
+    temperature: float,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    prefix_cache: PrefixCache | None = None,
+) -> list[list[int]]:
+    """New tokens for each sequence: up to its limit, an end-of-sequence token, or the token that
+    completes a stop string (the caller cuts exactly with ``cut_generation``).
+
+    ``token_text`` decodes token ids (used on a short tail for stop strings). With
+    ``prefix_cache``, kept prefixes are reused and every row's entries are kept afterwards.
+    """
+    n_rows = len(seqs)
+    device = next(model.parameters()).device
+    out: list[list[int]] = [[] for _ in range(n_rows)]
+    todo = [i for i in range(n_rows) if limits[i] > 0]
+    if not todo:
+        return out
+    reuse = [
+        prefix_cache.take(seqs[i]) if prefix_cache is not None else None for i in range(n_rows)
+    ]
+    past = [len(reuse[i].tokens) if reuse[i] is not None else 0 for i in range(n_rows)]
+    rows = todo
+    width_p = max(past[i] for i in rows)
+    width_s = max(len(seqs[i]) - past[i] for i in rows)
+    budget = max(limits[i] for i in rows)
+    b = len(rows)
+
+    ids = torch.full((b, width_s), pad_id, dtype=torch.long)
+    mask = torch.zeros((b, width_p + width_s), dtype=torch.long)
+    pos = torch.zeros((b, width_s), dtype=torch.long)
+    for r, i in enumerate(rows):
+        new = list(seqs[i][past[i] :])
+        ids[r, width_s - len(new) :] = torch.tensor(new, dtype=torch.long)
+        mask[r, width_p - past[i] : width_p] = 1
+        mask[r, width_p + width_s - len(new) :] = 1
+        pos[r, width_s - len(new) :] = torch.arange(past[i], past[i] + len(new))
+    ids, mask, pos = ids.to(device), mask.to(device), pos.to(device)
+
+    cache = None
+    if width_p > 0:
+        layers = []
+        first = next(e for e in (reuse[i] for i in rows) if e is not None)
+        for layer in range(len(first.kv)):
+            k0, v0 = first.kv[layer]
+            keys = k0.new_zeros((b, k0.shape[0], width_p, k0.shape[-1]))
+            values = v0.new_zeros((b, v0.shape[0], width_p, v0.shape[-1]))
+            for r, i in enumerate(rows):
+                if reuse[i] is not None:
+                    k, v = reuse[i].kv[layer]
+                    keys[r, :, width_p - past[i] :] = k
+                    values[r, :, width_p - past[i] :] = v
+            layers.append(_in_place_layer(keys, values, width_p + width_s + budget))
+        cache = _make_cache(layers)
+
+    keep_logits = {"logits_to_keep": 1} if _accepts(model, "logits_to_keep") else {}
+    window = max((len(s.encode()) for s in stop), default=0)
+    live = list(range(b))  # positions in the batch -> rows[...]
+    with torch.inference_mode():
+        step_ids, step_pos = ids, pos
+        while True:
+            if cache is None:
+                from transformers import DynamicCache
+
+                cache = DynamicCache()
+            result = model(
+                input_ids=step_ids,
+                attention_mask=mask,
+                position_ids=step_pos,
+                past_key_values=cache,
+                use_cache=True,
+                **keep_logits,
+            )
+            cache = result.past_key_values
+            if not hasattr(cache.layers[0], "_n"):  # after a prefill without reused entries
+                cache = _make_cache(
+                    [
+                        _in_place_layer(layer.keys, layer.values, width_p + width_s + budget)
+                        for layer in cache.layers
+                    ]
+                )
+            tokens = sample_tokens(result.logits[:, -1], temperature, top_k, top_p).tolist()
+            ended = []
+            for slot, tok in enumerate(tokens):
+                i = rows[live[slot]]
+                gen = out[i]
+                gen.append(int(tok))
+                if (
+                    tok in eos_ids
+                    or len(gen) >= limits[i]
+                    or (window and any(s in token_text(gen[-window:]) for s in stop))
+                ):
+                    ended.append(slot)
+            if ended and prefix_cache is not None:
+                for slot in ended:
+                    i = rows[live[slot]]
+                    _keep(prefix_cache, cache, slot, mask[slot], (*seqs[i], *out[i][:-1]))
+            if len(ended) == len(live):
+                break
+            step_pos = step_pos[:, -1:] + 1
+            next_ids = torch.tensor(tokens, dtype=torch.long, device=device).unsqueeze(-1)
+            if ended:
+                keep = torch.tensor(
+                    [s for s in range(len(live)) if s not in set(ended)], device=device
+                )
+                cache.batch_select_indices(keep)
+                mask, step_pos, next_ids = mask[keep], step_pos[keep], next_ids[keep]
+                live = [live[s] for s in keep.tolist()]
+            mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=-1)
+            step_ids = next_ids
+    return out
+
+
+def _keep(
+    prefix_cache: PrefixCache,
+    cache: Any,
+    slot: int,
+    row_mask: torch.Tensor,
+    tokens: tuple[int, ...],
+) -> None:
+    """Store the KV entries of batch row ``slot``: the columns ``row_mask`` marks, which encode
+    ``tokens`` (the sequence and every generated token but the last, which was never fed)."""
+    cols = row_mask.nonzero().squeeze(-1)
+    if len(cols) != len(tokens):
+        raise RuntimeError(f"prefix cache: {len(cols)} KV columns for {len(tokens)} tokens")
+    kv = [(layer.keys[slot][:, cols], layer.values[slot][:, cols]) for layer in cache.layers]
+    prefix_cache.put(_Entry(tokens, kv))

@@ -1,0 +1,160 @@
+"""The decoding loop: hand cases for the sampling filters, agreement with ``model.generate``,
+finished rows leaving the batch, and KV prefix reuse giving the same tokens as a full prefill."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+
+from framework.rollout.decoding import PrefixCache, _Entry, filter_logits, sample_tokens
+from framework.rollout.hf_backend import (
+    SamplingConfig,
+    TransformersBackend,
+    TransformersBackendConfig,
+)
+from framework.rollout.parser import STOP_STRINGS
+
+LOGP = torch.tensor([[math.log(0.5), math.log(0.3), math.log(0.15), math.log(0.05)]])
+NEG = float("-inf")
+
+
+def test_nucleus_keeps_tokens_whose_more_likely_mass_is_below_top_p():
+    # mass before each token, most likely first: 0, 0.5, 0.8, 0.95
+    assert torch.isinf(filter_logits(LOGP, top_p=0.7)).tolist() == [[False, False, True, True]]
+    assert torch.isinf(filter_logits(LOGP, top_p=0.5)).tolist() == [[False, True, True, True]]
+    assert torch.isinf(filter_logits(LOGP, top_p=0.96)).tolist() == [[False] * 4]
+    assert torch.isinf(filter_logits(LOGP, top_p=0.01)).tolist() == [[False, True, True, True]]
+    # the order of the vocabulary does not matter
+    shuffled = LOGP[:, [2, 0, 3, 1]]
+    assert torch.isinf(filter_logits(shuffled, top_p=0.7)).tolist() == [[True, False, True, False]]
+
+
+def test_top_k_and_both_filters():
+    assert torch.isinf(filter_logits(LOGP, top_k=3)).tolist() == [[False, False, False, True]]
+    assert torch.equal(filter_logits(LOGP, top_k=0), LOGP)
+    assert torch.equal(filter_logits(LOGP, top_k=4), LOGP)
+    both = filter_logits(LOGP, top_k=2, top_p=0.99)  # top-k first, then the nucleus of the rest
+    assert torch.isinf(both).tolist() == [[False, False, True, True]]
+
+
+def test_greedy_and_sampling_frequencies():
+    logits = torch.tensor([[0.0, 2.0, 1.0], [5.0, NEG, 4.0]])
+    assert sample_tokens(logits, 0.0).tolist() == [1, 0]
+    torch.manual_seed(0)
+    rows = LOGP.expand(40_000, 4)
+    counts = torch.bincount(sample_tokens(rows, 1.0), minlength=4).float() / 40_000
+    assert torch.allclose(counts, torch.tensor([0.5, 0.3, 0.15, 0.05]), atol=0.01)
+    # temperature 2 flattens: p ~ sqrt(p) renormalised
+    flat = torch.tensor([0.5, 0.3, 0.15, 0.05]).sqrt()
+    counts = torch.bincount(sample_tokens(rows, 2.0), minlength=4).float() / 40_000
+    assert torch.allclose(counts, flat / flat.sum(), atol=0.01)
+    # a filtered (probability 0) token is never drawn, even when it is the first one
+    masked = torch.tensor([[NEG, 0.0, NEG, 0.0]]).expand(5_000, 4)
+    assert set(sample_tokens(masked, 1.0).tolist()) == {1, 3}
+    assert set(sample_tokens(LOGP.expand(5_000, 4), 1.0, top_p=0.7).tolist()) == {0, 1}
+
+
+def test_prefix_cache_hands_out_the_longest_proper_prefix_once():
+    kv = [(torch.zeros(1, 1, 1), torch.zeros(1, 1, 1))]
+    cache = PrefixCache(max_tokens=10)
+    for tokens in [(1, 2), (1, 2, 3), (1, 2, 3, 4), (9,)]:
+        cache.put(_Entry(tokens, kv))
+    assert cache.take([1, 2, 3, 4]).tokens == (1, 2, 3)  # (1, 2, 3, 4) is not a proper prefix
+    assert cache.take([1, 2, 3, 5]).tokens == (1, 2)  # (1, 2, 3) was handed out
+    assert cache.take([7, 1, 2]) is None
+    assert (cache.hits, cache.reused_tokens, len(cache)) == (2, 5, 2)
+    cache.put(_Entry((5,) * 7, kv))  # 4 + 1 + 7 > 10: the oldest entry goes
+    assert cache.tokens == 8 and cache.take([1, 2, 3, 4, 5]) is None
+    cache.put(_Entry((6,) * 11, kv))  # larger than the whole cache: not kept
+    assert cache.tokens == 8
+    cache.clear()
+    assert len(cache) == 0
+
+
+# -- with the tiny policy (float64, so that reordered sums cannot flip a token) --------------------
+@pytest.fixture(scope="module")
+def tiny64(tiny_policy):
+    model, tok = tiny_policy
+    return copy.deepcopy(model).double(), tok
+
+
+def backend(model, tok, decoder="loop", temperature=0.0, **kw) -> TransformersBackend:
+    cfg = TransformersBackendConfig(
+        sampling=SamplingConfig(temperature=temperature, seed=3), decoder=decoder, **kw
+    )
+    return TransformersBackend(cfg=cfg, model=model, tokenizer=tok)
+
+
+def sequences(tok) -> list[list[int]]:
+    texts = ["Hi", "Where was the director of Jaws born?", "<think>Search the film first.</think>"]
+    return [tok.encode(t, add_special_tokens=False) for t in texts]
+
+
+def test_loop_equals_model_generate_greedy(tiny64):
+    model, tok = tiny64
+    seqs, limits = sequences(tok), [4, 9, 13]
+    ours = backend(model, tok).generate(seqs, limits, STOP_STRINGS)
+    theirs = backend(model, tok, decoder="generate").generate(seqs, limits, STOP_STRINGS)
+    assert ours == theirs
+    assert [len(g.token_ids) for g in ours] == limits  # the random policy never stops early
+
+
+def test_finished_rows_leave_the_batch(tiny64):
+    model, tok = tiny64
+    sizes = []
+    hook = model.register_forward_pre_hook(
+        lambda m, a, kw: sizes.append(tuple(kw["input_ids"].shape)), with_kwargs=True
+    )
+    try:
+        backend(model, tok).generate(sequences(tok), [1, 3, 5], STOP_STRINGS)
+    finally:
+        hook.remove()
+    width = max(len(s) for s in sequences(tok))
+    assert sizes == [(3, width), (2, 1), (2, 1), (1, 1), (1, 1)]
+
+
+def two_turns(model, tok, prefix_cache_tokens: int):
+    """Sampled generation, then each sequence extended by its output and a 'tool response'."""
+    b = backend(model, tok, temperature=1.0, prefix_cache_tokens=prefix_cache_tokens)
+    seqs = sequences(tok)
+    first = b.generate(seqs, [6, 8, 5], STOP_STRINGS)
+    second_in = [
+        s + g.token_ids + tok.encode(f"<tool_response>doc {i}</tool_response>")
+        for i, (s, g) in enumerate(zip(seqs, first))
+    ]
+    second = b.generate(second_in, [7, 4, 6], STOP_STRINGS)
+    return first, second, b
+
+
+def test_prefix_reuse_gives_the_tokens_of_a_full_prefill(tiny64):
+    model, tok = tiny64
+    first, second, reusing = two_turns(model, tok, prefix_cache_tokens=4096)
+    first_ref, second_ref, plain = two_turns(model, tok, prefix_cache_tokens=0)
+    assert plain.prefix_cache is None
+    assert (first, second) == (first_ref, second_ref)
+    stats = reusing.prefix_cache
+    assert stats.hits == 3
+    # each reused entry is the first call's sequence and all but its last generated token
+    expected = sum(len(s) + len(g.token_ids) - 1 for s, g in zip(sequences(tok), first))
+    assert stats.reused_tokens == expected
+    assert len(stats) == 3  # the second call's rows are kept in turn
+
+
+def test_update_weights_drops_kept_entries(tiny64):
+    model, tok = tiny64
+    b = backend(model, tok, temperature=1.0)
+    b.generate(sequences(tok), [3, 3, 3], STOP_STRINGS)
+    assert len(b.prefix_cache) == 3
+    b.update_weights(model)
+    assert len(b.prefix_cache) == 0
+
+
+def test_decoder_is_validated():
+    problems = TransformersBackendConfig(decoder="fast").problems()
+    assert [p.path for p in problems] == ["decoder"]
+    assert [p.path for p in TransformersBackendConfig(prefix_cache_tokens=-1).problems()] == [
+        "prefix_cache_tokens"
+    ]
