@@ -291,17 +291,19 @@ def run_agent(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from framework.cli.app import load_config
-    from framework.rollout.policy import load_policy  # noqa: F401
 
+    if args.agent_policy and args.policy != "tiny":
+        source = ["rollout.policy.source=path", f"rollout.policy.path={args.agent_policy}"]
+    else:
+        source = [f"rollout.policy.source={'tiny' if args.policy == 'tiny' else 'smollm2'}"]
     cfg = load_config(
         "train",
         [
             "warm_start.sft=false",
-            f"rollout.policy.source={'tiny' if args.policy == 'tiny' else 'smollm2'}",
+            *source,
+            f"rollout.decoder={args.decoder}",
             f"sampler.questions_per_step={args.questions}",
             f"sampler.group_size={args.group}",
-            "agent.max_turns=4",
-            f"agent.max_new_tokens_per_turn={args.completion}",
             "optim.micro_batch_size=8",
             f"optim.lr={LR}",
             "trainer.precision=32-true",
@@ -363,8 +365,11 @@ def run_agent(args: argparse.Namespace) -> dict[str, Any]:
                 "samples": len(trajs),
                 "completion_tokens": sum(t.stats["generated_tokens"] for t in trajs),
                 "trained_rollouts": len(trajs) - plan.skipped,
+                "turns": sum(t.stats.get("turns", 0) for t in trajs) / len(trajs),
+                "context_tokens": sum(len(t.token_ids) for t in trajs) / len(trajs),
             }
         )
+        module.backend.update_weights(module.policy)
     module.close()
     return {"steps": steps[1:], "peak_rss_gb": peak_rss_gb()}
 
@@ -372,7 +377,9 @@ def run_agent(args: argparse.Namespace) -> dict[str, Any]:
 WORKERS = {"ours": run_ours, "trl": run_trl, "ceiling": run_ceiling, "agent": run_agent}
 
 
-def spawn(kind: str, args: argparse.Namespace, policy: str) -> dict[str, Any]:
+def spawn(
+    kind: str, args: argparse.Namespace, policy: str, decoder: str = "loop"
+) -> dict[str, Any]:
     cmd = [
         sys.executable,
         __file__,
@@ -388,6 +395,9 @@ def spawn(kind: str, args: argparse.Namespace, policy: str) -> dict[str, Any]:
         str(args.completion),
         "--steps",
         str(args.steps),
+        "--decoder",
+        decoder,
+        *(["--agent-policy", args.agent_policy] if args.agent_policy else []),
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     if proc.returncode != 0:
@@ -397,7 +407,17 @@ def spawn(kind: str, args: argparse.Namespace, policy: str) -> dict[str, Any]:
 
 def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
     steps = [s for r in runs for s in r["steps"]]
-    keys = ("generation", "retrieval", "scoring", "backward", "optimizer", "total")
+    keys = (
+        "generation",
+        "retrieval",
+        "scoring",
+        "backward",
+        "optimizer",
+        "total",
+        "turns",
+        "context_tokens",
+        "trained_rollouts",
+    )
     out = {k: median([s[k] for s in steps]) for k in keys if all(k in s for s in steps)}
     if "total" in out and "generation" in out and "backward" not in out:
         out["other"] = out["total"] - out["generation"]
@@ -447,17 +467,26 @@ def render(report: dict[str, Any]) -> str:
             f"- seekrl rollout decode at {r['decode_fraction']:.2f} of the raw generate ceiling",
             "",
         ]
-        if "agent" in r:
-            a = r["agent"]
+        agents = {k: v for k, v in r.items() if k.startswith("agent")}
+        if agents:
+            who = report.get("agent_policy") if policy != "tiny" else None
             lines += [
-                "Multi-turn search agent (agent loop, FAISS, E-GRPO reward) for reference:",
+                "Multi-turn search agent (agent loop, FAISS, E-GRPO reward) for reference, policy "
+                f"{who or policy}, with the framework's decoding loop (KV prefix reuse across turns) "
+                "and with `model.generate` (`rollout.decoder=generate`):",
                 "",
-                "| samples/s | rollout tokens/s | step s | generation s | retrieval s | backward s | peak RSS GB |",
-                "|---|---|---|---|---|---|---|",
-                f"| {a['samples_per_s']:.3f} | {a['rollout_tokens_per_s']:.1f} | {a['total']:.2f} | {a['generation']:.2f} | "
-                f"{a.get('retrieval', 0):.2f} | {a['backward']:.2f} | {a['peak_rss_gb']:.2f} |",
-                "",
+                "| decoder | samples/s | rollout tokens/s | step s | generation s | retrieval s | backward s "
+                "| turns | context tokens | trained rollouts | peak RSS GB |",
+                "|---|---|---|---|---|---|---|---|---|---|---|",
             ]
+            for name, a in agents.items():
+                lines.append(
+                    f"| {name.split('_', 1)[-1]} | {a['samples_per_s']:.3f} | {a['rollout_tokens_per_s']:.1f} | "
+                    f"{a['total']:.2f} | {a['generation']:.2f} | {a.get('retrieval', 0):.2f} | "
+                    f"{a['backward']:.2f} | {a.get('turns', 0):.2f} | {a.get('context_tokens', 0):.0f} | "
+                    f"{a.get('trained_rollouts', 0):.0f} | {a['peak_rss_gb']:.2f} |"
+                )
+            lines.append("")
     return "\n".join(lines) + "\n"
 
 
@@ -472,6 +501,12 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--agent", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument(
+        "--agent-policy",
+        default=None,
+        help="policy folder for the search-agent rows (e.g. an SFT run's policy/); default SmolLM2",
+    )
+    p.add_argument("--decoder", default="loop", help=argparse.SUPPRESS)
     p.add_argument("--out", default=str(REPO / "docs" / "benchmarks.md"))
     p.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     p.add_argument("--policy", default="smollm2", help=argparse.SUPPRESS)
@@ -495,6 +530,7 @@ def main() -> None:
         "completion": args.completion,
         "steps": args.steps,
         "rounds": args.rounds,
+        "agent_policy": args.agent_policy,
         "policies": {},
     }
     for policy in args.policies:
@@ -508,8 +544,9 @@ def main() -> None:
         print(f"[bench] {policy}: ceiling", flush=True)
         r["ceiling"] = spawn("ceiling", args, policy)
         if args.agent:
-            print(f"[bench] {policy}: search agent", flush=True)
-            r["agent"] = aggregate([spawn("agent", args, policy)])
+            for decoder in ("loop", "generate"):
+                print(f"[bench] {policy}: search agent, decoder={decoder}", flush=True)
+                r[f"agent_{decoder}"] = aggregate([spawn("agent", args, policy, decoder)])
         r["ratio_samples"] = r["ours"]["samples_per_s"] / r["trl"]["samples_per_s"]
         r["decode_fraction"] = (
             r["ours"]["rollout_tokens_per_s"] / r["ceiling"]["generate_tokens_per_s"]
