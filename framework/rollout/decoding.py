@@ -87,6 +87,8 @@ def _in_place_layer(keys: torch.Tensor, values: torch.Tensor, capacity: int) -> 
 
         def update(self, k: torch.Tensor, v: torch.Tensor, *args: Any, **kwargs: Any):
             n, add = self._n, k.shape[-2]
+            if k.dtype != self._k.dtype:  # entries kept under another autocast setting
+                self._k, self._v = self._k.to(k.dtype), self._v.to(v.dtype)
             if n + add > self._k.shape[-2]:  # past the planned budget: grow (not in normal use)
                 more = (*self._k.shape[:-2], max(n + add, 2 * self._k.shape[-2]), self._k.shape[-1])
                 self._k = torch.cat([self._k[..., :n, :], self._k.new_zeros(more)], dim=-2)

@@ -304,7 +304,6 @@ def run_agent(args: argparse.Namespace) -> dict[str, Any]:
             f"rollout.decoder={args.decoder}",
             f"sampler.questions_per_step={args.questions}",
             f"sampler.group_size={args.group}",
-            "optim.micro_batch_size=8",
             f"optim.lr={LR}",
             "trainer.precision=32-true",
         ],
@@ -318,7 +317,7 @@ def run_agent(args: argparse.Namespace) -> dict[str, Any]:
     module.setup("fit")
     opt = adamw([p for p in module.policy.parameters() if p.requires_grad], lr=LR)
     steps = []
-    for step in range(args.steps + 1):
+    for step in range(args.agent_steps + 1):
         chosen = items[step * args.questions : (step + 1) * args.questions]
         t0 = time.perf_counter()
         trajs = module.rollouts(chosen, args.group, list(range(len(chosen))))
@@ -338,7 +337,13 @@ def run_agent(args: argparse.Namespace) -> dict[str, Any]:
         module.policy.train()
         opt.zero_grad(set_to_none=True)
         plan = plan_update(
-            trajs, adv, mask, micro_batch_size=8, agg=module.spec.agg, skip_zero=True
+            trajs,
+            adv,
+            mask,
+            micro_batch_size=cfg.optim.micro_batch_size,
+            max_tokens=cfg.optim.micro_batch_tokens,  # 8 x 2048 tokens at once exhausts 24 GB
+            agg=module.spec.agg,
+            skip_zero=True,
         )
         run_update_pass(
             module.policy,
@@ -395,13 +400,15 @@ def spawn(
         str(args.completion),
         "--steps",
         str(args.steps),
+        "--agent-steps",
+        str(args.agent_steps),
         "--decoder",
         decoder,
         *(["--agent-policy", args.agent_policy] if args.agent_policy else []),
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     if proc.returncode != 0:
-        raise RuntimeError(f"{kind} worker failed:\n{proc.stderr[-4000:]}")
+        raise RuntimeError(f"{kind} worker exited {proc.returncode}:\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -480,6 +487,9 @@ def render(report: dict[str, Any]) -> str:
                 "|---|---|---|---|---|---|---|---|---|---|---|",
             ]
             for name, a in agents.items():
+                if "error" in a:
+                    lines.append(f"| {name.split('_', 1)[-1]} | failed: {a['error']} |")
+                    continue
                 lines.append(
                     f"| {name.split('_', 1)[-1]} | {a['samples_per_s']:.3f} | {a['rollout_tokens_per_s']:.1f} | "
                     f"{a['total']:.2f} | {a['generation']:.2f} | {a.get('retrieval', 0):.2f} | "
@@ -506,6 +516,7 @@ def main() -> None:
         default=None,
         help="policy folder for the search-agent rows (e.g. an SFT run's policy/); default SmolLM2",
     )
+    p.add_argument("--agent-steps", type=int, default=2, help="measured search-agent steps")
     p.add_argument("--decoder", default="loop", help=argparse.SUPPRESS)
     p.add_argument("--out", default=str(REPO / "docs" / "benchmarks.md"))
     p.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
@@ -530,6 +541,7 @@ def main() -> None:
         "completion": args.completion,
         "steps": args.steps,
         "rounds": args.rounds,
+        "agent_steps": args.agent_steps,
         "agent_policy": args.agent_policy,
         "policies": {},
     }
@@ -546,7 +558,11 @@ def main() -> None:
         if args.agent:
             for decoder in ("loop", "generate"):
                 print(f"[bench] {policy}: search agent, decoder={decoder}", flush=True)
-                r[f"agent_{decoder}"] = aggregate([spawn("agent", args, policy, decoder)])
+                try:
+                    r[f"agent_{decoder}"] = aggregate([spawn("agent", args, policy, decoder)])
+                except RuntimeError as err:  # keep the comparison above; say what failed
+                    print(err, file=sys.stderr)
+                    r[f"agent_{decoder}"] = {"error": str(err).splitlines()[0]}
         r["ratio_samples"] = r["ours"]["samples_per_s"] / r["trl"]["samples_per_s"]
         r["decode_fraction"] = (
             r["ours"]["rollout_tokens_per_s"] / r["ceiling"]["generate_tokens_per_s"]

@@ -158,3 +158,20 @@ def test_decoder_is_validated():
     assert [p.path for p in TransformersBackendConfig(prefix_cache_tokens=-1).problems()] == [
         "prefix_cache_tokens"
     ]
+
+
+def test_entries_kept_in_another_dtype_are_converted(tiny_policy):
+    from framework.rollout.decoding import decode
+
+    model, tok = tiny_policy
+    model = copy.deepcopy(model)
+    seqs = sequences(tok)
+    kw = dict(stop=STOP_STRINGS, eos_ids=set(), pad_id=0, token_text=tok.decode, temperature=0.0)
+    cache = PrefixCache(4096)
+    first = decode(model, seqs, [3, 3, 3], prefix_cache=cache, **kw)
+    assert {e.kv[0][0].dtype for e in cache._entries} == {torch.float32}
+    model.double()  # e.g. kept under autocast, reused outside it
+    nxt = [s + g + [5, 6] for s, g in zip(seqs, first)]
+    reused = decode(model, nxt, [4, 4, 4], prefix_cache=cache, **kw)
+    assert cache.hits == 3
+    assert reused == decode(model, nxt, [4, 4, 4], **kw)
