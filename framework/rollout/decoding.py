@@ -208,11 +208,9 @@ def decode(
     todo = [i for i in range(n_rows) if limits[i] > 0]
     if not todo:
         return out
-    reuse = [
-        prefix_cache.take(seqs[i]) if prefix_cache is not None else None for i in range(n_rows)
-    ]
-    past = [len(reuse[i].tokens) if reuse[i] is not None else 0 for i in range(n_rows)]
     rows = todo
+    reuse = {i: prefix_cache.take(seqs[i]) if prefix_cache is not None else None for i in rows}
+    past = {i: len(reuse[i].tokens) if reuse[i] is not None else 0 for i in rows}
     width_p = max(past[i] for i in rows)
     width_s = max(len(seqs[i]) - past[i] for i in rows)
     budget = max(limits[i] for i in rows)
@@ -229,7 +227,9 @@ def decode(
         pos[r, width_s - len(new) :] = torch.arange(past[i], past[i] + len(new))
     ids, mask, pos = ids.to(device), mask.to(device), pos.to(device)
 
-    cache = None
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
     if width_p > 0:
         layers = []
         first = next(e for e in (reuse[i] for i in rows) if e is not None)
@@ -251,10 +251,6 @@ def decode(
     with torch.inference_mode():
         step_ids, step_pos = ids, pos
         while True:
-            if cache is None:
-                from transformers import DynamicCache
-
-                cache = DynamicCache()
             result = model(
                 input_ids=step_ids,
                 attention_mask=mask,

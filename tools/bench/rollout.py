@@ -100,8 +100,8 @@ def render(report: dict[str, Any]) -> str:
     lines += [
         "",
         "Loop tokens/s counts the model-generated tokens of all rollouts over the loop's wall time. The "
-        "raw ceiling generates the same prompts in one batched call with no stop strings, so each "
-        "sequence runs to the token budget or end of sequence.",
+        "raw ceiling generates the same prompts in one batched call of the same backend with no stop "
+        "strings, so each sequence runs to the token budget or end of sequence.",
         "",
     ]
     return "\n".join(lines)
@@ -115,6 +115,7 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--max-turns", type=int, default=4)
     parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--decoder", choices=["loop", "generate"], default="loop")
     parser.add_argument("--out", default=str(REPO / "docs" / "benchmarks" / "rollout"))
     args = parser.parse_args()
     backend = TransformersBackend(
@@ -122,6 +123,7 @@ def main() -> None:
             name="transformers",
             sampling=SamplingConfig(temperature=args.temperature),
             micro_batch=max(args.sizes),
+            decoder=args.decoder,
         )
     )
     retriever = FaissRetriever(cfg=FaissRetrieverConfig(name="faiss", progress=False))
@@ -139,7 +141,7 @@ def main() -> None:
             "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}, "
             f"{torch.get_num_threads()} threads, no GPU",
             "date": time.strftime("%Y-%m-%d"),
-            "policy": "SmolLM2-135M-Instruct (fp32, transformers generate)",
+            "policy": f"SmolLM2-135M-Instruct (fp32, rollout.decoder={args.decoder})",
             "temperature": args.temperature,
             "max_new_tokens": args.max_new_tokens,
             "max_turns": args.max_turns,
