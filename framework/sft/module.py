@@ -118,7 +118,9 @@ class SFTModule(L.LightningModule):
     def configure_optimizers(self) -> Any:
         o = self.optim
         params = [p for p in self.policy.parameters() if p.requires_grad]
-        opt = adamw(params, lr=o.lr, weight_decay=o.weight_decay)
+        # foreach, not fused: Lightning's gradient clipping (automatic optimisation) refuses fused
+        # optimisers under mixed precision, where they would unscale gradients themselves
+        opt = adamw(params, fused=False, lr=o.lr, weight_decay=o.weight_decay)
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, lr_multiplier(o.schedule, o.warmup_steps, self.total_steps)
         )
