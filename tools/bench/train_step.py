@@ -37,6 +37,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 LR = 1e-6
+DEFAULT_OUT = REPO / "docs" / "benchmarks.md"
 CLIP_LOW, CLIP_HIGH = 0.2, 0.28
 
 
@@ -506,6 +507,15 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def table_rows(rows: dict[str, dict[str, Any]], cells: Any) -> list[str]:
+    """Markdown rows named by key: ``cells(row)`` or the error of a worker that failed."""
+    out = [
+        f"| {name} | failed: {r['error']} |" if "error" in r else f"| {name} | {cells(r)} |"
+        for name, r in rows.items()
+    ]
+    return [*out, ""]
+
+
 def render(report: dict[str, Any]) -> str:
     lines = [
         "# Training-step benchmark: seekrl against TRL's GRPOTrainer",
@@ -556,17 +566,15 @@ def render(report: dict[str, Any]) -> str:
                 "| turns | context tokens | trained rollouts | peak RSS GB |",
                 "|---|---|---|---|---|---|---|---|---|---|---|",
             ]
-            for name, a in agents.items():
-                if "error" in a:
-                    lines.append(f"| {name.split('_', 1)[-1]} | failed: {a['error']} |")
-                    continue
-                lines.append(
-                    f"| {name.split('_', 1)[-1]} | {a['samples_per_s']:.3f} | {a['rollout_tokens_per_s']:.1f} | "
-                    f"{a['total']:.2f} | {a['generation']:.2f} | {a.get('retrieval', 0):.2f} | "
-                    f"{a['backward']:.2f} | {a.get('turns', 0):.2f} | {a.get('context_tokens', 0):.0f} | "
-                    f"{a.get('trained_rollouts', 0):.0f} | {a['peak_rss_gb']:.2f} |"
-                )
-            lines.append("")
+            lines += table_rows(
+                {name.split("_", 1)[-1]: a for name, a in agents.items()},
+                lambda a: (
+                    f"{a['samples_per_s']:.3f} | {a['rollout_tokens_per_s']:.1f} | {a['total']:.2f} | "
+                    f"{a['generation']:.2f} | {a.get('retrieval', 0):.2f} | {a['backward']:.2f} | "
+                    f"{a.get('turns', 0):.2f} | {a.get('context_tokens', 0):.0f} | "
+                    f"{a.get('trained_rollouts', 0):.0f} | {a['peak_rss_gb']:.2f}"
+                ),
+            )
     if report.get("backends"):
         rows = report["backends"]
         device = next((r["device"] for r in rows.values() if "device" in r), "?")
@@ -580,15 +588,13 @@ def render(report: dict[str, Any]) -> str:
             "| backend | generation s | generated tokens/s | samples/s | peak RSS GB |",
             "|---|---|---|---|---|",
         ]
-        for name, r in rows.items():
-            if "error" in r:
-                lines.append(f"| {name} | failed: {r['error']} |")
-                continue
-            lines.append(
-                f"| {name} | {r['generation']:.2f} | {r['rollout_tokens_per_s']:.1f} | "
-                f"{r['samples_per_s']:.2f} | {r['peak_rss_gb']:.2f} |"
-            )
-        lines.append("")
+        lines += table_rows(
+            rows,
+            lambda r: (
+                f"{r['generation']:.2f} | {r['rollout_tokens_per_s']:.1f} | "
+                f"{r['samples_per_s']:.2f} | {r['peak_rss_gb']:.2f}"
+            ),
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -627,7 +633,13 @@ def main() -> None:
     p.add_argument("--backend-policy", default="smollm2", help="policy of the backend table")
     p.add_argument("--backend-dtype", default="bfloat16", choices=["float32", "bfloat16"])
     p.add_argument("--vllm-memory", type=float, default=0.5, help="vLLM gpu_memory_utilization")
-    p.add_argument("--out", default=str(REPO / "docs" / "benchmarks.md"))
+    p.add_argument("--out", default=str(DEFAULT_OUT), help="the Markdown report")
+    p.add_argument(
+        "--json",
+        default=None,
+        help="the raw figures (default: docs/benchmarks/train_step.json beside the default report, "
+        "else the report's path with .json)",
+    )
     p.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     p.add_argument("--policy", default="smollm2", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -701,10 +713,11 @@ def main() -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render(report))
-    (REPO / "docs" / "benchmarks").mkdir(exist_ok=True)
-    (REPO / "docs" / "benchmarks" / "train_step.json").write_text(
-        json.dumps(report, indent=2) + "\n"
-    )
+    data = Path(args.json) if args.json else out.with_suffix(".json")
+    if out == DEFAULT_OUT and not args.json:
+        data = REPO / "docs" / "benchmarks" / "train_step.json"
+    data.parent.mkdir(parents=True, exist_ok=True)
+    data.write_text(json.dumps(report, indent=2) + "\n")
     print(render(report))
 
 
