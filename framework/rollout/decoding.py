@@ -22,6 +22,7 @@ its own sequence.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -71,21 +72,27 @@ def sample_tokens(
     return picked.clamp_(max=cdf.shape[-1] - 1)
 
 
-def _in_place_layer(keys: torch.Tensor, values: torch.Tensor, capacity: int) -> Any:
-    """A cache layer holding ``keys``/``values`` in a buffer of ``capacity`` positions, allocated
-    once: later entries are written in place and the layer exposes views of the filled part
-    (transformers' ``DynamicLayer`` concatenates, copying the whole cache at every step)."""
+@functools.cache
+def _in_place_layer() -> type:
+    """A cache-layer class whose buffer of ``capacity`` positions is allocated at the first update:
+    later entries are written in place and the layer exposes views of the filled part
+    (transformers' ``DynamicLayer`` concatenates, copying the whole cache at every step). Built on
+    first use so that importing this module does not import transformers."""
     from transformers.cache_utils import DynamicLayer
 
     class InPlaceLayer(DynamicLayer):
-        def __init__(self) -> None:
+        def __init__(self, capacity: int) -> None:
             super().__init__()
-            shape = (*keys.shape[:-2], capacity, keys.shape[-1])
-            self.lazy_initialization(keys, values)
-            self._k, self._v, self._n = keys.new_zeros(shape), values.new_zeros(shape), 0
-            self.update(keys, values)
+            self.capacity = capacity
+
+        def lazy_initialization(self, k: torch.Tensor, v: torch.Tensor) -> None:
+            super().lazy_initialization(k, v)
+            shape = (*k.shape[:-2], self.capacity, k.shape[-1])
+            self._k, self._v, self._n = k.new_zeros(shape), v.new_zeros(shape), 0
 
         def update(self, k: torch.Tensor, v: torch.Tensor, *args: Any, **kwargs: Any):
+            if not self.is_initialized:
+                self.lazy_initialization(k, v)
             n, add = self._n, k.shape[-2]
             if k.dtype != self._k.dtype:  # entries kept under another autocast setting
                 self._k, self._v = self._k.to(k.dtype), self._v.to(v.dtype)
@@ -103,16 +110,7 @@ def _in_place_layer(keys: torch.Tensor, values: torch.Tensor, capacity: int) -> 
             self._k, self._v = self._k[indices], self._v[indices]
             self.keys, self.values = self._k[..., : self._n, :], self._v[..., : self._n, :]
 
-    return InPlaceLayer()
-
-
-def _make_cache(layers: list[Any]) -> Any:
-    from transformers import DynamicCache
-
-    cache = DynamicCache()
-    cache.layers = layers  # type: ignore[assignment]
-    cache.layer_class_to_replicate = None
-    return cache
+    return InPlaceLayer
 
 
 @dataclass
@@ -205,10 +203,9 @@ def decode(
     n_rows = len(seqs)
     device = next(model.parameters()).device
     out: list[list[int]] = [[] for _ in range(n_rows)]
-    todo = [i for i in range(n_rows) if limits[i] > 0]
-    if not todo:
+    rows = [i for i in range(n_rows) if limits[i] > 0]
+    if not rows:
         return out
-    rows = todo
     reuse = {i: prefix_cache.take(seqs[i]) if prefix_cache is not None else None for i in rows}
     past = {i: len(reuse[i].tokens) if reuse[i] is not None else 0 for i in rows}
     width_p = max(past[i] for i in rows)
@@ -229,9 +226,11 @@ def decode(
 
     from transformers import DynamicCache
 
-    cache = DynamicCache()
+    cache = DynamicCache()  # its layers are created at their first update, as InPlaceLayers
+    cache.layer_class_to_replicate = functools.partial(
+        _in_place_layer(), width_p + width_s + budget
+    )
     if width_p > 0:
-        layers = []
         first = next(e for e in (reuse[i] for i in rows) if e is not None)
         for layer in range(len(first.kv)):
             k0, v0 = first.kv[layer]
@@ -242,8 +241,7 @@ def decode(
                     k, v = reuse[i].kv[layer]
                     keys[r, :, width_p - past[i] :] = k
                     values[r, :, width_p - past[i] :] = v
-            layers.append(_in_place_layer(keys, values, width_p + width_s + budget))
-        cache = _make_cache(layers)
+            cache.update(keys, values, layer)
 
     keep_logits = {"logits_to_keep": 1} if _accepts(model, "logits_to_keep") else {}
     window = max((len(s.encode()) for s in stop), default=0)
@@ -260,13 +258,6 @@ def decode(
                 **keep_logits,
             )
             cache = result.past_key_values
-            if not hasattr(cache.layers[0], "_n"):  # after a prefill without reused entries
-                cache = _make_cache(
-                    [
-                        _in_place_layer(layer.keys, layer.values, width_p + width_s + budget)
-                        for layer in cache.layers
-                    ]
-                )
             tokens = sample_tokens(result.logits[:, -1], temperature, top_k, top_p).tolist()
             ended = []
             for slot, tok in enumerate(tokens):
@@ -288,9 +279,8 @@ def decode(
             step_pos = step_pos[:, -1:] + 1
             next_ids = torch.tensor(tokens, dtype=torch.long, device=device).unsqueeze(-1)
             if ended:
-                keep = torch.tensor(
-                    [s for s in range(len(live)) if s not in set(ended)], device=device
-                )
+                gone = set(ended)
+                keep = torch.tensor([s for s in range(len(live)) if s not in gone], device=device)
                 cache.batch_select_indices(keep)
                 mask, step_pos, next_ids = mask[keep], step_pos[keep], next_ids[keep]
                 live = [live[s] for s in keep.tolist()]
