@@ -55,6 +55,17 @@ def prompts(n: int) -> list[str]:
     return [f"Answer briefly. {it.question}" for it in items[:n]]
 
 
+def step_prompts(
+    tok: Any, texts: list[str], step: int, args: argparse.Namespace
+) -> tuple[list[str], list[list[int]]]:
+    """The questions of ``step`` and their chat prompts, each repeated ``args.group`` times."""
+    from framework.rollout.policy import chat_prompt_ids
+
+    qs = texts[step * args.questions : (step + 1) * args.questions]
+    ids = [chat_prompt_ids(tok, [{"role": "user", "content": q}]) for q in qs]
+    return qs, [p for p in ids for _ in range(args.group)]
+
+
 def policy_config(name: str) -> Any:
     from framework.rollout.policy import PolicyConfig
 
@@ -76,7 +87,7 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
         TransformersBackend,
         TransformersBackendConfig,
     )
-    from framework.rollout.policy import chat_prompt_ids, load_policy
+    from framework.rollout.policy import load_policy
     from framework.rollout.types import Trajectory
     from framework.training.schedule import adamw
     from framework.training.update import LossSpec, plan_update, run_update_pass
@@ -101,10 +112,8 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
     texts = prompts(args.questions * (args.steps + 1))
     steps = []
     for step in range(args.steps + 1):
-        qs = texts[step * args.questions : (step + 1) * args.questions]
-        ids = [chat_prompt_ids(tok, [{"role": "user", "content": q}]) for q in qs]
+        qs, seqs = step_prompts(tok, texts, step, args)
         t0 = time.perf_counter()
-        seqs = [p for p in ids for _ in range(args.group)]
         model.eval()
         gens = backend.generate(seqs, [args.completion] * len(seqs), ())
         t1 = time.perf_counter()
@@ -385,7 +394,7 @@ def run_backend(args: argparse.Namespace) -> dict[str, Any]:
     bench prompts, on the GPU when there is one: vLLM against transformers."""
     import torch
 
-    from framework.rollout.policy import chat_prompt_ids, load_tokenizer
+    from framework.rollout.policy import load_tokenizer
 
     cuda = torch.cuda.is_available()
     policy = policy_config(args.policy)
@@ -414,9 +423,7 @@ def run_backend(args: argparse.Namespace) -> dict[str, Any]:
     texts = prompts(args.questions * (args.steps + 1))
     steps = []
     for step in range(args.steps + 1):
-        qs = texts[step * args.questions : (step + 1) * args.questions]
-        seqs = [chat_prompt_ids(tok, [{"role": "user", "content": q}]) for q in qs]
-        seqs = [s for s in seqs for _ in range(args.group)]
+        _, seqs = step_prompts(tok, texts, step, args)
         if cuda:
             torch.cuda.synchronize()
         start = time.perf_counter()
