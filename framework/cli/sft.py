@@ -83,7 +83,7 @@ def run_sft(cfg: SFTConfig, *, quiet: bool = False) -> dict[str, Any]:
     import lightning as L
     from hydra.utils import instantiate
 
-    from framework.cli.train import quiet_lightning, save_run_info
+    from framework.cli.train import announce_precision, quiet_lightning, save_run_info
     from framework.registry import DATASETS, RETRIEVERS
     from framework.rollout.hf_backend import TransformersBackend
     from framework.rollout.policy import load_policy
@@ -95,6 +95,8 @@ def run_sft(cfg: SFTConfig, *, quiet: bool = False) -> dict[str, Any]:
     quiet_lightning()
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     run_dir = Path(cfg.run_dir)
+    if not quiet:  # inside seekrl-train the train app has said it
+        announce_precision(cfg.trainer)
     save_run_info(cfg, run_dir)
     load = DATASETS.bind(cfg.dataset)
     train_items = load("train")
@@ -134,7 +136,7 @@ def run_sft(cfg: SFTConfig, *, quiet: bool = False) -> dict[str, Any]:
             devices=t.devices,
             num_nodes=t.num_nodes,
             strategy=t.strategy,
-            precision=t.precision,
+            precision=t.precision_choice().precision,
             max_epochs=cfg.optim.epochs,
             gradient_clip_val=cfg.optim.grad_clip or None,
             logger=instantiate(cfg.logger) if cfg.logger is not None else False,

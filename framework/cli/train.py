@@ -105,9 +105,15 @@ def dry_run(cfg: TrainConfig) -> None:
     print("\nseekrl-train: dry run; drop dry_run=true to train.")
 
 
-def versions() -> dict[str, str]:
-    """Python, platform and the versions of the packages a run depends on."""
-    out = {"python": platform.python_version(), "platform": platform.platform()}
+def versions(trainer: Any = None) -> dict[str, str]:
+    """Python, platform, CPU, the precision a run uses (and why) and the versions of the packages a
+    run depends on."""
+    from framework.training.precision import cpu_name
+
+    out = {"python": platform.python_version(), "platform": platform.platform(), "cpu": cpu_name()}
+    if trainer is not None:
+        choice = trainer.precision_choice()
+        out |= {"precision": choice.precision, "precision_reason": choice.reason}
     for dist in VERSIONED:
         try:
             out[dist] = metadata.version(dist)
@@ -116,13 +122,19 @@ def versions() -> dict[str, str]:
     return out
 
 
+def announce_precision(trainer: Any) -> None:
+    """One start-up line: the precision this run trains (and rolls out) in, and why."""
+    choice = trainer.precision_choice()
+    print(f"seekrl: precision {choice.precision} ({choice.reason})", flush=True)
+
+
 def save_run_info(cfg: TrainConfig, run_dir: Path) -> None:
     """The resolved config and the package versions, beside the logs."""
     from omegaconf import OmegaConf
 
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
-    (run_dir / "versions.json").write_text(json.dumps(versions(), indent=2) + "\n")
+    (run_dir / "versions.json").write_text(json.dumps(versions(cfg.trainer), indent=2) + "\n")
 
 
 def build_trainer(cfg: TrainConfig, run_dir: Path, checkpoint: Any) -> Any:
@@ -137,7 +149,7 @@ def build_trainer(cfg: TrainConfig, run_dir: Path, checkpoint: Any) -> Any:
         devices=t.devices,
         num_nodes=t.num_nodes,
         strategy=t.strategy,
-        precision=t.precision,
+        precision=t.precision_choice().precision,
         max_steps=t.max_steps * cfg.optim.policy_epochs,  # Lightning counts optimiser steps
         max_epochs=1,  # one pass over the step stream, whose length is max_steps
         logger=logger,
@@ -188,7 +200,7 @@ def warm_start(cfg: TrainConfig) -> TrainConfig:
         keyed = {k: v for k, v in asdict(sft_cfg).items() if k not in ("run_dir", "logger")}
         keyed["trainer"] = {
             "accelerator": cfg.trainer.accelerator,
-            "precision": cfg.trainer.precision,
+            "precision": cfg.trainer.precision_choice().precision,
         }
         done = cache_root(getattr(cfg.dataset, "cache_dir", None)) / "sft" / fingerprint_key(keyed)
         if not (done / "policy" / "config.json").is_file():
@@ -282,6 +294,7 @@ def train(cfg: TrainConfig) -> float | None:
     quiet_lightning()
     run_dir = Path(cfg.run_dir)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
+    announce_precision(cfg.trainer)
     cfg = warm_start(cfg)
     try:
         splits = load_training_data(cfg)

@@ -19,6 +19,7 @@ from framework.config.problems import Problem, check, check_choice, check_range
 from framework.rollout.engine import AgentConfig
 from framework.sft.expert import ExpertConfig
 from framework.training.lora import LoraConfig
+from framework.training.precision import PrecisionChoice, choose_precision
 
 RUN_DIR = "${hydra:runtime.output_dir}"
 
@@ -78,7 +79,12 @@ class TrainerConfig:
     devices: Any = 1
     num_nodes: int = 1
     strategy: str = "auto"
-    precision: str = "32-true"
+    precision: str = field(
+        default="auto",
+        metadata={
+            "help": "auto (bf16-mixed only on hardware with native bf16), or a Lightning value"
+        },
+    )
     max_steps: int = field(default=80, metadata={"help": "training steps (paper: ~80)"})
     log_every_n_steps: int = 1
     checkpoint_every_n_steps: int = field(default=10, metadata={"help": "0 disables"})
@@ -96,7 +102,7 @@ class TrainerConfig:
         out += check_choice(
             self.precision,
             "precision",
-            ("32-true", "32", "bf16-mixed", "bf16-true", "16-mixed", "16-true", "64-true"),
+            ("auto", "32-true", "32", "bf16-mixed", "bf16-true", "16-mixed", "16-true", "64-true"),
         )
         out += check_range(self.num_nodes, "num_nodes", low=1)
         out += check_range(self.max_steps, "max_steps", low=1)
@@ -118,10 +124,14 @@ class TrainerConfig:
                     "precision",
                     self.precision,
                     "32-true or bf16 on CPU",
-                    "use trainer.precision=bf16-mixed or 32-true (fp16 needs a GPU)",
+                    "use trainer.precision=auto, bf16-mixed or 32-true (fp16 needs a GPU)",
                 )
             ]
         return out
+
+    def precision_choice(self) -> PrecisionChoice:
+        """The precision this machine runs (``auto`` resolved) and why."""
+        return choose_precision(self.precision, self.accelerator)
 
 
 @dataclass
