@@ -27,13 +27,7 @@ from framework.rollout.types import Trajectory
 from framework.training.lora import AdaptersOff, apply_lora, is_peft
 from framework.training.metrics import rollout_metrics, zero_variance_fraction
 from framework.training.schedule import adamw, lr_multiplier
-from framework.training.update import (
-    LossSpec,
-    behaviour_logprobs,
-    mean_entropy,
-    plan_update,
-    run_update_pass,
-)
+from framework.training.update import loss_spec, policy_update
 from framework.types import AdvantageInputs
 
 
@@ -52,7 +46,7 @@ class SearchAgentRL(L.LightningModule):
 
     def __init__(self, cfg: Any, train_items: list, val_items: list) -> None:
         super().__init__()
-        from framework.registry import ADVANTAGES, KL_ESTIMATORS, POLICY_LOSSES
+        from framework.registry import ADVANTAGES
         from framework.rollout.policy import load_policy
 
         self.automatic_optimization = False
@@ -65,15 +59,8 @@ class SearchAgentRL(L.LightningModule):
         self.policy = model
         self.pad_id = self.tokenizer.pad_token_id
         self.advantage_fn = ADVANTAGES.bind(cfg.advantage)
-        agg = getattr(cfg.loss, "agg", "token_mean")
-        use_kl = cfg.kl.coef > 0
-        self.spec = LossSpec(
-            policy_loss=POLICY_LOSSES.bind(cfg.loss),
-            agg=agg,
-            norm_constant=getattr(cfg.loss, "norm_constant", None),
-            kl=KL_ESTIMATORS.bind(cfg.kl) if use_kl else None,
-            kl_coef=cfg.kl.coef,
-        )
+        self.spec = loss_spec(cfg.loss, cfg.kl)
+        use_kl = self.spec.kl is not None
         # the reference policy is loaded only for a KL term, and kept out of the module's
         # parameters (no gradient, no checkpoint, no DDP bucket)
         reference = None
@@ -211,58 +198,20 @@ class SearchAgentRL(L.LightningModule):
         self, trajs: list[Trajectory], advantages: torch.Tensor, sample_mask: torch.Tensor
     ) -> dict[str, float]:
         """``policy_epochs`` optimiser steps on the batch; returns the loss figures."""
-        o = self.cfg.optim
-        opt = self.optimizers()
-        sched = self.lr_schedulers()
-        skip = o.skip_zero_advantage and self.spec.kl is None
-        plan = plan_update(
+        return policy_update(
+            self.policy,
             trajs,
             advantages,
             sample_mask,
-            micro_batch_size=o.micro_batch_size,
-            agg=self.spec.agg,
-            skip_zero=skip,
-            max_tokens=o.micro_batch_tokens,
+            self.spec,
+            self.optimizers(),
+            self.lr_schedulers(),
+            self.cfg.optim,
+            pad_id=self.pad_id,
+            backward=self.manual_backward,
+            reference=self.reference,
+            pad_passes=self._missing_passes,
         )
-        extra = self._missing_passes(len(plan.chunks))
-        old = None
-        if o.policy_epochs > 1:  # later epochs are off policy: keep the behaviour log-probs
-            old = behaviour_logprobs(self.policy, trajs, plan, pad_id=self.pad_id)
-        params = [p for p in self.policy.parameters() if p.requires_grad]
-        self.policy.train()
-        figures: dict[str, float] = {}
-        for epoch in range(o.policy_epochs):
-            opt.zero_grad(set_to_none=True)
-            stats = run_update_pass(
-                self.policy,
-                trajs,
-                advantages,
-                sample_mask,
-                plan,
-                self.spec,
-                self.manual_backward,
-                pad_id=self.pad_id,
-                old_logprobs=old,
-                reference=self.reference,
-                entropy=epoch == 0,
-                extra_passes=extra,
-            )
-            grads = [p for p in params if p.grad is not None]
-            limit = o.grad_clip if o.grad_clip > 0 else float("inf")
-            norm = torch.nn.utils.clip_grad_norm_(grads, limit) if grads else torch.zeros(())
-            opt.step()
-            sched.step()
-            if epoch == 0:
-                figures = dict(stats, grad_norm=float(norm))
-        self.policy.eval()
-        if "entropy" not in figures:  # nothing was trained: measure the collapse indicator anyway
-            rows = torch.arange(min(len(trajs), o.micro_batch_size))
-            ent = mean_entropy(self.policy, trajs, rows, pad_id=self.pad_id)
-            if ent is not None:
-                figures["entropy"] = ent
-        figures["trained_rollouts"] = float(len(trajs) - plan.skipped)
-        figures["advantage_abs_mean"] = float(advantages.abs().mean())
-        return figures
 
     def _missing_passes(self, mine: int) -> int:
         """Backward passes this process must add so that every process runs as many as the

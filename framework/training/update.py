@@ -93,6 +93,20 @@ class LossSpec:
     kl_coef: float = 0.0
 
 
+def loss_spec(loss: Any, kl: Any) -> LossSpec:
+    """The objective of the ``loss`` and ``kl`` config sections, bound through the registries."""
+    from framework.registry import KL_ESTIMATORS, POLICY_LOSSES
+
+    use_kl = kl.coef > 0
+    return LossSpec(
+        policy_loss=POLICY_LOSSES.bind(loss),
+        agg=getattr(loss, "agg", "token_mean"),
+        norm_constant=getattr(loss, "norm_constant", None),
+        kl=KL_ESTIMATORS.bind(kl) if use_kl else None,
+        kl_coef=kl.coef,
+    )
+
+
 @dataclass
 class ChunkResult:
     """Detached figures of one micro-batch, weighted for averaging."""
@@ -245,3 +259,85 @@ def mean_entropy(
     _, ent = token_logprobs(model, batch, entropy=True)
     mask = batch.loss_mask.bool()
     return float(ent[mask].mean()) if mask.any() else None
+
+
+def policy_update(
+    model: Any,
+    trajectories: Sequence[Trajectory],
+    advantages: Tensor,
+    sample_mask: Tensor,
+    spec: LossSpec,
+    optimizer: Any,
+    scheduler: Any,
+    optim: Any,
+    *,
+    pad_id: int,
+    backward: Callable[[Tensor], None] = Tensor.backward,
+    reference: Any = None,
+    pad_passes: Callable[[int], int] | None = None,
+) -> dict[str, float]:
+    """The update of one RL step: ``optim.policy_epochs`` optimiser steps on the batch.
+
+    Plans the micro-batches, keeps the behaviour log-probabilities when later epochs are off
+    policy, accumulates each epoch's gradient, clips it and steps the optimiser and scheduler.
+    The Lightning module passes its ``manual_backward``; plain torch callers keep the default.
+
+    Args:
+        optim: the ``optim`` section (policy_epochs, micro_batch_size, micro_batch_tokens,
+            skip_zero_advantage, grad_clip).
+        pad_passes: given this process's number of micro-batches, how many zero-loss backward
+            passes to add (data parallelism: see :func:`run_update_pass`); None adds none.
+
+    Returns:
+        The first epoch's loss figures, ``grad_norm``, ``entropy``, ``trained_rollouts`` and
+        ``advantage_abs_mean``.
+    """
+    o = optim
+    plan = plan_update(
+        trajectories,
+        advantages,
+        sample_mask,
+        micro_batch_size=o.micro_batch_size,
+        agg=spec.agg,
+        skip_zero=o.skip_zero_advantage and spec.kl is None,
+        max_tokens=o.micro_batch_tokens,
+    )
+    extra = pad_passes(len(plan.chunks)) if pad_passes is not None else 0
+    old = None
+    if o.policy_epochs > 1:  # later epochs are off policy: keep the behaviour log-probs
+        old = behaviour_logprobs(model, trajectories, plan, pad_id=pad_id)
+    params = [p for p in model.parameters() if p.requires_grad]
+    model.train()
+    figures: dict[str, float] = {}
+    for epoch in range(o.policy_epochs):
+        optimizer.zero_grad(set_to_none=True)
+        stats = run_update_pass(
+            model,
+            trajectories,
+            advantages,
+            sample_mask,
+            plan,
+            spec,
+            backward,
+            pad_id=pad_id,
+            old_logprobs=old,
+            reference=reference,
+            entropy=epoch == 0,
+            extra_passes=extra,
+        )
+        grads = [p for p in params if p.grad is not None]
+        limit = o.grad_clip if o.grad_clip > 0 else float("inf")
+        norm = torch.nn.utils.clip_grad_norm_(grads, limit) if grads else torch.zeros(())
+        optimizer.step()
+        scheduler.step()
+        if epoch == 0:
+            figures = dict(stats, grad_norm=float(norm))
+    model.eval()
+    if "entropy" not in figures:  # nothing was trained: measure the collapse indicator anyway
+        rows = torch.arange(min(len(trajectories), o.micro_batch_size))
+        ent = mean_entropy(model, trajectories, rows, pad_id=pad_id)
+        if ent is not None:
+            figures["entropy"] = ent
+    figures["trained_rollouts"] = float(len(trajectories) - plan.skipped)
+    figures["advantage_abs_mean"] = float(advantages.abs().mean())
+    return figures
