@@ -16,7 +16,7 @@ from framework.registry.core import UnknownComponentError, unknown_component_err
 # `group=value`, `+group=value`, `++group=value` or `~group`; values may be sweeps `a,b`.
 _CHOICE = re.compile(r"^\+{0,2}(?P<group>[a-z_]+)=(?P<value>[A-Za-z0-9_.,/-]*)$")
 # Config groups that are not registries but have option files in conf/.
-_FILE_GROUPS = ("algorithm", "trainer", "scale", "logger", "debug", "experiment")
+_FILE_GROUPS = ("algorithm", "trainer", "scale", "logger", "debug", "experiment", "study")
 
 
 def prepare() -> None:
@@ -120,14 +120,16 @@ def run_app(app: str, task: Callable[[Any], Any], argv: Sequence[str] | None = N
 def compose(app: str, overrides: Sequence[str] = ()) -> Any:
     """The composed (untyped) config of ``app`` with ``overrides``, as the command line would build it.
 
-    ``run_dir`` defaults to ``runs/<app>/compose`` since no Hydra run directory exists here.
+    ``run_dir`` (where the app has one) defaults to ``runs/<app>/compose`` since no Hydra run
+    directory exists here.
     """
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
     prepare()
     args = list(overrides)
-    if not any(a.startswith("run_dir=") for a in args):
+    has_run_dir = "run_dir" in getattr(APPS.get(app), "__dataclass_fields__", {})
+    if has_run_dir and not any(a.startswith("run_dir=") for a in args):
         args.append(f"run_dir=runs/{app}/compose")
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
         return hydra_compose(app, overrides=args)

@@ -14,6 +14,7 @@ COMMANDS = {
     "components": "framework.cli.components",
     "rollout": "framework.cli.rollout",
     "sft": "framework.cli.sft",
+    "study": "framework.cli.study",
 }
 
 

@@ -111,6 +111,9 @@ def versions(trainer: Any = None) -> dict[str, str]:
     from framework.training.precision import cpu_name
 
     out = {"python": platform.python_version(), "platform": platform.platform(), "cpu": cpu_name()}
+    commit = git_commit()
+    if commit:
+        out["git_commit"] = commit
     if trainer is not None:
         choice = trainer.precision_choice()
         out |= {"precision": choice.precision, "precision_reason": choice.reason}
@@ -120,6 +123,33 @@ def versions(trainer: Any = None) -> dict[str, str]:
         except metadata.PackageNotFoundError:
             continue
     return out
+
+
+def git_commit() -> str | None:
+    """The checkout's commit (with ``-dirty`` when it has uncommitted changes), or None outside git."""
+    import subprocess
+
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
 def announce_precision(trainer: Any) -> None:

@@ -16,6 +16,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from framework.config.problems import Problem, check, check_choice, check_range
+from framework.config.study import StudyConfig
 from framework.rollout.engine import AgentConfig
 from framework.sft.expert import ExpertConfig
 from framework.training.lora import LoraConfig
@@ -485,6 +486,7 @@ APPS: dict[str, type] = {
     "serve": ServeConfig,
     "rollouts": RolloutsConfig,
     "sft": SFTConfig,
+    "study": StudyConfig,
 }
 
 

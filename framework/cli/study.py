@@ -1,0 +1,265 @@
+"""``seekrl-study``: arms x seeds from one warm start, each evaluated on held-out questions, compared.
+
+seekrl-study                                 # E-GRPO vs GRPO, seeds 0 1 2 (study=egrpo_vs_grpo)
+seekrl-study study=learn_cpu                 # the learning benchmark: one E-GRPO run vs its start
+seekrl-study study=alpha_cpu                 # alpha 0, 0.1, 0.3, 0.5 (the paper's Figure 4)
+seekrl-study seeds=[0] eval.questions=50     # smaller
+
+Everything goes into one fixed directory, ``runs/study/<name>`` (``out_dir``), so the same command
+resumes: finished runs and evaluations are skipped, an interrupted run resumes from its newest
+checkpoint, and a run that crashes is reported in the study (``status.json``, the table) and does
+not stop the others. Each train run is a child process (``python -m framework.cli.train``) with
+its log in ``<run>/train.log``. Ctrl-C stops the study after the running child has checkpointed.
+
+The study writes ``study.md`` (tables, the paired differences, the entity analysis, curves),
+``study.json``, ``curves/*.png`` and ``runs/<arm>/seed<S>/`` (config, versions, git commit,
+TensorBoard) beside ``eval/<arm>/seed<S>/`` (the evaluation reports) and ``eval/start/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from framework.cli.app import run_app
+from framework.config.study import StudyConfig
+
+#: exit status of a train run stopped by SIGINT / SIGTERM after its checkpoint (see cli/train.py)
+INTERRUPTED = 130
+
+#: training curves drawn per arm (mean over seeds, band = min..max)
+CURVE_TAGS = (
+    "rollout/reward",
+    "rollout/accuracy",
+    "rollout/entity_match_rate",
+    "rollout/zero_variance_groups",
+    "rollout/response_length",
+    "rollout/tool_calls",
+    "loss/entropy",
+)
+
+
+# -- one run ----------------------------------------------------------------------------------------
+@dataclass
+class RunState:
+    arm: str
+    seed: int
+    status: str  # done | resumed | failed | interrupted | pending
+    seconds: float = 0.0
+    error: str = ""
+
+
+def run_dir_of(root: Path, arm: str, seed: int) -> Path:
+    return root / "runs" / arm / f"seed{seed}"
+
+
+def train_finished(run: Path) -> bool:
+    """A run is finished when its summary says so and its policy was exported."""
+    summary = run / "summary.json"
+    if not summary.is_file() or not (run / "policy" / "config.json").is_file():
+        return False
+    try:
+        return not json.loads(summary.read_text()).get("interrupted", False)
+    except json.JSONDecodeError:
+        return False
+
+
+def train_command(cfg: StudyConfig, arm: str, seed: int, run: Path) -> list[str]:
+    args = [*cfg.overrides, *cfg.arms[arm], f"seed={seed}", f"run_dir={run}"]
+    args.append(f"hydra.run.dir={run}/.hydra_run")
+    if (run / "checkpoints").is_dir() and any((run / "checkpoints").glob("step-*.ckpt")):
+        args.append(f"resume={run}")
+    return [sys.executable, "-m", "framework.cli.train", *args]
+
+
+def run_train(cfg: StudyConfig, arm: str, seed: int, root: Path) -> RunState:
+    """Train one (arm, seed) in a child process unless it is finished; never raises for a crash."""
+    run = run_dir_of(root, arm, seed)
+    if train_finished(run):
+        return RunState(arm, seed, "done")
+    failed = run / "study_error.txt"
+    if failed.is_file() and not cfg.retry_failed:
+        return RunState(arm, seed, "failed", error=failed.read_text()[-2000:])
+    run.mkdir(parents=True, exist_ok=True)
+    failed.unlink(missing_ok=True)
+    cmd = train_command(cfg, arm, seed, run)
+    resumed = any(a.startswith("resume=") for a in cmd)
+    print(
+        f"seekrl-study: {'resuming' if resumed else 'training'} {arm} seed {seed} "
+        f"(log: {run / 'train.log'})",
+        flush=True,
+    )
+    clock = time.perf_counter()
+    with (run / "train.log").open("a") as log:
+        log.write(f"\n$ {' '.join(cmd)}\n")
+        log.flush()
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=_child_env())
+        try:
+            code = proc.wait()
+        except KeyboardInterrupt:  # the child got the same SIGINT: let it checkpoint
+            code = proc.wait()
+    seconds = time.perf_counter() - clock
+    if code == INTERRUPTED or code == -signal.SIGINT:
+        return RunState(arm, seed, "interrupted", seconds)
+    if code != 0 or not train_finished(run):
+        tail = _tail(run / "train.log", 40)
+        failed.write_text(f"exit status {code}\n{tail}")
+        print(f"seekrl-study: {arm} seed {seed} FAILED (exit {code}); see {failed}", flush=True)
+        return RunState(arm, seed, "failed", seconds, error=tail[-2000:])
+    return RunState(arm, seed, "done", seconds)
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def _tail(path: Path, lines: int) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+# -- evaluation -------------------------------------------------------------------------------------
+def eval_config(train_cfg: Any, cfg: StudyConfig, checkpoint: Path | None, out: Path) -> Any:
+    """The eval app's config for ``checkpoint``: the train run's dataset, retriever, rollout
+    settings and agent budgets, the study's questions, k and seed, the rule judge."""
+    from framework.cli.app import load_config
+
+    e = cfg.eval
+    base = load_config(
+        "eval",
+        [
+            f"run_dir={out}",
+            f"split={e.split}",
+            f"questions={e.questions}",
+            f"samples_per_question={e.samples_per_question}",
+            f"seed={e.seed}",
+            f"batch_questions={e.batch_questions}",
+        ],
+    )
+    return replace(
+        base,
+        checkpoint=None if checkpoint is None else str(checkpoint),
+        dataset=train_cfg.dataset,
+        retriever=train_cfg.retriever,
+        rollout=train_cfg.rollout,
+        agent=train_cfg.agent,
+    )
+
+
+def evaluate_once(train_cfg: Any, cfg: StudyConfig, checkpoint: Path | None, out: Path) -> dict:
+    """The evaluation in ``out`` (made now unless ``results.json`` is there); ``checkpoint`` None
+    evaluates ``train_cfg.rollout.policy`` itself."""
+    from framework.cli.evaluate import evaluate
+
+    done = out / "results.json"
+    if done.is_file() and (out / "samples.jsonl").is_file():
+        return json.loads(done.read_text())
+    what = checkpoint or f"the base policy ({train_cfg.rollout.policy.source})"
+    print(f"seekrl-study: evaluating {what} -> {out}", flush=True)
+    partial = out.with_name(out.name + ".partial")
+    import shutil
+
+    shutil.rmtree(partial, ignore_errors=True)
+    result = evaluate(eval_config(train_cfg, cfg, checkpoint, partial))
+    shutil.rmtree(out, ignore_errors=True)
+    partial.rename(out)
+    return result
+
+
+# -- the study --------------------------------------------------------------------------------------
+def study(cfg: StudyConfig) -> dict[str, Any]:
+    from framework.cli.app import load_config
+    from framework.cli.train import warm_start
+
+    root = cfg.directory()
+    jobs = [(arm, seed) for arm in cfg.arms for seed in cfg.seeds]
+    print(
+        f"seekrl-study: {cfg.name}: {len(cfg.arms)} arm(s) x {len(cfg.seeds)} seed(s) in {root}",
+        flush=True,
+    )
+    for arm, seed in jobs:
+        run = run_dir_of(root, arm, seed)
+        state = "finished" if train_finished(run) else "to run"
+        print(f"  {arm:<16} seed {seed}: {state}  (seekrl-train {' '.join(cfg.arms[arm])})")
+    if cfg.dry_run:
+        print("seekrl-study: dry run; drop dry_run=true to run.")
+        return {}
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "study_config.json").write_text(json.dumps(_plain(cfg), indent=2) + "\n")
+
+    # 1. the warm start every arm and seed shares (cached SFT), and its evaluation
+    first = [*cfg.overrides, *cfg.arms[next(iter(cfg.arms))], f"run_dir={root / 'start'}"]
+    train_cfg = warm_start(load_config("train", first))
+    start = train_cfg.rollout.policy
+    start_ckpt = Path(start.path) if start.source == "path" else None
+    evaluate_once(train_cfg, cfg, start_ckpt, root / "eval" / "start")
+
+    # 2. every (arm, seed): train (or resume, or skip), then evaluate
+    states: list[RunState] = []
+    for arm, seed in jobs:
+        try:
+            st = run_train(cfg, arm, seed, root)
+        except KeyboardInterrupt:
+            st = RunState(arm, seed, "interrupted")
+        states.append(st)
+        _write_status(root, states, jobs)
+        if st.status == "interrupted":
+            print(f"seekrl-study: interrupted; the same command resumes ({root})")
+            raise SystemExit(INTERRUPTED)
+        if st.status == "done":
+            run = run_dir_of(root, arm, seed)
+            arm_cfg = load_config(
+                "train", [*cfg.overrides, *cfg.arms[arm], f"seed={seed}", f"run_dir={run}"]
+            )
+            arm_cfg = replace(arm_cfg, rollout=train_cfg.rollout)  # the same base and tokenizer
+            evaluate_once(arm_cfg, cfg, run, root / "eval" / arm / f"seed{seed}")
+
+    # 3. the report
+    from framework.eval.study_report import write_study
+
+    result = write_study(root, cfg, states)
+    print((root / "study.md").read_text())
+    print(f"seekrl-study: written to {root}")
+    return result
+
+
+def _write_status(root: Path, states: list[RunState], jobs: list[tuple[str, int]]) -> None:
+    seen = {(s.arm, s.seed): s for s in states}
+    rows = []
+    for arm, seed in jobs:
+        s = seen.get((arm, seed), RunState(arm, seed, "pending"))
+        rows.append(
+            {
+                "arm": arm,
+                "seed": seed,
+                "status": s.status,
+                "seconds": round(s.seconds, 1),
+                "error": s.error,
+            }
+        )
+    (root / "status.json").write_text(json.dumps(rows, indent=2) + "\n")
+
+
+def _plain(cfg: StudyConfig) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return asdict(cfg)
+
+
+def main() -> None:
+    run_app("study", study)
+
+
+if __name__ == "__main__":
+    main()

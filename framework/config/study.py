@@ -1,0 +1,94 @@
+"""Typed config of the ``study`` app (``seekrl-study``): arms x seeds, evaluated and compared."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from framework.config.problems import Problem, check, check_range
+
+
+@dataclass
+class StudyEvalConfig:
+    """How every policy of the study (and the warm start) is evaluated: the same questions, the
+    same sampling seed (common random numbers), k samples each."""
+
+    split: str = field(default="test", metadata={"help": "held-out split of the train dataset"})
+    questions: int = field(default=100, metadata={"help": "questions (0 = the whole split)"})
+    samples_per_question: int = field(default=4, metadata={"help": "k (Pass@1 averages them)"})
+    seed: int = field(default=0, metadata={"help": "question subset and sampling seed"})
+    batch_questions: int = field(default=25, metadata={"help": "questions rolled out together"})
+
+    def problems(self) -> list[Problem]:
+        out = check_range(self.questions, "questions", low=0)
+        out += check_range(self.samples_per_question, "samples_per_question", low=1)
+        out += check_range(self.batch_questions, "batch_questions", low=1)
+        out += check(
+            self.split in ("validation", "test"),
+            "split",
+            self.split,
+            "validation or test",
+            "evaluate on held-out questions",
+        )
+        return out
+
+
+@dataclass
+class StudyConfig:
+    """Arms (label -> train overrides) x seeds, all from the same warm start and question order."""
+
+    name: str = field(default="egrpo_vs_grpo", metadata={"help": "the study's directory name"})
+    out_dir: str | None = field(default=None, metadata={"help": "None = runs/study/<name>"})
+    arms: dict[str, list[str]] = field(
+        default_factory=lambda: {"grpo": ["algorithm=grpo"], "e_grpo": ["algorithm=e_grpo"]},
+        metadata={"help": "label -> seekrl-train overrides of that arm"},
+    )
+    baseline: str = field(default="grpo", metadata={"help": "arm the others are compared with"})
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    overrides: list[str] = field(
+        default_factory=list, metadata={"help": "seekrl-train overrides shared by every run"}
+    )
+    eval: StudyEvalConfig = field(default_factory=StudyEvalConfig)
+    bootstrap: int = field(default=10000, metadata={"help": "bootstrap resamples (paired CIs)"})
+    retry_failed: bool = field(
+        default=False, metadata={"help": "run again the runs that crashed last time"}
+    )
+    dry_run: bool = field(default=False, metadata={"help": "print the plan and stop"})
+
+    def problems(self) -> list[Problem]:
+        out = check(bool(self.arms), "arms", self.arms, "at least one arm", "name an arm")
+        out += check(bool(self.seeds), "seeds", self.seeds, "at least one seed", "give seeds")
+        out += check(
+            len(set(self.seeds)) == len(self.seeds), "seeds", self.seeds, "distinct seeds", "dedupe"
+        )
+        if len(self.arms) > 1:
+            out += check(
+                self.baseline in self.arms,
+                "baseline",
+                self.baseline,
+                f"one of the arms {sorted(self.arms)}",
+                "set baseline to an arm label",
+            )
+        reserved = ("seed=", "run_dir=", "resume=", "hydra.")
+        for label, args in {"(shared)": self.overrides, **self.arms}.items():
+            for a in args:
+                out += check(
+                    not a.startswith(reserved),
+                    "arms" if label != "(shared)" else "overrides",
+                    a,
+                    "no seed=, run_dir=, resume= or hydra. override (the study sets them)",
+                    f"drop {a!r}",
+                )
+        for label in self.arms:
+            out += check(
+                label.replace("_", "").replace("-", "").isalnum(),
+                "arms",
+                label,
+                "labels of letters, digits, '_' and '-'",
+                "rename the arm",
+            )
+        out += check_range(self.bootstrap, "bootstrap", low=100)
+        return out
+
+    def directory(self) -> Path:
+        return Path(self.out_dir or f"runs/study/{self.name}").expanduser()

@@ -1,0 +1,249 @@
+"""Paired comparison of two evaluations over the same questions.
+
+Two policies evaluated on the same questions differ in accuracy partly because of the questions each
+got lucky on; pairing by question removes the between-question variance that two independent
+intervals would count twice. The unit of resampling is the question (its samples are not
+independent), as in the percentile bootstrap of Efron & Tibshirani 1993, ch. 13 and 16.
+
+Inputs are the per-rollout rows that :func:`framework.eval.harness.rollout_rows` returns and that
+``seekrl-eval`` writes to ``<run dir>/samples.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+QuestionKey = tuple[str, str]
+"""``(dataset, question_id)``: a question is only the same question within its dataset."""
+
+# Bootstrap draws are made in blocks of at most this many indices, so 10k resamples of a large
+# test set stay within a few tens of MB instead of one [n_boot, n] array.
+_BLOCK_ELEMENTS = 2_000_000
+
+
+@dataclass(frozen=True)
+class PairedResult:
+    """Mean difference ``b - a`` over the paired questions with its bootstrap interval.
+
+    Attributes:
+        diff: mean over the paired questions of ``b - a``.
+        low: lower end of the percentile bootstrap interval of ``diff``.
+        high: upper end of that interval.
+        n: number of paired questions (present in both evaluations).
+        p_value: two-sided bootstrap p-value of ``diff == 0`` (resolution ``1 / n_boot``).
+        a_mean: mean of ``a`` over the paired questions.
+        b_mean: mean of ``b`` over the paired questions.
+        unpaired: questions present in only one of the two evaluations (dropped).
+        level: confidence level of the interval.
+    """
+
+    diff: float
+    low: float
+    high: float
+    n: int
+    p_value: float
+    a_mean: float
+    b_mean: float
+    unpaired: int = 0
+    level: float = 0.95
+
+    @property
+    def excludes_zero(self) -> bool:
+        """Whether the interval lies entirely on one side of zero."""
+        return self.low > 0.0 or self.high < 0.0
+
+    def __str__(self) -> str:
+        pct = round(100 * self.level)
+        return (
+            f"{self.diff:+.3f} [{self.low:+.3f}, {self.high:+.3f}] ({pct}% CI) "
+            f"p={self.p_value:.4f} n={self.n}"
+        )
+
+
+def load_samples(run_dir: Path) -> list[dict[str, Any]]:
+    """The per-rollout rows of one evaluation run, read from ``<run_dir>/samples.jsonl``.
+
+    Args:
+        run_dir: directory written by ``seekrl-eval``.
+
+    Returns:
+        One dict per rollout, in file order (blank lines skipped).
+
+    Raises:
+        FileNotFoundError: ``samples.jsonl`` is missing.
+        ValueError: a line is not a JSON object.
+    """
+    path = Path(run_dir) / "samples.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"[load_samples] got {str(run_dir)!r}; expected an evaluation directory with "
+            "samples.jsonl. Fix: run seekrl-eval on the policy and pass its run directory."
+        )
+    rows: list[dict[str, Any]] = []
+    with path.open() as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(
+                    f"[load_samples] got malformed JSON on line {lineno} of {path} ({err.msg}); "
+                    "expected one JSON object per line. Fix: re-run seekrl-eval to rewrite the "
+                    "file (a run killed mid-write leaves a truncated last line)."
+                ) from err
+            if not isinstance(row, dict):
+                raise ValueError(
+                    f"[load_samples] got a {type(row).__name__} on line {lineno} of {path}; "
+                    "expected one JSON object per line. Fix: pass a samples.jsonl written by "
+                    "seekrl-eval."
+                )
+            rows.append(row)
+    return rows
+
+
+def per_question(
+    rows: Iterable[Mapping[str, Any]], key: str = "correct"
+) -> dict[QuestionKey, float]:
+    """Mean of ``key`` over each question's samples.
+
+    Samples whose value is ``None`` are skipped (``match_rate`` is ``None`` for a question without
+    entities); a question with no value left is left out.
+
+    Args:
+        rows: per-rollout rows with ``dataset``, ``question_id`` and ``key``.
+        key: the numeric or boolean field to average (``correct``, ``match_rate``, ``tool_calls``).
+
+    Returns:
+        ``(dataset, question_id) -> mean``, in order of first appearance.
+
+    Raises:
+        ValueError: a row lacks ``dataset``, ``question_id`` or ``key``.
+    """
+    sums: dict[QuestionKey, float] = {}
+    counts: dict[QuestionKey, int] = {}
+    for i, row in enumerate(rows):
+        missing = [f for f in ("dataset", "question_id", key) if f not in row]
+        if missing:
+            raise ValueError(
+                f"[per_question] got row {i} without {missing}; expected the fields of "
+                "seekrl-eval's samples.jsonl. Fix: pass rows from load_samples, or a key that "
+                f"the rows have (row {i} has {sorted(row)})."
+            )
+        value = row[key]
+        if value is None:
+            continue
+        q = (row["dataset"], row["question_id"])
+        sums[q] = sums.get(q, 0.0) + float(value)
+        counts[q] = counts.get(q, 0) + 1
+    return {q: sums[q] / counts[q] for q in sums}
+
+
+def pooled_per_question(runs: Sequence[Mapping[QuestionKey, float]]) -> dict[QuestionKey, float]:
+    """Average several runs' per-question means (seeds of one arm) over their common questions.
+
+    An arm pooled over seeds can then be paired against another arm pooled over seeds; the
+    bootstrap still resamples questions, so seed noise shows up only through the pooled means.
+
+    Args:
+        runs: one ``per_question`` dict per run.
+
+    Returns:
+        ``question -> mean over runs``, for the questions every run has (order of the first run).
+
+    Raises:
+        ValueError: ``runs`` is empty.
+    """
+    if not runs:
+        raise ValueError(
+            "[pooled_per_question] got no runs; expected at least one per-question dict. "
+            "Fix: pass per_question(load_samples(dir)) for each seed of the arm."
+        )
+    common = [q for q in runs[0] if all(q in r for r in runs[1:])]
+    return {q: sum(r[q] for r in runs) / len(runs) for q in common}
+
+
+def paired_bootstrap(
+    a: Mapping[QuestionKey, float],
+    b: Mapping[QuestionKey, float],
+    *,
+    n_boot: int = 10000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> PairedResult:
+    """Paired percentile bootstrap of the mean per-question difference ``b - a``.
+
+    Resamples the paired questions with replacement ``n_boot`` times; the interval is the
+    ``(1 - level) / 2`` and ``(1 + level) / 2`` percentiles of the resampled mean differences, and
+    the p-value is twice the share of resampled differences on the other side of zero from
+    ``diff`` (zero included), capped at 1 (1 when ``diff`` is 0).
+
+    Args:
+        a: per-question values of the baseline, ``question -> float``.
+        b: per-question values of the candidate, same keys (questions in only one are dropped).
+        n_boot: number of bootstrap resamples.
+        seed: seed of ``np.random.default_rng``; equal inputs and seed give equal results.
+        level: confidence level of the interval, in (0, 1).
+
+    Returns:
+        A :class:`PairedResult`.
+
+    Raises:
+        ValueError: fewer than 2 common questions, ``n_boot < 1`` or ``level`` outside (0, 1).
+    """
+    if n_boot < 1 or not 0.0 < level < 1.0:
+        raise ValueError(
+            f"[paired_bootstrap] got n_boot={n_boot}, level={level}; expected n_boot >= 1 and "
+            "0 < level < 1. Fix: use e.g. n_boot=10000, level=0.95."
+        )
+    # Sorted, so the result does not depend on the order the dicts were built in.
+    common = sorted(set(a) & set(b), key=repr)
+    unpaired = len(set(a) ^ set(b))
+    if len(common) < 2:
+        raise ValueError(
+            f"[paired_bootstrap] got {len(common)} question(s) common to both evaluations "
+            f"({len(a)} and {len(b)} questions); expected at least 2. Fix: evaluate both "
+            "policies on the same dataset (same questions and question ids)."
+        )
+    a_vals = np.array([a[q] for q in common], dtype=np.float64)  # [n]
+    b_vals = np.array([b[q] for q in common], dtype=np.float64)  # [n]
+    d = b_vals - a_vals  # [n]
+    diff = float(d.mean())
+    boot = _bootstrap_means(d, n_boot, np.random.default_rng(seed))  # [n_boot]
+    tail = (1.0 - level) / 2.0
+    low, high = np.quantile(boot, [tail, 1.0 - tail])
+    if diff > 0:
+        p = 2.0 * float(np.mean(boot <= 0.0))
+    elif diff < 0:
+        p = 2.0 * float(np.mean(boot >= 0.0))
+    else:
+        p = 1.0
+    return PairedResult(
+        diff=diff,
+        low=float(low),
+        high=float(high),
+        n=len(common),
+        p_value=min(1.0, p),
+        a_mean=float(a_vals.mean()),
+        b_mean=float(b_vals.mean()),
+        unpaired=unpaired,
+        level=level,
+    )
+
+
+def _bootstrap_means(d: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """Means of ``n_boot`` resamples of ``d`` [n] with replacement -> [n_boot], drawn in blocks."""
+    n = len(d)
+    block = max(1, _BLOCK_ELEMENTS // n)
+    out = np.empty(n_boot, dtype=np.float64)
+    for start in range(0, n_boot, block):
+        stop = min(start + block, n_boot)
+        idx = rng.integers(0, n, size=(stop - start, n))  # [block, n]
+        out[start:stop] = d[idx].mean(axis=1)
+    return out

@@ -1,0 +1,82 @@
+"""seekrl-study end to end on the tiny policy: arms x seeds, evaluations, report, resume, crashes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+TRAIN = [
+    "warm_start.sft=false",
+    "dataset=synth_small",
+    "retriever=bm25",
+    "rollout.policy.source=tiny",
+    "trainer.max_steps=2",
+    "trainer.checkpoint_every_n_steps=1",
+    "trainer.val_at_end=false",
+    "sampler.questions_per_step=2",
+    "sampler.group_size=2",
+    "agent.max_turns=1",
+    "agent.max_new_tokens_per_turn=8",
+    "optim.micro_batch_size=4",
+    "optim.lr=1e-3",
+    "logging.dump_trajectories=false",
+]
+
+
+def study_in_process(out: Path, *overrides: str):
+    from framework.cli.app import run_app
+    from framework.cli.study import study
+
+    args = [
+        f"out_dir={out}",
+        "name=tiny",
+        f"overrides=[{','.join(TRAIN)}]",
+        "eval.questions=4",
+        "eval.samples_per_question=2",
+        "eval.batch_questions=4",
+        "bootstrap=200",
+        *overrides,
+        f"hydra.run.dir={out}/.hydra_run",
+    ]
+    return run_app("study", study, argv=args)
+
+
+def test_study_runs_arms_evaluates_reports_and_resumes(tmp_path):
+    out = tmp_path / "study"
+    result = study_in_process(out, "seeds=[0]")
+    for arm in ("grpo", "e_grpo"):
+        run = out / "runs" / arm / "seed0"
+        assert (run / "policy" / "config.json").is_file()
+        versions = json.loads((run / "versions.json").read_text())
+        assert versions["precision"] in ("32-true", "bf16-mixed") and "cpu" in versions
+        assert (out / "eval" / arm / "seed0" / "samples.jsonl").is_file()
+    assert (out / "eval" / "start" / "results.json").is_file()
+    assert set(result["arms"]) == {"grpo", "e_grpo"}
+    assert set(result["versus_baseline"]) == {"e_grpo"}
+    assert set(result["versus_start"]) == {"grpo", "e_grpo"}
+    d = result["versus_baseline"]["e_grpo"]["Pass@1"]
+    assert d["questions"] == 4 and d["ci"][0] <= d["diff"] <= d["ci"][1]
+    md = (out / "study.md").read_text()
+    assert "Each arm minus `grpo`" in md and "Entity analysis" in md
+    assert (out / "curves" / "rollout_reward.png").is_file()
+    status = json.loads((out / "status.json").read_text())
+    assert [s["status"] for s in status] == ["done", "done"]
+
+    # the same command again: nothing is retrained or re-evaluated
+    mtime = (out / "eval" / "grpo" / "seed0" / "results.json").stat().st_mtime
+    logs = (out / "runs" / "grpo" / "seed0" / "train.log").read_text()
+    study_in_process(out, "seeds=[0]")
+    assert (out / "eval" / "grpo" / "seed0" / "results.json").stat().st_mtime == mtime
+    assert (out / "runs" / "grpo" / "seed0" / "train.log").read_text() == logs
+
+
+def test_a_crashed_run_is_reported_and_the_others_go_on(tmp_path):
+    out = tmp_path / "study"
+    arms = "arms={ok:[algorithm=grpo],broken:[algorithm=grpo,loss.clip_low=-1]}"
+    result = study_in_process(out, "seeds=[0]", arms, "baseline=ok")
+    status = {s["arm"]: s for s in json.loads((out / "status.json").read_text())}
+    assert status["ok"]["status"] == "done"
+    assert status["broken"]["status"] == "failed"
+    assert "clip_low" in (out / "runs" / "broken" / "seed0" / "study_error.txt").read_text()
+    assert set(result["arms"]) == {"ok"}
+    assert "Failed runs" in (out / "study.md").read_text()

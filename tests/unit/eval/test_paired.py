@@ -1,0 +1,163 @@
+"""Paired bootstrap comparison of two evaluations, on hand-made per-question values."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from framework.eval.paired import (
+    PairedResult,
+    load_samples,
+    paired_bootstrap,
+    per_question,
+    pooled_per_question,
+)
+
+
+def _qs(values):
+    return {("synth", f"q{i}"): v for i, v in enumerate(values)}
+
+
+def test_identical_inputs_give_zero_difference_and_a_zero_interval():
+    a = _qs([1.0, 0.5, 0.0, 0.25, 0.75])
+    r = paired_bootstrap(a, dict(a), n_boot=500)
+    assert (r.diff, r.low, r.high) == (0.0, 0.0, 0.0)
+    assert r.p_value == 1.0 and not r.excludes_zero and r.n == 5 and r.unpaired == 0
+
+
+def test_constant_shift_gives_a_degenerate_interval_at_the_shift():
+    a = _qs([0.0, 0.25, 0.5, 0.75])
+    b = _qs([0.25, 0.5, 0.75, 1.0])  # +0.25 on every question: every resample's mean is 0.25
+    r = paired_bootstrap(a, b, n_boot=500)
+    assert r.diff == pytest.approx(0.25)
+    assert r.low == pytest.approx(0.25) and r.high == pytest.approx(0.25)
+    assert r.excludes_zero and r.p_value == 0.0  # no resample at or below 0
+
+
+def test_hand_computed_four_questions():
+    a = _qs([1.0, 0.5, 0.0, 0.25])
+    b = _qs([1.0, 1.0, 0.5, 0.0])
+    # b - a = [0, 0.5, 0.5, -0.25] -> mean 0.75 / 4 = 0.1875
+    # a_mean = 1.75 / 4 = 0.4375, b_mean = 2.5 / 4 = 0.625
+    r = paired_bootstrap(a, b, n_boot=2000)
+    assert r.diff == pytest.approx(0.1875)
+    assert r.a_mean == pytest.approx(0.4375) and r.b_mean == pytest.approx(0.625)
+    assert r.diff == pytest.approx(r.b_mean - r.a_mean)
+    # a resample's mean lies between the smallest and largest difference
+    assert -0.25 <= r.low < r.diff < r.high <= 0.5
+    assert r.n == 4 and isinstance(r, PairedResult)
+
+
+def test_interval_of_a_known_case_matches_the_normal_approximation():
+    # 200 questions; b - a is +1 on 30 of them and 0 elsewhere: mean 0.15,
+    # sd = sqrt(0.15 * 0.85 * 200 / 199) ~ 0.358, 95% width 2 * 1.96 * sd / sqrt(200) ~ 0.0992
+    n, hits = 200, 30
+    a = _qs([0.0] * n)
+    b = _qs([1.0] * hits + [0.0] * (n - hits))
+    r = paired_bootstrap(a, b, n_boot=20000, seed=1)
+    sd = math.sqrt(0.15 * 0.85 * n / (n - 1))
+    width = 2 * 1.96 * sd / math.sqrt(n)
+    assert r.diff == pytest.approx(0.15)
+    assert r.low < 0.15 < r.high
+    assert (r.high - r.low) == pytest.approx(width, rel=0.15)
+    assert r.excludes_zero and r.p_value < 1e-3  # z ~ 6: no resample reaches 0
+
+
+def test_p_value_is_large_without_an_effect():
+    # +1 on 16 questions, -1 on 15: mean 0.005 against a standard error ~ 0.028 (z ~ 0.18)
+    n = 200
+    a = _qs([0.0] * n)
+    b = _qs([1.0] * 16 + [-1.0] * 15 + [0.0] * (n - 31))
+    r = paired_bootstrap(a, b, n_boot=5000)
+    assert r.diff == pytest.approx(0.005)
+    assert r.p_value > 0.5 and not r.excludes_zero
+    assert r.low < 0 < r.high
+
+
+def test_unpaired_questions_are_dropped_and_counted():
+    a = _qs([1.0, 0.0, 1.0, 0.0, 1.0])  # q0..q4
+    b = {("synth", f"q{i}"): 1.0 for i in range(2, 8)}  # q2..q7
+    r = paired_bootstrap(a, b, n_boot=200)
+    # common q2, q3, q4: a = [1, 0, 1], b = [1, 1, 1]; q0, q1 only in a, q5..q7 only in b
+    assert r.n == 3 and r.unpaired == 5
+    assert r.a_mean == pytest.approx(2 / 3) and r.diff == pytest.approx(1 / 3)
+    # the same id in another dataset is another question
+    other = {("nq", "q0"): 1.0, ("nq", "q1"): 0.0}
+    with pytest.raises(ValueError, match="at least 2"):
+        paired_bootstrap(a, other)
+
+
+def test_seeded_determinism_and_independence_from_dict_order():
+    a = _qs([1.0, 0.0, 0.5, 0.0, 1.0, 0.25, 0.0, 0.75])
+    b = _qs([1.0, 1.0, 0.5, 0.0, 0.0, 0.75, 1.0, 1.0])
+    first = paired_bootstrap(a, b, n_boot=1000, seed=7)
+    assert paired_bootstrap(a, b, n_boot=1000, seed=7) == first
+    reordered = paired_bootstrap(dict(reversed(a.items())), b, n_boot=1000, seed=7)
+    assert reordered == first
+    other = paired_bootstrap(a, b, n_boot=1000, seed=8)
+    assert other.diff == first.diff and (other.low, other.high) != (first.low, first.high)
+
+
+def test_bad_arguments_are_rejected():
+    a = _qs([1.0, 0.0])
+    with pytest.raises(ValueError, match="n_boot"):
+        paired_bootstrap(a, a, n_boot=0)
+    with pytest.raises(ValueError, match="level"):
+        paired_bootstrap(a, a, level=1.0)
+
+
+def _row(qid, correct, rate=None, dataset="synth"):
+    return {"dataset": dataset, "question_id": qid, "correct": correct, "match_rate": rate}
+
+
+def test_per_question_averages_samples_and_skips_missing_values():
+    rows = [
+        _row("a", True, 0.5),
+        _row("a", False, None),
+        _row("a", False, 1.0),
+        _row("b", True, None),
+        _row("b", True, None),
+        _row("a", True, 0.0, dataset="nq"),
+    ]
+    assert per_question(rows) == {
+        ("synth", "a"): pytest.approx(1 / 3),
+        ("synth", "b"): 1.0,
+        ("nq", "a"): 1.0,
+    }
+    # match_rate: (0.5 + 1.0) / 2 for synth/a; synth/b has no value at all and is left out
+    assert per_question(rows, key="match_rate") == {("synth", "a"): 0.75, ("nq", "a"): 0.0}
+    with pytest.raises(ValueError, match="turns"):
+        per_question(rows, key="turns")
+
+
+def test_pooled_per_question_averages_seeds_over_common_questions():
+    run1 = {("s", "q1"): 1.0, ("s", "q2"): 0.0, ("s", "q3"): 0.5}
+    run2 = {("s", "q2"): 0.5, ("s", "q1"): 0.0}
+    assert pooled_per_question([run1, run2]) == {("s", "q1"): 0.5, ("s", "q2"): 0.25}
+    assert pooled_per_question([run1]) == run1
+    with pytest.raises(ValueError, match="no runs"):
+        pooled_per_question([])
+
+
+def test_load_samples_round_trip_and_paired_comparison(tmp_path):
+    rows = [_row(f"q{i}", i % 2 == 0) for i in range(4)]
+    (tmp_path / "samples.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
+    loaded = load_samples(tmp_path)
+    assert loaded == rows
+    a = per_question(loaded)
+    b = {q: 1.0 for q in a}
+    r = paired_bootstrap(a, b, n_boot=100)
+    assert r.diff == pytest.approx(0.5) and r.a_mean == 0.5 and r.b_mean == 1.0
+
+
+def test_load_samples_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"samples\.jsonl.*Fix:"):
+        load_samples(tmp_path)
+    (tmp_path / "samples.jsonl").write_text('{"dataset": "s"}\n{"dataset": \n')
+    with pytest.raises(ValueError, match=r"line 2 .*Fix:"):
+        load_samples(tmp_path)
+    (tmp_path / "samples.jsonl").write_text('{"dataset": "s"}\n[1, 2]\n')
+    with pytest.raises(ValueError, match=r"got a list on line 2"):
+        load_samples(tmp_path)
