@@ -101,10 +101,14 @@ def run_train(cfg: StudyConfig, arm: str, seed: int, root: Path) -> RunState:
         log.write(f"\n$ {' '.join(cmd)}\n")
         log.flush()
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=_child_env())
+        # SIGTERM to the study goes on to the child, which checkpoints and exits (status 130)
+        previous = signal.signal(signal.SIGTERM, lambda signum, frame: proc.send_signal(signum))
         try:
             code = proc.wait()
         except KeyboardInterrupt:  # the child got the same SIGINT: let it checkpoint
             code = proc.wait()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
     seconds = time.perf_counter() - clock
     if code == INTERRUPTED or code == -signal.SIGINT:
         return RunState(arm, seed, "interrupted", seconds)

@@ -30,7 +30,7 @@ def study_in_process(out: Path, *overrides: str):
     args = [
         f"out_dir={out}",
         "name=tiny",
-        f"overrides=[{','.join(TRAIN)}]",
+        "overrides=[" + ",".join(f"'{a}'" for a in TRAIN) + "]",
         "eval.questions=4",
         "eval.samples_per_question=2",
         "eval.batch_questions=4",
@@ -72,7 +72,7 @@ def test_study_runs_arms_evaluates_reports_and_resumes(tmp_path):
 
 def test_a_crashed_run_is_reported_and_the_others_go_on(tmp_path):
     out = tmp_path / "study"
-    arms = "arms={ok:[algorithm=grpo],broken:[algorithm=grpo,loss.clip_low=-1]}"
+    arms = "arms={ok:['algorithm=grpo'],broken:['algorithm=grpo','loss.clip_low=-1']}"
     result = study_in_process(out, "seeds=[0]", arms, "baseline=ok")
     status = {s["arm"]: s for s in json.loads((out / "status.json").read_text())}
     assert status["ok"]["status"] == "done"

@@ -25,7 +25,9 @@ def test_baseline_must_be_an_arm_and_seeds_distinct():
     assert "baseline" in fields(StudyConfig(baseline="nope"))
     assert "seeds" in fields(StudyConfig(seeds=[0, 0]))
     assert "seeds" in fields(StudyConfig(seeds=[]))
-    assert "arms" in fields(StudyConfig(arms={"bad label": ["algorithm=grpo"]}, baseline="bad label"))
+    assert "arms" in fields(
+        StudyConfig(arms={"bad label": ["algorithm=grpo"]}, baseline="bad label")
+    )
 
 
 def test_eval_on_held_out_splits_only():

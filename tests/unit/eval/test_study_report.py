@@ -1,0 +1,96 @@
+"""The study report's figures from hand-made evaluation directories."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from framework.eval.study_report import summarize_study, write_study
+
+
+def _eval_dir(path: Path, correct: dict[str, list[bool]], tool_calls: int = 1) -> None:
+    """An evaluation as seekrl-eval writes it: samples.jsonl and results.json (overall only)."""
+    path.mkdir(parents=True)
+    rows = [
+        {
+            "dataset": "synth/test",
+            "question_id": q,
+            "sample": i,
+            "correct": c,
+            "tool_calls": tool_calls,
+            "turns": 2,
+            "status": "ok",
+        }
+        for q, cs in correct.items()
+        for i, c in enumerate(cs)
+    ]
+    (path / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    n = sum(len(v) for v in correct.values())
+    p1 = sum(sum(v) for v in correct.values()) / n
+    overall = {
+        "k": 2,
+        "pass@1": p1,
+        "pass@1_ci": [p1 - 0.1, p1 + 0.1],
+        "pass@2": 0.5,
+        "tool_calls": float(tool_calls),
+        "turns": 2.0,
+        "format_error_rate": 0.0,
+        "entity": None,
+    }
+    (path / "results.json").write_text(
+        json.dumps({"datasets": {"synth/test": {"overall": overall}}})
+    )
+
+
+@pytest.fixture
+def study_dir(tmp_path):
+    root = tmp_path / "study"
+    qs = ["q1", "q2", "q3", "q4"]
+    _eval_dir(root / "eval" / "start", {key: [False, False] for key in qs})
+    # baseline: q1 right in both samples of seed 0, nothing in seed 1 -> per question 0.5, 0, 0, 0
+    _eval_dir(
+        root / "eval" / "base" / "seed0",
+        {"q1": [True, True], **{key: [False, False] for key in qs[1:]}},
+    )
+    _eval_dir(root / "eval" / "base" / "seed1", {key: [False, False] for key in qs})
+    # new arm: q1 and q2 always right in both seeds -> per question 1, 1, 0, 0; 2 tool calls
+    new = {"q1": [True, True], "q2": [True, True], "q3": [False, False], "q4": [False, False]}
+    _eval_dir(root / "eval" / "new" / "seed0", new, tool_calls=2)
+    _eval_dir(root / "eval" / "new" / "seed1", new, tool_calls=2)
+    return root
+
+
+def test_pooled_pass1_and_paired_differences(study_dir):
+    s = summarize_study(study_dir, ["base", "new"], [0, 1], "base", n_boot=2000)
+    assert s["arms"]["base"]["pass@1"] == pytest.approx(0.125)  # (0.5 + 0 + 0 + 0) / 4
+    assert s["arms"]["new"]["pass@1"] == pytest.approx(0.5)
+    d = s["versus_baseline"]["new"]["Pass@1"]
+    assert d["diff"] == pytest.approx(0.375)  # (0.5 + 1 + 0 + 0) / 4
+    assert d["questions"] == 4 and d["ci"][0] <= 0.375 <= d["ci"][1]
+    assert s["versus_baseline"]["new"]["tool calls"]["diff"] == pytest.approx(1.0)
+    assert s["versus_start"]["new"]["Pass@1"]["diff"] == pytest.approx(0.5)
+    assert s["start"]["pass@1"] == 0.0
+    assert set(s["arms"]["new"]["per_seed"]) == {0, 1}
+
+
+def test_write_study_lists_failed_runs(study_dir):
+    cfg = SimpleNamespace(
+        name="t",
+        arms={"base": ["algorithm=grpo"], "new": ["algorithm=e_grpo"]},
+        seeds=[0, 1],
+        baseline="base",
+        bootstrap=500,
+        overrides=[],
+        eval=SimpleNamespace(questions=4, split="test", samples_per_question=2, seed=0),
+    )
+    states = [
+        SimpleNamespace(arm="base", seed=0, status="done", seconds=1.0),
+        SimpleNamespace(arm="new", seed=2, status="failed", seconds=0.0),
+    ]
+    write_study(study_dir, cfg, states)
+    md = (study_dir / "study.md").read_text()
+    assert "Each arm minus `base`" in md and "Failed runs" in md and "new seed 2" in md
+    assert json.loads((study_dir / "study.json").read_text())["arms"]["new"]["pass@1"] == 0.5
