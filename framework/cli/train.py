@@ -129,27 +129,18 @@ def git_commit() -> str | None:
     """The checkout's commit (with ``-dirty`` when it has uncommitted changes), or None outside git."""
     import subprocess
 
-    here = Path(__file__).resolve().parent
+    def git(*args: str) -> subprocess.CompletedProcess:
+        here = Path(__file__).resolve().parent
+        return subprocess.run(["git", *args], cwd=here, capture_output=True, text=True, timeout=10)
+
     try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short=12", "HEAD"],
-            cwd=here,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
+        head = git("rev-parse", "--short=12", "HEAD")
         if head.returncode != 0:
             return None
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=here,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
+        dirty = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
-    return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    return head.stdout.strip() + ("-dirty" if dirty else "")
 
 
 def announce_precision(trainer: Any) -> None:
