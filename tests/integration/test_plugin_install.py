@@ -98,8 +98,10 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Venv:
         )
         purelib = Path(_check(probe, "locating the venv's site-packages").stdout.strip())
         dirs = ", ".join(repr(d) for d in site.getsitepackages())
+        # map, not a list comprehension: before Python 3.12 a comprehension is its own scope, and
+        # the name `site` that this .pth line imports is not visible inside it (NameError)
         (purelib / "_seekrl_outer_env.pth").write_text(
-            f"import site; [site.addsitedir(d) for d in ({dirs},)]\n"
+            f"import site; list(map(site.addsitedir, ({dirs},)))\n"
         )
     probe = _run([v.python, "-c", "import framework, torch, hydra"], cwd=workdir)
     _check(probe, "importing seekrl, torch and hydra in the venv")
