@@ -83,7 +83,7 @@ def run_sft(cfg: SFTConfig, *, quiet: bool = False) -> dict[str, Any]:
     import lightning as L
     from hydra.utils import instantiate
 
-    from framework.cli.train import announce_precision, quiet_lightning, save_run_info
+    from framework.cli.train import announce_precision, log_progress, quiet_lightning, save_run_info
     from framework.registry import DATASETS, RETRIEVERS
     from framework.rollout.hf_backend import TransformersBackend
     from framework.rollout.policy import load_policy
@@ -144,6 +144,7 @@ def run_sft(cfg: SFTConfig, *, quiet: bool = False) -> dict[str, Any]:
             limit_val_batches=1.0 if val else 0,
             num_sanity_val_steps=0,
             enable_checkpointing=False,
+            callbacks=log_progress("sft", steps, ("sft/loss",)),
             enable_model_summary=False,
             use_distributed_sampler=False,
             default_root_dir=str(run_dir),

@@ -158,6 +158,19 @@ def save_run_info(cfg: TrainConfig, run_dir: Path) -> None:
     (run_dir / "versions.json").write_text(json.dumps(versions(cfg.trainer), indent=2) + "\n")
 
 
+#: figures on the plain progress lines of an RL run
+RL_PROGRESS_KEYS = ("rollout/reward", "rollout/accuracy", "rollout/format_valid", "loss/entropy")
+
+
+def log_progress(label: str, total: int, keys: tuple[str, ...]) -> list[Any]:
+    """A plain-line progress callback when stdout is not a terminal (a log file or a pipe)."""
+    from framework.lightning.callbacks import LogProgress
+
+    if sys.stdout.isatty():
+        return []
+    return [LogProgress(label, total, keys, every_s=0.0 if label == "rl" else 20.0)]
+
+
 def build_trainer(cfg: TrainConfig, run_dir: Path, checkpoint: Any) -> Any:
     """The Lightning trainer of a run (loggers, checkpoint callback, validation schedule)."""
     import lightning as L
@@ -174,7 +187,7 @@ def build_trainer(cfg: TrainConfig, run_dir: Path, checkpoint: Any) -> Any:
         max_steps=t.max_steps * cfg.optim.policy_epochs,  # Lightning counts optimiser steps
         max_epochs=1,  # one pass over the step stream, whose length is max_steps
         logger=logger,
-        callbacks=[checkpoint],
+        callbacks=[checkpoint, *log_progress("rl", t.max_steps, RL_PROGRESS_KEYS)],
         log_every_n_steps=t.log_every_n_steps,
         val_check_interval=t.val_every_n_steps or 10**9,
         check_val_every_n_epoch=None,

@@ -1,4 +1,5 @@
-"""Checkpoints every N steps, at the end and on SIGINT / SIGTERM (after the current step)."""
+"""Checkpoints every N steps, at the end and on SIGINT / SIGTERM (after the current step); plain
+progress lines for logs that are not a terminal."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -93,3 +95,51 @@ class StepCheckpoint(L.Callback):
                 old.unlink()
         self.saved_step = step
         return final
+
+
+class LogProgress(L.Callback):
+    """One plain line per optimiser step (at most every ``every_s`` seconds): position, seconds per
+    step, ETA and the step's logged figures. For logs (a file, a pipe, a child process of
+    ``seekrl-study``), where a progress bar only appears when the process ends.
+
+    Args:
+        label: prefix of every line, e.g. ``sft`` or ``rl``.
+        total: the number of steps of the run (Lightning's ``max_steps`` may count passes).
+        keys: logged metrics to show, by name.
+        every_s: minimum seconds between two lines (the last step is always shown).
+    """
+
+    def __init__(
+        self, label: str, total: int, keys: tuple[str, ...] = (), every_s: float = 0.0
+    ) -> None:
+        self.label, self.total, self.keys, self.every_s = label, total, keys, every_s
+        self._start = self._last = 0.0
+        self._first_step = 0
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._start = self._last = time.perf_counter()
+        self._first_step = self._step(trainer, pl_module)
+
+    def _step(self, trainer: L.Trainer, pl_module: L.LightningModule) -> int:
+        return int(getattr(pl_module, "rl_step", trainer.global_step))
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, idx: int
+    ) -> None:
+        if not trainer.is_global_zero:
+            return
+        now = time.perf_counter()
+        step = self._step(trainer, pl_module)
+        if now - self._last < self.every_s and step < self.total:
+            return
+        self._last = now
+        done = max(step - self._first_step, 1)
+        per_step = (now - self._start) / done
+        eta = per_step * max(self.total - step, 0)
+        figures = trainer.callback_metrics
+        shown = " ".join(f"{k}={float(figures[k]):.3f}" for k in self.keys if k in figures)
+        print(
+            f"[{self.label}] step {step}/{self.total}  {per_step:.1f} s/step  "
+            f"ETA {eta / 60:.1f} min  {shown}".rstrip(),
+            flush=True,
+        )

@@ -61,6 +61,8 @@ def test_study_runs_arms_evaluates_reports_and_resumes(tmp_path):
     assert (out / "curves" / "rollout_reward.png").is_file()
     status = json.loads((out / "status.json").read_text())
     assert [s["status"] for s in status] == ["done", "done"]
+    log = (out / "runs" / "grpo" / "seed0" / "train.log").read_text()
+    assert "[rl] step 2/2" in log and "seekrl: precision" in log  # plain progress in the log
 
     # the same command again: nothing is retrained or re-evaluated
     mtime = (out / "eval" / "grpo" / "seed0" / "results.json").stat().st_mtime
