@@ -39,9 +39,12 @@ class StudyConfig:
 
     name: str = field(default="egrpo_vs_grpo", metadata={"help": "the study's directory name"})
     out_dir: str | None = field(default=None, metadata={"help": "None = runs/study/<name>"})
+    # empty here: a dict default would be merged with (not replaced by) a preset's arms
     arms: dict[str, list[str]] = field(
-        default_factory=lambda: {"grpo": ["algorithm=grpo"], "e_grpo": ["algorithm=e_grpo"]},
-        metadata={"help": "label -> seekrl-train overrides of that arm"},
+        default_factory=dict,
+        metadata={
+            "help": "label -> seekrl-train overrides of that arm (the study= presets set it)"
+        },
     )
     baseline: str = field(default="grpo", metadata={"help": "arm the others are compared with"})
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])

@@ -74,11 +74,12 @@ def test_study_runs_arms_evaluates_reports_and_resumes(tmp_path):
 
 def test_a_crashed_run_is_reported_and_the_others_go_on(tmp_path):
     out = tmp_path / "study"
-    arms = "arms={ok:['algorithm=grpo'],broken:['algorithm=grpo','loss.clip_low=-1']}"
-    result = study_in_process(out, "seeds=[0]", arms, "baseline=ok")
+    # study=learn_cpu has one arm (e_grpo); '+arms.<label>=[...]' adds one
+    broken = "+arms.broken=['algorithm=grpo','loss.clip_low=-1']"
+    result = study_in_process(out, "study=learn_cpu", "seeds=[0]", broken)
     status = {s["arm"]: s for s in json.loads((out / "status.json").read_text())}
-    assert status["ok"]["status"] == "done"
+    assert status["e_grpo"]["status"] == "done"
     assert status["broken"]["status"] == "failed"
     assert "clip_low" in (out / "runs" / "broken" / "seed0" / "study_error.txt").read_text()
-    assert set(result["arms"]) == {"ok"}
+    assert set(result["arms"]) == {"e_grpo"}
     assert "Failed runs" in (out / "study.md").read_text()

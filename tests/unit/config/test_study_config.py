@@ -10,7 +10,8 @@ def fields(cfg) -> list[str]:
 
 
 def test_defaults_are_valid():
-    assert StudyConfig().problems() == []
+    assert "arms" in fields(StudyConfig())  # the presets (conf/study/) name the arms
+    assert StudyConfig(arms={"grpo": ["algorithm=grpo"]}, baseline="grpo").problems() == []
     assert StudyEvalConfig().problems() == []
 
 
@@ -18,13 +19,15 @@ def test_reserved_overrides_are_refused():
     cfg = StudyConfig(arms={"a": ["algorithm=grpo", "seed=3"]}, baseline="a")
     assert fields(cfg) == ["arms"]
     assert "seed=3" in str(cfg.problems()[0])
-    assert fields(StudyConfig(overrides=["run_dir=x"])) == ["overrides"]
+    ok = {"grpo": ["algorithm=grpo"]}
+    assert fields(StudyConfig(arms=ok, baseline="grpo", overrides=["run_dir=x"])) == ["overrides"]
 
 
 def test_baseline_must_be_an_arm_and_seeds_distinct():
-    assert "baseline" in fields(StudyConfig(baseline="nope"))
-    assert "seeds" in fields(StudyConfig(seeds=[0, 0]))
-    assert "seeds" in fields(StudyConfig(seeds=[]))
+    two = {"grpo": ["algorithm=grpo"], "e_grpo": ["algorithm=e_grpo"]}
+    assert "baseline" in fields(StudyConfig(arms=two, baseline="nope"))
+    assert "seeds" in fields(StudyConfig(arms=two, seeds=[0, 0]))
+    assert "seeds" in fields(StudyConfig(arms=two, seeds=[]))
     assert "arms" in fields(
         StudyConfig(arms={"bad label": ["algorithm=grpo"]}, baseline="bad label")
     )
