@@ -62,7 +62,11 @@ class StudyConfig:
         out = check(bool(self.arms), "arms", self.arms, "at least one arm", "name an arm")
         out += check(bool(self.seeds), "seeds", self.seeds, "at least one seed", "give seeds")
         out += check(
-            len(set(self.seeds)) == len(self.seeds), "seeds", self.seeds, "distinct seeds", "dedupe"
+            len(set(self.seeds)) == len(self.seeds),
+            "seeds",
+            self.seeds,
+            "distinct seeds",
+            "list each seed once",
         )
         if len(self.arms) > 1:
             out += check(
