@@ -116,6 +116,20 @@ def test_serve_rejects_bad_values_before_loading_anything():
     assert "[retriever.name] got 'http'" in proc.stderr
 
 
+def test_study_plans_and_rejects_bad_values_before_running_anything(tmp_path):
+    proc = run("study", "study=alpha_cpu", f"out_dir={tmp_path}", "dry_run=true")
+    assert proc.returncode == 0, proc.stderr
+    assert "alpha_cpu: 4 arm(s) x 1 seed(s)" in proc.stdout
+    assert "alpha05          seed 0: to run" in proc.stdout
+    assert not any(tmp_path.iterdir())  # a dry run writes nothing
+    proc = run("study", "seeds=[1,1]", "baseline=nope", "+arms.x=['seed=3']")
+    assert proc.returncode == 2
+    for key in ("[seeds] got [1, 1]", "[baseline] got 'nope'", "[arms] got 'seed=3'"):
+        assert key in proc.stderr, proc.stderr
+    proc = run("study", "eval.split=train")
+    assert proc.returncode == 2 and "[eval.split] got 'train'" in proc.stderr
+
+
 def test_components_listing_json():
     proc = run("components", "--json")
     assert proc.returncode == 0, proc.stderr
