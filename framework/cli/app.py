@@ -125,14 +125,13 @@ def compose(app: str, overrides: Sequence[str] = ()) -> Any:
     """
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
 
     prepare()
     args = list(overrides)
     has_run_dir = "run_dir" in getattr(APPS.get(app), "__dataclass_fields__", {})
     if has_run_dir and not any(a.startswith("run_dir=") for a in args):
         args.append(f"run_dir=runs/{app}/compose")
-    from hydra.core.global_hydra import GlobalHydra
-
     if GlobalHydra.instance().is_initialized():  # inside an app (seekrl-study composes train)
         return hydra_compose(app, overrides=args)
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):

@@ -144,7 +144,7 @@ def run_sft(cfg: SFTConfig, *, quiet: bool = False) -> dict[str, Any]:
             limit_val_batches=1.0 if val else 0,
             num_sanity_val_steps=0,
             enable_checkpointing=False,
-            callbacks=log_progress("sft", steps, ("sft/loss",)),
+            callbacks=log_progress("sft", steps, ("sft/loss",), every_s=20.0),
             enable_model_summary=False,
             use_distributed_sampler=False,
             default_root_dir=str(run_dir),

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,24 +35,13 @@ from framework.config.study import StudyConfig
 #: exit status of a train run stopped by SIGINT / SIGTERM after its checkpoint (see cli/train.py)
 INTERRUPTED = 130
 
-#: training curves drawn per arm (mean over seeds, band = min..max)
-CURVE_TAGS = (
-    "rollout/reward",
-    "rollout/accuracy",
-    "rollout/entity_match_rate",
-    "rollout/zero_variance_groups",
-    "rollout/response_length",
-    "rollout/tool_calls",
-    "loss/entropy",
-)
-
 
 # -- one run ----------------------------------------------------------------------------------------
 @dataclass
 class RunState:
     arm: str
     seed: int
-    status: str  # done | resumed | failed | interrupted | pending
+    status: str  # done | failed | interrupted | pending
     seconds: float = 0.0
     error: str = ""
 
@@ -172,8 +162,6 @@ def evaluate_once(train_cfg: Any, cfg: StudyConfig, checkpoint: Path | None, out
     what = checkpoint or f"the base policy ({train_cfg.rollout.policy.source})"
     print(f"seekrl-study: evaluating {what} -> {out}", flush=True)
     partial = out.with_name(out.name + ".partial")
-    import shutil
-
     shutil.rmtree(partial, ignore_errors=True)
     result = evaluate(eval_config(train_cfg, cfg, checkpoint, partial))
     shutil.rmtree(out, ignore_errors=True)
@@ -200,7 +188,7 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
         print("seekrl-study: dry run; drop dry_run=true to run.")
         return {}
     root.mkdir(parents=True, exist_ok=True)
-    (root / "study_config.json").write_text(json.dumps(_plain(cfg), indent=2) + "\n")
+    (root / "study_config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
 
     # 1. the warm start every arm and seed shares (cached SFT), and its evaluation
     first = [*cfg.overrides, *cfg.arms[next(iter(cfg.arms))], f"run_dir={root / 'start'}"]
@@ -253,12 +241,6 @@ def _write_status(root: Path, states: list[RunState], jobs: list[tuple[str, int]
             }
         )
     (root / "status.json").write_text(json.dumps(rows, indent=2) + "\n")
-
-
-def _plain(cfg: StudyConfig) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    return asdict(cfg)
 
 
 def main() -> None:

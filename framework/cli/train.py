@@ -162,13 +162,11 @@ def save_run_info(cfg: TrainConfig, run_dir: Path) -> None:
 RL_PROGRESS_KEYS = ("rollout/reward", "rollout/accuracy", "rollout/format_valid", "loss/entropy")
 
 
-def log_progress(label: str, total: int, keys: tuple[str, ...]) -> list[Any]:
+def log_progress(label: str, total: int, keys: tuple[str, ...], every_s: float = 0.0) -> list[Any]:
     """A plain-line progress callback when stdout is not a terminal (a log file or a pipe)."""
     from framework.lightning.callbacks import LogProgress
 
-    if sys.stdout.isatty():
-        return []
-    return [LogProgress(label, total, keys, every_s=0.0 if label == "rl" else 20.0)]
+    return [] if sys.stdout.isatty() else [LogProgress(label, total, keys, every_s=every_s)]
 
 
 def build_trainer(cfg: TrainConfig, run_dir: Path, checkpoint: Any) -> Any:

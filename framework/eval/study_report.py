@@ -22,6 +22,17 @@ from framework.eval.paired import (
     pooled_per_question,
 )
 
+#: training curves drawn per arm (mean over seeds, band = min..max)
+CURVE_TAGS = (
+    "rollout/reward",
+    "rollout/accuracy",
+    "rollout/entity_match_rate",
+    "rollout/zero_variance_groups",
+    "rollout/response_length",
+    "rollout/tool_calls",
+    "loss/entropy",
+)
+
 #: per-rollout figures compared between arms (key in samples.jsonl -> label)
 FIGURES = {
     "correct": "Pass@1",
@@ -66,11 +77,10 @@ def _nanmean(values: Sequence[float | None]) -> float | None:
 
 
 def _overall(eval_dir: Path) -> dict[str, Any]:
-    results = json.loads((eval_dir / "results.json").read_text())
-    (dataset,) = results["datasets"].values() if len(results["datasets"]) == 1 else (None,)
-    if dataset is None:
-        raise ValueError(f"[study] {eval_dir} evaluated several datasets; expected one.")
-    return dataset["overall"]
+    datasets = json.loads((eval_dir / "results.json").read_text())["datasets"]
+    if len(datasets) != 1:
+        raise ValueError(f"[study] {eval_dir} evaluated {len(datasets)} datasets; expected one.")
+    return next(iter(datasets.values()))["overall"]
 
 
 def summarize_study(
@@ -178,8 +188,6 @@ def write_study(root: Path, cfg: Any, states: Sequence[Any]) -> dict[str, Any]:
         for arm in arms
     }
     runs = {a: r for a, r in runs.items() if r}
-    from framework.cli.study import CURVE_TAGS
-
     plots = plot_arms(runs, list(CURVE_TAGS), root / "curves", title_prefix=f"{cfg.name}: ")
     table = curve_table(runs, list(CURVE_TAGS))
     summary["curves"] = table

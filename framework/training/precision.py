@@ -33,29 +33,31 @@ class PrecisionChoice:
 
 
 @functools.lru_cache(maxsize=1)
-def cpu_flags() -> frozenset[str]:
-    """The instruction-set flags of this machine's first CPU (empty where they cannot be read)."""
+def _cpuinfo_fields() -> dict[str, str]:
+    """The ``key: value`` lines of the first CPU in ``/proc/cpuinfo`` (empty where unreadable)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return frozenset()
+        return {}
+    out: dict[str, str] = {}
     for line in text.splitlines():
+        if not line.strip():
+            break  # the first processor's block ends here
         key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return frozenset(value.split())
-    return frozenset()
+        out.setdefault(key.strip(), value.strip())
+    return out
 
 
+def cpu_flags() -> frozenset[str]:
+    """The instruction-set flags of this machine's first CPU (empty where they cannot be read)."""
+    info = _cpuinfo_fields()
+    return frozenset((info.get("flags") or info.get("Features") or "").split())
+
+
+@functools.lru_cache(maxsize=1)
 def cpu_name() -> str:
     """A short description of this CPU: model name (or architecture) and torch's kernel level."""
-    name = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.partition(":")[2].strip()
-                break
-    except OSError:
-        pass
+    name = _cpuinfo_fields().get("model name") or platform.processor() or platform.machine()
     try:
         import torch
 
