@@ -21,6 +21,7 @@ from typing import Any
 
 from framework.cli.app import run_app
 from framework.config.schema import EvalConfig
+from framework.progress import progress_line
 
 
 class EvalError(RuntimeError):
@@ -144,8 +145,11 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
     try:
         for name, items in sets.items():
 
-            def progress(done: int, total: int, name: str = name) -> None:
-                print(f"seekrl-eval: {name}: {done}/{total} questions", flush=True)
+            def progress(
+                done: int, total: int, name: str = name, start: float = time.perf_counter()
+            ) -> None:
+                per = (time.perf_counter() - start) / max(done, 1)
+                print(progress_line(f"eval {name}", done, total, per, "question"), flush=True)
 
             got = rollout_rows(
                 loop,

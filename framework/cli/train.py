@@ -81,10 +81,13 @@ COMPONENT_SECTIONS = (
 
 
 def dry_run(cfg: TrainConfig) -> None:
-    """Bind every configured component and load the data, then report instead of training."""
+    """Bind every configured component, say what the run would build (from the cache, building
+    nothing: no index, no data, no model loaded), check the data when it exists, then stop."""
+    from framework.cli import plan
     from framework.cli.components import describe, render
     from framework.data.schema import DatasetError
     from framework.registry import ALL
+    from framework.retrieval.types import RetrievalError
 
     print(f"seekrl-train: configuration valid (algorithm={cfg.algorithm}, seed={cfg.seed})")
     for section in COMPONENT_SECTIONS:
@@ -94,12 +97,21 @@ def dry_run(cfg: TrainConfig) -> None:
         values = {k: v for k, v in vars(component).items() if k != "name"}
         print(f"  {section:<10} {component.name:<22} [{entry.source}] {values}")
     try:
-        splits = load_training_data(cfg)
-    except DatasetError as exc:
+        stages = plan.train_plan(cfg)
+    except RetrievalError as exc:  # a corpus source that is not there
         print(exc, file=sys.stderr)
         raise SystemExit(2) from None
-    sizes = ", ".join(f"{k} {len(v)}" for k, v in splits.items())
-    print(f"  data       {sizes} questions")
+    print("\nbefore the first RL step (rough times from a 2-core Xeon, fp32):")
+    print(plan.render(stages))
+    print(f"  RL                 {plan.rl_estimate(cfg)}")
+    if all(s.ready for s in stages if s.name == "questions"):
+        try:  # the data exists: check its schema and the reward's needs now
+            splits = load_training_data(cfg)
+        except DatasetError as exc:
+            print(exc, file=sys.stderr)
+            raise SystemExit(2) from None
+        sizes = ", ".join(f"{k} {len(v)}" for k, v in splits.items())
+        print(f"  data               {sizes} questions, checked")
     print()
     print(render(describe()))
     print("\nseekrl-train: dry run; drop dry_run=true to train.")
@@ -198,6 +210,38 @@ def build_trainer(cfg: TrainConfig, run_dir: Path, checkpoint: Any) -> Any:
     )
 
 
+def warm_start_sft(cfg: TrainConfig) -> tuple[Any, Path]:
+    """The SFT stage ``warm_start.sft=true`` runs, and the cache directory that holds (or will hold)
+    its policy: ``$SEEKRL_CACHE/sft/<key>``, the key covering everything the stage depends on."""
+    from dataclasses import asdict, replace
+
+    from framework.config.schema import SFTConfig
+    from framework.retrieval.encoder import fingerprint_key
+    from framework.retrieval.local import cache_root
+
+    ws = cfg.warm_start
+    sft_cfg = SFTConfig(
+        seed=ws.expert.seed,
+        run_dir="",
+        dataset=cfg.dataset,
+        retriever=cfg.retriever,
+        rollout=cfg.rollout,
+        agent=cfg.agent,
+        expert=ws.expert,
+        optim=ws.optim,
+        trainer=replace(cfg.trainer, devices=1, strategy="auto", num_nodes=1),
+        eval_questions=ws.eval_questions,
+    )
+    keyed = {k: v for k, v in asdict(sft_cfg).items() if k not in ("run_dir", "logger")}
+    keyed["trainer"] = {
+        "accelerator": cfg.trainer.accelerator,
+        "precision": cfg.trainer.precision_choice().precision,
+    }
+    return sft_cfg, cache_root(getattr(cfg.dataset, "cache_dir", None)) / "sft" / fingerprint_key(
+        keyed
+    )
+
+
 def warm_start(cfg: TrainConfig) -> TrainConfig:
     """``cfg`` with the policy RL starts from: an SFT run's policy, or one made now (and cached).
 
@@ -206,35 +250,15 @@ def warm_start(cfg: TrainConfig) -> TrainConfig:
     settings, precision) but not the RL seed or algorithm: GRPO and E-GRPO arms and every seed of a
     sweep start from the same warm start, as in the paper.
     """
-    from dataclasses import asdict, replace
+    from dataclasses import replace
 
-    from framework.config.schema import SFTConfig
-    from framework.retrieval.encoder import fingerprint_key
-    from framework.retrieval.local import cache_root
     from framework.training.checkpoints import policy_folder
 
     ws = cfg.warm_start
     if ws.path is not None:
         folder = policy_folder(ws.path) or Path(ws.path).expanduser()
     elif ws.sft:
-        sft_cfg = SFTConfig(
-            seed=ws.expert.seed,
-            run_dir="",
-            dataset=cfg.dataset,
-            retriever=cfg.retriever,
-            rollout=cfg.rollout,
-            agent=cfg.agent,
-            expert=ws.expert,
-            optim=ws.optim,
-            trainer=replace(cfg.trainer, devices=1, strategy="auto", num_nodes=1),
-            eval_questions=ws.eval_questions,
-        )
-        keyed = {k: v for k, v in asdict(sft_cfg).items() if k not in ("run_dir", "logger")}
-        keyed["trainer"] = {
-            "accelerator": cfg.trainer.accelerator,
-            "precision": cfg.trainer.precision_choice().precision,
-        }
-        done = cache_root(getattr(cfg.dataset, "cache_dir", None)) / "sft" / fingerprint_key(keyed)
+        sft_cfg, done = warm_start_sft(cfg)
         if not (done / "policy" / "config.json").is_file():
             import shutil
 

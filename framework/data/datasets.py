@@ -112,13 +112,21 @@ def _articles(cfg: CorpusConfig) -> list[Article]:
     return [Article(d.doc_id, d.title, d.text, d.description) for d in iter_documents(cfg)]
 
 
-def _answerability_retriever(cfg: SynthDatasetConfig) -> Any:
+def answerability_retriever_config(cfg: SynthDatasetConfig) -> Any:
+    """The retriever config the answerability check uses: its defaults over the dataset's corpus."""
     from framework.registry import RETRIEVERS
 
     entry = RETRIEVERS.get(cfg.answerability.retriever)
     rcfg = entry.config_cls(name=entry.name)
     rcfg.corpus, rcfg.cache_dir, rcfg.progress = cfg.corpus, cfg.cache_dir, cfg.progress
-    return entry.target(cfg=rcfg)
+    return rcfg
+
+
+def _answerability_retriever(cfg: SynthDatasetConfig) -> Any:
+    from framework.registry import RETRIEVERS
+
+    rcfg = answerability_retriever_config(cfg)
+    return RETRIEVERS.get(rcfg.name).target(cfg=rcfg)
 
 
 def synthesize(cfg: SynthDatasetConfig, *, log: Any = print) -> Path:
@@ -228,7 +236,8 @@ def synthesize(cfg: SynthDatasetConfig, *, log: Any = print) -> Path:
     return out_dir
 
 
-def _synth_ready(cfg: SynthDatasetConfig) -> bool:
+def synth_ready(cfg: SynthDatasetConfig) -> bool:
+    """Whether the questions of ``cfg`` are already synthesized (a manifest with its key)."""
     manifest = cfg.directory() / "manifest.json"
     if not manifest.is_file():
         return False
@@ -242,7 +251,7 @@ def _synth_ready(cfg: SynthDatasetConfig) -> bool:
 def synth_dataset(split: str, *, cfg: SynthDatasetConfig) -> list[QAItem]:
     """The synthesized ``split``; synthesizes first when these settings have no output yet."""
     _check_split(split)
-    if not _synth_ready(cfg):
+    if not synth_ready(cfg):
         synthesize(cfg)
     return read_dataset(cfg.directory() / f"{split}.jsonl")
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import lightning as L
 
+from framework.progress import progress_line
 from framework.training.checkpoints import CHECKPOINT_GLOB, checkpoint_name
 
 
@@ -133,13 +134,9 @@ class LogProgress(L.Callback):
         if now - self._last < self.every_s and step < self.total:
             return
         self._last = now
-        done = max(step - self._first_step, 1)
-        per_step = (now - self._start) / done
-        eta = per_step * max(self.total - step, 0)
+        # the rate over the steps of this process (a resumed run starts counting at its checkpoint)
+        per_step = (now - self._start) / max(step - self._first_step, 1)
+        line = progress_line(self.label, step, self.total, per_step)
         figures = trainer.callback_metrics
         shown = " ".join(f"{k}={float(figures[k]):.3f}" for k in self.keys if k in figures)
-        print(
-            f"[{self.label}] step {step}/{self.total}  {per_step:.1f} s/step  "
-            f"ETA {eta / 60:.1f} min  {shown}".rstrip(),
-            flush=True,
-        )
+        print(f"{line}  {shown}".rstrip(), flush=True)

@@ -7,6 +7,7 @@ import json
 import shutil
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from framework.config import Problem, check_choice, check_range
@@ -55,6 +56,12 @@ def _tokenize(texts: Sequence[str], params: BM25Params, progress: bool = False) 
     return bm25s.tokenize(list(texts), stopwords=stop, show_progress=progress)
 
 
+def bm25_index_dir(cfg: BM25RetrieverConfig, corpus: str) -> Path:
+    """Where the BM25 index of ``cfg`` over the corpus with fingerprint ``corpus`` is cached."""
+    key = hashlib.blake2b(json.dumps(asdict(cfg.bm25), sort_keys=True).encode(), digest_size=6)
+    return cache_root(cfg.cache_dir) / "bm25" / f"{corpus}-{key.hexdigest()}"
+
+
 @RETRIEVERS.register("bm25", config=BM25RetrieverConfig)
 class BM25Retriever(StoreBacked):
     """BM25 over the passage store (title and text); built on first use, then memory-mapped.
@@ -73,10 +80,7 @@ class BM25Retriever(StoreBacked):
             "corpus": {"fingerprint": self.store.fingerprint, "passages": len(self.store)},
             "bm25": asdict(cfg.bm25),
         }
-        key = hashlib.blake2b(json.dumps(asdict(cfg.bm25), sort_keys=True).encode(), digest_size=6)
-        self.directory = (
-            cache_root(cfg.cache_dir) / "bm25" / f"{self.store.fingerprint}-{key.hexdigest()}"
-        )
+        self.directory = bm25_index_dir(cfg, self.store.fingerprint)
         self.build_seconds: float | None = None
         try:
             self.model = self._load_or_build()

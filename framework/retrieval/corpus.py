@@ -427,10 +427,15 @@ class CorpusStore:
             self._local.con = None
 
 
+def store_path(cache_dir: Path, fingerprint: str) -> Path:
+    """The passage store of the corpus ``fingerprint`` in the cache ``cache_dir``."""
+    return Path(cache_dir).expanduser() / "corpus" / fingerprint / "corpus.sqlite"
+
+
 def open_corpus(cfg: CorpusConfig, cache_dir: Path, *, progress: bool = True) -> CorpusStore:
     """The passage store for ``cfg``: reused from ``cache_dir`` when its fingerprint matches."""
     fingerprint = corpus_fingerprint(cfg)
-    path = Path(cache_dir).expanduser() / "corpus" / fingerprint / "corpus.sqlite"
+    path = store_path(cache_dir, fingerprint)
     if not path.is_file():
         build_corpus(cfg, path, progress=progress)
     store = CorpusStore(path)

@@ -194,6 +194,28 @@ def _params_key(params: dict[str, Any]) -> str:
     return hashlib.blake2b(json.dumps(params, sort_keys=True).encode(), digest_size=6).hexdigest()
 
 
+def faiss_index_dir(
+    cfg: FaissRetrieverConfig, corpus: str, encoder: dict[str, Any] | None = None
+) -> Path:
+    """Where the index of ``cfg`` over the corpus with fingerprint ``corpus`` lives (``index.path``
+    when set, else the cache). ``encoder``: its fingerprint, computed when not given."""
+    if cfg.index.path:
+        return Path(cfg.index.path).expanduser()
+    enc = fingerprint_key(encoder or encoder_fingerprint(cfg.encoder))
+    params = _params_key(cfg.index.build_params())
+    return cache_root(cfg.cache_dir) / "index" / f"{corpus}-{enc}-{params}"
+
+
+def embeddings_path(
+    cfg: FaissRetrieverConfig, corpus: str, encoder: dict[str, Any] | None = None
+) -> Path:
+    """The cached passage embeddings of ``cfg``'s encoder over the corpus ``corpus``."""
+    # passage embeddings do not depend on the query prefix: changing it must not re-encode
+    fp = encoder or encoder_fingerprint(cfg.encoder)
+    enc = fingerprint_key({k: v for k, v in fp.items() if k != "query_prefix"})
+    return cache_root(cfg.cache_dir) / "embeddings" / f"{corpus}-{enc}.npy"
+
+
 @RETRIEVERS.register("faiss", config=FaissRetrieverConfig)
 class FaissRetriever(StoreBacked):
     """Dense retrieval: encode queries, search a FAISS index, read passages from the store.
@@ -234,17 +256,10 @@ class FaissRetriever(StoreBacked):
         }
 
     def _index_dir(self) -> Path:
-        if self.cfg.index.path:
-            return Path(self.cfg.index.path).expanduser()
-        enc = fingerprint_key(self.manifest["encoder"])
-        params = _params_key(self.manifest["index"])
-        return cache_root(self.cfg.cache_dir) / "index" / f"{self.store.fingerprint}-{enc}-{params}"
+        return faiss_index_dir(self.cfg, self.store.fingerprint, self.manifest["encoder"])
 
     def _embeddings_path(self) -> Path:
-        # passage embeddings do not depend on the query prefix: changing it must not re-encode
-        passage_side = {k: v for k, v in self.manifest["encoder"].items() if k != "query_prefix"}
-        enc = fingerprint_key(passage_side)
-        return cache_root(self.cfg.cache_dir) / "embeddings" / f"{self.store.fingerprint}-{enc}.npy"
+        return embeddings_path(self.cfg, self.store.fingerprint, self.manifest["encoder"])
 
     def _load_or_build(self) -> Any:
         import faiss

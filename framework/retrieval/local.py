@@ -62,10 +62,9 @@ def open_store(cfg: LocalRetrieverConfig) -> CorpusStore:
     """The corpus store of ``cfg`` (built into the cache when missing and allowed)."""
     root = cache_root(cfg.cache_dir)
     if not cfg.build_if_missing:
-        from framework.retrieval.corpus import corpus_fingerprint
+        from framework.retrieval.corpus import corpus_fingerprint, store_path
 
-        path = root / "corpus" / corpus_fingerprint(cfg.corpus) / "corpus.sqlite"
-        return CorpusStore(path)
+        return CorpusStore(store_path(root, corpus_fingerprint(cfg.corpus)))
     return open_corpus(cfg.corpus, root, progress=cfg.progress)
 
 

@@ -61,7 +61,27 @@ def test_invalid_values_reported_together(tmp_path):
 
 
 def test_dry_run_validates_and_lists_components(tmp_path):
-    # a small synthesized dataset (no index needed) keeps this test to seconds
+    # an empty cache, as on a fresh machine: the dry run says what it would build and builds nothing
+    cache = tmp_path / "cache"
+    proc = run(
+        "train", "dry_run=true", f"hydra.run.dir={tmp_path}/run", env={"SEEKRL_CACHE": str(cache)}
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "configuration valid (algorithm=e_grpo" in proc.stdout
+    for stage in ("passage store", "passage embeddings", "faiss index", "questions", "policy"):
+        assert re.search(rf"{stage} +to build +{cache}", proc.stdout), proc.stdout
+    assert re.search(
+        r"passage embeddings .*embed at least \d+ passages, about \d+ (s|min)", proc.stdout
+    )
+    assert re.search(r"warm start \(SFT\) +to build .*expert questions", proc.stdout), proc.stdout
+    assert re.search(r"RL +\d+ steps, \d+ rollouts", proc.stdout)
+    assert "uniform" in proc.stdout and "reinforce_pp_baseline" in proc.stdout
+    assert not cache.exists() or not any(cache.rglob("*")), list(cache.rglob("*"))
+    assert (tmp_path / "run" / ".hydra" / "config.yaml").is_file()
+
+
+def test_dry_run_checks_data_that_exists(tmp_path):
+    # synthesized once (no index: answerability off), the dry run then reads and checks the splits
     data = [
         "dataset.corpus.limit=1500",
         "dataset.train_size=40",
@@ -70,14 +90,12 @@ def test_dry_run_validates_and_lists_components(tmp_path):
         "dataset.answerability.enabled=false",
         f"dataset.output_dir={tmp_path}/data",
     ]
+    proc = run("synth", *data, f"hydra.run.dir={tmp_path}/synth")
+    assert proc.returncode == 0, proc.stderr
     proc = run("train", "dry_run=true", *data, f"hydra.run.dir={tmp_path}/run")
     assert proc.returncode == 0, proc.stderr
-    assert "configuration valid (algorithm=e_grpo" in proc.stdout
-    assert re.search(r"data       train (\d+), validation (\d+) questions", proc.stdout), (
-        proc.stdout
-    )
-    assert "uniform" in proc.stdout and "reinforce_pp_baseline" in proc.stdout
-    assert (tmp_path / "run" / ".hydra" / "config.yaml").is_file()
+    assert re.search(r"questions +cached", proc.stdout), proc.stdout
+    assert re.search(r"data +train (\d+), validation (\d+) questions, checked", proc.stdout)
 
 
 def test_multirun_sweep_gives_each_job_its_own_directory(tmp_path):

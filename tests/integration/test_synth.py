@@ -83,7 +83,7 @@ def test_train_app_reads_the_synthesized_splits(synth_dir, tmp_path):
         f"hydra.run.dir={tmp_path}/run",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "dataset    files" in proc.stdout and "data       train " in proc.stdout
+    assert "dataset    files" in proc.stdout and "data               train " in proc.stdout
 
 
 def test_entity_reward_refuses_a_dataset_without_entities(tmp_path):
