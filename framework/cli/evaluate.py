@@ -105,6 +105,12 @@ def load_datasets(cfg: EvalConfig) -> tuple[dict[str, list], list[str]]:
     return sets, notices
 
 
+def journal_path(run_dir: Path, dataset: str) -> Path:
+    """Where the finished batches of ``dataset`` are kept until the evaluation ends: a rerun in the
+    same ``run_dir`` rolls out only the batches that are not there."""
+    return run_dir / f"journal-{dataset.replace('/', '_')}.jsonl"
+
+
 def evaluate(cfg: EvalConfig) -> dict[str, Any]:
     from framework.data.schema import DatasetError
     from framework.eval.harness import rollout_rows, summarize, summarize_by_hops
@@ -159,6 +165,8 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
                 dataset=name,
                 batch_questions=cfg.batch_questions,
                 progress=progress,
+                journal=journal_path(run_dir, name),
+                reseed=lambda index: setattr(backend, "calls", index * 100_000),
             )
             rows += got
             datasets[name] = {"overall": summarize(got, k), "by_hops": summarize_by_hops(got, k)}
@@ -173,6 +181,8 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
         "datasets": datasets,
     }
     write_outputs(run_dir, results, rows, notices)
+    for name in sets:  # every row is in samples.jsonl now
+        journal_path(run_dir, name).unlink(missing_ok=True)
     for n in notices:
         print(f"notice: {n}")
     for name, s in datasets.items():

@@ -161,8 +161,9 @@ def evaluate_once(train_cfg: Any, cfg: StudyConfig, checkpoint: Path | None, out
         return json.loads(done.read_text())
     what = checkpoint or f"the base policy ({train_cfg.rollout.policy.source})"
     print(f"seekrl-study: evaluating {what} -> {out}", flush=True)
+    # an interrupted evaluation left its finished batches in partial/journal-*.jsonl: kept, so the
+    # rerun rolls out only the rest
     partial = out.with_name(out.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
     result = evaluate(eval_config(train_cfg, cfg, checkpoint, partial))
     shutil.rmtree(out, ignore_errors=True)
     partial.rename(out)

@@ -5,7 +5,10 @@ Pure Python over the agent loop's trajectories; the eval app adds files, plots a
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from framework.data.schema import QAItem
@@ -25,12 +28,33 @@ def rollout_rows(
     entity_cfg: EntityRewardConfig | None = None,
     batch_questions: int = 16,
     progress: Callable[[int, int], None] | None = None,
+    journal: Path | None = None,
+    reseed: Callable[[int], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per rollout (``k`` per question), with correctness, tool use and entity matches."""
+    """One row per rollout (``k`` per question), with correctness, tool use and entity matches.
+
+    Args:
+        journal: a JSONL file that keeps each finished batch of questions: a rerun with the same
+            questions, ``k`` and batch size takes those batches from it and rolls out only the rest,
+            so an interrupted evaluation loses at most the batch in flight.
+        reseed: called with the batch's index before it is rolled out, so that a batch's sampling
+            does not depend on whether the batches before it were rolled out now or taken from the
+            journal (e.g. ``lambda i: setattr(backend, "calls", i * 100_000)``).
+    """
     entity_cfg = entity_cfg or EntityRewardConfig(name="e_grpo")
     rows: list[dict[str, Any]] = []
-    for start in range(0, len(items), batch_questions):
+    kept = read_journal(journal, k) if journal is not None else {}
+    for index, start in enumerate(range(0, len(items), batch_questions)):
         chunk = list(items[start : start + batch_questions])
+        ids = [it.id for it in chunk]
+        if kept.get(index, {}).get("ids") == ids:
+            rows += kept[index]["rows"]
+            if progress is not None:
+                progress(min(start + batch_questions, len(items)), len(items))
+            continue
+        if reseed is not None:
+            reseed(index)
+        first = len(rows)
         trajs = loop.run([it.question for it in chunk], k)
         verdicts = judge(
             JudgeInputs(
@@ -67,10 +91,45 @@ def rollout_rows(
                     "think_text": t.think_text,
                 }
             )
+        if journal is not None:
+            append_journal(journal, {"batch": index, "k": k, "ids": ids, "rows": rows[first:]})
         if progress is not None:
             progress(min(start + batch_questions, len(items)), len(items))
     _normalise_rates(rows)
     return rows
+
+
+def read_journal(path: Path, k: int) -> dict[int, dict[str, Any]]:
+    """The finished batches in ``path`` by index (none when it is missing). A last line cut short
+    by a kill is dropped from the file, so the next batch appends after a whole line."""
+    if not path.is_file():
+        return {}
+    out: dict[int, dict[str, Any]] = {}
+    good = 0
+    with path.open("rb") as f:
+        for line in f:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                break
+            if not line.endswith(b"\n"):
+                break
+            good += len(line)
+            if record.get("k") == k:
+                out[int(record["batch"])] = record
+    if good < path.stat().st_size:
+        with path.open("r+b") as f:
+            f.truncate(good)
+    return out
+
+
+def append_journal(path: Path, record: dict[str, Any]) -> None:
+    """Append one batch as one line, flushed to disk before the next batch starts."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _normalise_rates(rows: list[dict[str, Any]]) -> None:
