@@ -16,11 +16,19 @@ Endpoints:
     ``{"status": "ok", "backend": <class name>, ...}``.
 
 Every error is JSON ``{"error": message, "type": kind}``: 400 for an invalid request (the
-:class:`QueryError` text, or a body that is not JSON), 404 for an unknown document or route, 413 for a
-body over ``max_body_bytes``, 422 for a body of the wrong shape (naming the field and what was
-expected), 500 ``"<ExceptionType>: <message>"`` when the backend fails. The server keeps answering
-after any of them. Backend calls run in FastAPI's thread pool, one at a time (backends need not be
-thread-safe).
+:class:`QueryError` text: an empty, oversized or non-UTF-8 query, too many queries, a bad ``topk``;
+or a body that is not UTF-8, not JSON, or nested too deeply: see :mod:`.server_guard`), 404 for an
+unknown document or route, 413 for a body over ``max_body_bytes``, 422 for a body of the wrong shape
+(naming the field and what was expected). A client's mistake never gets a 5xx. 500 is kept for
+faults of the server: ``"<ExceptionType>: <message> (request <id>; ...)"`` when the backend fails,
+and ``request_id`` in the body; the log has the same id with the traceback. The server keeps
+answering after any of them. Backend calls run in FastAPI's thread pool, one at a time (backends
+need not be thread-safe).
+
+Limits are settings: ``retriever.limits.max_queries`` (default 4096, above the 2,560 queries
+Search-R1's training script sends in one request), ``retriever.limits.max_query_chars``,
+``retriever.limits.max_k`` and ``max_body_bytes``, e.g.
+``seekrl-serve retriever.limits.max_queries=8192 max_body_bytes=4000000``.
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ import math
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Request
@@ -41,6 +49,18 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, Strict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from framework.retrieval.server_guard import (
+    DOCUMENT_EXAMPLE,
+    JSON_ROUTES,
+    RETRIEVE_EXAMPLE,
+    ROUTES,
+    RequestGuard,
+    check_queries,
+    check_text,
+    error_response,
+    server_fault,
+    validation_message,
+)
 from framework.retrieval.types import (
     Document,
     DocumentNotFound,
@@ -53,18 +73,6 @@ from framework.retrieval.types import (
 )
 
 log = logging.getLogger(__name__)
-
-_RETRIEVE_EXAMPLE = '{"queries": ["who wrote hamlet"], "topk": 3, "return_scores": true}'
-_DOCUMENT_EXAMPLE = '{"id": "<doc id>"} or {"title": "<title>"}'
-_ROUTES = "POST /retrieve, POST /document, GET /health"
-#: What each request field should hold, for validation messages.
-_EXPECTED = {
-    "queries": "a list of query strings",
-    "topk": "an integer (or null for the server default)",
-    "return_scores": "true or false",
-    "id": "a document id string",
-    "title": "a document title string",
-}
 
 
 class RetrieveRequest(BaseModel):
@@ -86,11 +94,6 @@ class DocumentRequest(BaseModel):
     title: str | None = Field(default=None, description="exact, then case-insensitive, title")
 
 
-def error_response(status: int, message: str, kind: str) -> JSONResponse:
-    """The JSON error every failure answers with."""
-    return JSONResponse({"error": message, "type": kind}, status_code=status)
-
-
 def _render_hit(hit: Hit, with_score: bool) -> dict[str, Any]:
     doc = hit.to_search_r1()
     score = float(hit.score)  # numpy scalars are not JSON-serialisable
@@ -106,124 +109,6 @@ def _render_document(doc: Document) -> dict[str, Any]:
         "text": doc.text,
         "contents": f'"{doc.title}"\n{doc.text}',
     }
-
-
-def _shorten(value: Any, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _validation_message(path: str, errors: Sequence[dict[str, Any]]) -> tuple[int, str]:
-    """``(status, message)`` for pydantic errors on a request body (400 when it is not JSON)."""
-    example = _DOCUMENT_EXAMPLE if path == "/document" else _RETRIEVE_EXAMPLE
-    lines = []
-    for err in errors:
-        loc = [str(p) for p in err.get("loc", ()) if p != "body"]
-        kind = err.get("type", "")
-        if kind == "json_invalid":
-            reason = (err.get("ctx") or {}).get("error", "malformed JSON")
-            return 400, (
-                f"[request] got a body that is not valid JSON ({reason}); expected a JSON object "
-                f"such as {example}. Fix: send the body as JSON (requests: json=...)."
-            )
-        if not loc:
-            got = "an empty body" if kind == "missing" else _shorten(err.get("input"))
-            lines.append(
-                f"[request] got {got}; expected a JSON object such as {example}. "
-                "Fix: send an object with those keys."
-            )
-            continue
-        field = loc[0]
-        where = "request." + ".".join(loc)
-        if kind == "missing":
-            lines.append(
-                f"[{where}] got nothing; expected {_EXPECTED.get(field, 'a value')}. "
-                f"Fix: add it, e.g. {example}."
-            )
-        elif kind == "extra_forbidden":
-            lines.append(
-                f"[{where}] got {_shorten(err.get('input'))}; expected only the keys of "
-                f"{example}. Fix: remove '{field}'."
-            )
-        else:
-            expected = _EXPECTED.get(field, "a valid value")
-            if len(loc) > 1:  # an element of a list
-                expected = "a string"
-            lines.append(
-                f"[{where}] got {_shorten(err.get('input'))}; expected {expected}. "
-                f"Fix: send e.g. {example}."
-            )
-    return 422, "\n".join(lines) or f"[request] invalid body; expected e.g. {example}."
-
-
-class _BodyGuard:
-    """ASGI middleware: 413 for a body over ``max_bytes`` (declared or actual); JSON whatever the
-    Content-Type says (so ``curl -d`` works).
-
-    The body is read into memory (it is small by construction) and replayed to the app.
-    """
-
-    def __init__(self, app: Any, max_bytes: int) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
-            await self.app(scope, receive, send)
-            return
-        headers = dict(scope.get("headers") or [])
-        declared = headers.get(b"content-length")
-        if declared is not None:
-            try:
-                size = int(declared)
-            except ValueError:
-                await self._reject(scope, receive, send, 400, f"a Content-Length of {declared!r}")
-                return
-            if size > self.max_bytes:
-                await self._reject(scope, receive, send, 413, f"a body of {size} bytes")
-                return
-        body = bytearray()
-        more = True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
-            if len(body) > self.max_bytes:
-                await self._reject(
-                    scope, receive, send, 413, f"a body of more than {self.max_bytes} bytes"
-                )
-                return
-        content_type = headers.get(b"content-type", b"")
-        if body and b"json" not in content_type:
-            scope = dict(scope)
-            scope["headers"] = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
-            scope["headers"].append((b"content-type", b"application/json"))
-        replayed = False
-
-        async def replay() -> dict:
-            nonlocal replayed
-            if replayed:
-                return await receive()  # waits for the disconnect
-            replayed = True
-            return {"type": "http.request", "body": bytes(body), "more_body": False}
-
-        await self.app(scope, replay, send)
-
-    async def _reject(
-        self, scope: dict, receive: Callable, send: Callable, status: int, got: str
-    ) -> None:
-        if status == 413:
-            msg = (
-                f"[request] got {got}; expected at most {self.max_bytes} bytes. "
-                "Fix: send fewer or shorter queries per request."
-            )
-            response = error_response(413, msg, "PayloadTooLarge")
-        else:
-            msg = f"[request] got {got}; expected a byte count. Fix: send a valid header."
-            response = error_response(400, msg, "BadRequest")
-        await response(scope, receive, send)
 
 
 def create_app(
@@ -264,7 +149,7 @@ def create_app(
         title="seekrl retrieval server",
         description=f"Search-R1 compatible retrieval over a {backend} backend.",
     )
-    app.add_middleware(_BodyGuard, max_bytes=max_body_bytes)
+    app.add_middleware(RequestGuard, max_bytes=max_body_bytes)
 
     def guarded(work: Callable[[], Any]) -> JSONResponse:
         """Run ``work`` under the lock; map its exceptions to JSON errors."""
@@ -277,20 +162,21 @@ def create_app(
         except DocumentNotFound as exc:
             return error_response(404, str(exc), "DocumentNotFound")
         except Exception as exc:
-            log.exception("retrieval backend %s failed", backend)
-            return error_response(500, f"{type(exc).__name__}: {exc}", type(exc).__name__)
+            return server_fault(exc, f"retrieval backend {backend}")
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        status, msg = _validation_message(request.url.path, exc.errors())
+        status, msg = validation_message(request.url.path, exc.errors())
         return error_response(status, msg, "InvalidJSON" if status == 400 else "ValidationError")
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        msg = (
-            f"[request] got {request.method} {request.url.path} ({exc.detail}); "
-            f"expected one of {_ROUTES}. Fix: use one of those routes."
-        )
+        got = f"{request.method} {request.url.path} ({exc.detail})"
+        if exc.status_code in (404, 405):
+            msg = f"[request] got {got}; expected one of {ROUTES}. Fix: use one of those routes."
+        else:  # e.g. a body FastAPI could not parse after the guard accepted it
+            example = JSON_ROUTES.get(request.url.path, RETRIEVE_EXAMPLE)
+            msg = f"[request] got {got}; expected a JSON body such as {example}. Fix: send one."
         return error_response(exc.status_code, msg, "HTTPException")
 
     @app.post("/retrieve", response_model=None)
@@ -299,6 +185,7 @@ def create_app(
         k = default_topk if req.topk is None else req.topk
 
         def work() -> dict[str, Any]:
+            check_queries(req.queries, limits)
             queries = check_request(req.queries, k, limits)
             results = retriever.search(queries, k)
             if len(results) != len(queries):
@@ -323,8 +210,10 @@ def create_app(
             if (req.id is None) == (req.title is None):
                 raise QueryError(
                     f"[document] got id={req.id!r}, title={req.title!r}; expected exactly one of "
-                    f"them. Fix: send {_DOCUMENT_EXAMPLE}."
+                    f"them. Fix: send {DOCUMENT_EXAMPLE}."
                 )
+            for field, value in (("id", req.id), ("title", req.title)):
+                check_text(f"request.{field}", value)
             document_key(req.id, req.title)
             doc = retriever.document(doc_id=req.id, title=req.title)
             return {"document": _render_document(doc)}
@@ -427,9 +316,9 @@ def serve(
     sock = _bind(host, port)
     url = _url(sock, host)
     print(
-        f"seekrl retrieval server ({type(retriever).__name__}) at {url}: {_ROUTES}; "
+        f"seekrl retrieval server ({type(retriever).__name__}) at {url}: {ROUTES}; "
         f"e.g. curl -X POST {url}/retrieve -H 'Content-Type: application/json' "
-        f"-d '{_RETRIEVE_EXAMPLE}'",
+        f"-d '{RETRIEVE_EXAMPLE}'",
         flush=True,
     )
     try:

@@ -94,7 +94,10 @@ class Retriever(Protocol):
 class QueryLimits:
     """Bounds every backend enforces on a search request."""
 
-    max_queries: int = field(default=1024, metadata={"help": "queries per search call"})
+    max_queries: int = field(
+        default=4096,
+        metadata={"help": "queries per search call (Search-R1's training sends up to 2,560)"},
+    )
     max_query_chars: int = field(default=2048, metadata={"help": "characters per query"})
     max_k: int = field(default=100, metadata={"help": "largest k (top-k) accepted"})
 
@@ -103,6 +106,16 @@ class QueryLimits:
         out += check_range(self.max_query_chars, "max_query_chars", low=1)
         out += check_range(self.max_k, "max_k", low=1)
         return out
+
+
+def utf8_problem(text: str) -> str | None:
+    """Why ``text`` cannot be encoded as UTF-8 (a lone surrogate, e.g. from a JSON ``\\ud800``
+    escape), or ``None`` when it can."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"lone surrogate {text[exc.start]!r} at position {exc.start}"
+    return None
 
 
 def check_request(queries: Sequence[str], k: int, limits: QueryLimits) -> list[str]:
@@ -123,7 +136,7 @@ def check_request(queries: Sequence[str], k: int, limits: QueryLimits) -> list[s
     if len(queries) > limits.max_queries:
         raise QueryError(
             f"[retriever.search] got {len(queries)} queries; expected at most {limits.max_queries}. "
-            "Fix: split the batch or raise max_queries."
+            "Fix: split the batch or raise retriever.limits.max_queries."
         )
     if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 1 <= k <= limits.max_k:
         raise QueryError(
@@ -139,7 +152,14 @@ def check_request(queries: Sequence[str], k: int, limits: QueryLimits) -> list[s
         if len(q) > limits.max_query_chars:
             raise QueryError(
                 f"[retriever.search] got query {i} of {len(q)} characters; expected at most "
-                f"{limits.max_query_chars}. Fix: shorten the query or raise max_query_chars."
+                f"{limits.max_query_chars}. Fix: shorten the query or raise "
+                "retriever.limits.max_query_chars."
+            )
+        problem = utf8_problem(q)
+        if problem:
+            raise QueryError(
+                f"[retriever.search] got query {i}, which is not valid UTF-8 text ({problem}); "
+                "expected text that encodes as UTF-8. Fix: drop or repair the query."
             )
     return queries
 
@@ -158,6 +178,12 @@ def document_key(doc_id: str | None, title: str | None) -> tuple[str, str]:
     key, value = ("doc_id", doc_id) if doc_id is not None else ("title", title)
     if not isinstance(value, str) or not value.strip():
         raise QueryError(f"[retriever.document] got {key}={value!r}; expected non-empty text.")
+    problem = utf8_problem(value)
+    if problem:
+        raise QueryError(
+            f"[retriever.document] got a {key} that is not valid UTF-8 text ({problem}); "
+            "expected text that encodes as UTF-8. Fix: repair the value."
+        )
     return key, value
 
 

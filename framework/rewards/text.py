@@ -7,16 +7,28 @@ import string
 from collections import Counter
 from collections.abc import Sequence
 
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_ANSWER_OPEN, _ANSWER_CLOSE = "<answer>", "</answer>"
 _THINK = re.compile(r"<think>(.*?)(?:</think>|$)", re.DOTALL)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = str.maketrans("", "", string.punctuation)
 
 
 def extract_answer(completion: str) -> str | None:
-    """The text of the last ``<answer>...</answer>`` block, stripped; ``None`` when there is none."""
-    found = _ANSWER.findall(completion)
-    return found[-1].strip() if found else None
+    """The text of the last ``<answer>...</answer>`` block, stripped; ``None`` when there is none.
+
+    Blocks are matched as ``re.findall(r"<answer>(.*?)</answer>", text, re.DOTALL)`` would (each
+    opening tag to the next closing tag, scanning on after it), but in linear time: that regex
+    rescans to the end from every unclosed ``<answer>``, quadratic in the number of them.
+    """
+    body: tuple[int, int] | None = None
+    pos = 0
+    while (start := completion.find(_ANSWER_OPEN, pos)) >= 0:
+        start += len(_ANSWER_OPEN)
+        end = completion.find(_ANSWER_CLOSE, start)
+        if end < 0:  # no later opening tag can be closed either
+            break
+        body, pos = (start, end), end + len(_ANSWER_CLOSE)
+    return None if body is None else completion[body[0] : body[1]].strip()
 
 
 def extract_think(completion: str) -> str:

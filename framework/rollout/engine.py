@@ -8,6 +8,7 @@ re-tokenised, so ``token_ids`` is exactly what the policy was conditioned on.
 
 from __future__ import annotations
 
+import bisect
 import re
 import time
 from collections.abc import Sequence
@@ -290,18 +291,7 @@ def _segments(tok: object, ids: list[int], text: str, start: int) -> list[Segmen
     """Spans of one model turn by kind: each token takes the kind of the block its text starts in."""
     if not ids:
         return []
-    spans = [
-        (m.start(), m.end(), _KIND[next(k for k in _KIND if m.group(0).startswith(k))])
-        for m in _TAGGED.finditer(text)
-    ]
-    ends = _char_ends(tok, ids)
-    kinds = []
-    prev_end = 0
-    for end in ends:
-        begin = min(prev_end, max(end - 1, 0))
-        kind = next((k for s, e, k in spans if s <= begin < e), "other")
-        kinds.append(kind)
-        prev_end = end
+    kinds = token_kinds(text, _char_ends(tok, ids))
     out: list[Segment] = []
     for i, kind in enumerate(kinds):
         if out and out[-1].kind == kind and out[-1].end == start + i:
@@ -311,8 +301,37 @@ def _segments(tok: object, ids: list[int], text: str, start: int) -> list[Segmen
     return out
 
 
+def token_kinds(text: str, ends: Sequence[int]) -> list[str]:
+    """The block kind (think, tool_call, answer, other) each token's text starts in.
+
+    Args:
+        text: the decoded turn.
+        ends: ``[T]`` character offset in ``text`` where each token ends.
+
+    Returns:
+        ``[T]`` kinds; ``O(len(text) + T log blocks)`` (blocks are found by binary search).
+    """
+    spans = [
+        (m.start(), m.end(), _KIND[next(k for k in _KIND if m.group(0).startswith(k))])
+        for m in _TAGGED.finditer(text)
+    ]
+    starts = [s for s, _, _ in spans]  # sorted and non-overlapping (finditer)
+    kinds = []
+    prev_end = 0
+    for end in ends:
+        begin = min(prev_end, max(end - 1, 0))
+        i = bisect.bisect_right(starts, begin) - 1
+        kinds.append(spans[i][2] if i >= 0 and begin < spans[i][1] else "other")
+        prev_end = end
+    return kinds
+
+
 def _char_ends(tok: object, ids: list[int]) -> list[int]:
-    """Character offset where each token's text ends in the decoded turn (incremental decode)."""
+    """Character offset where each token's text ends in the decoded turn (incremental decode).
+
+    Quadratic in ``len(ids)``: tokenizers merge bytes and clean up spaces across tokens, so only
+    decoding each whole prefix gives exact offsets; a turn has at most ``max_new_tokens_per_turn``.
+    """
     ends = []
     for i in range(1, len(ids) + 1):
         ends.append(len(tok.decode(ids[:i], skip_special_tokens=False)))  # type: ignore[attr-defined]

@@ -44,6 +44,8 @@ from framework.retrieval.hybrid import HybridRetriever, HybridRetrieverConfig  #
 
 K = 10
 BATCH = 64
+#: where tools/bench/retrieval_load.py's section starts; kept when this benchmark rewrites the file
+LOAD_SECTION = "<!-- retrieval_load:begin -->"
 
 
 def description_queries(n: int, limit: int, seed: int) -> list[tuple[str, str]]:
@@ -326,7 +328,10 @@ def main() -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps({"meta": meta, **report}, indent=2))
-    out.with_suffix(".md").write_text(render(report, meta))
+    md = out.with_suffix(".md")
+    old = md.read_text() if md.exists() else ""
+    load = old[old.index(LOAD_SECTION) :] if LOAD_SECTION in old else ""  # retrieval_load.py's
+    md.write_text(render(report, meta) + ("\n" + load if load else ""))
     print(render(report, meta))
 
 

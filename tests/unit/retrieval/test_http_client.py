@@ -165,7 +165,8 @@ def test_400_is_not_retried():
 def test_invalid_requests_fail_before_sending():
     transport, seen = counting(lambda req, n: httpx.Response(200, json=OK))
     with make(transport) as r:
-        for queries, k in [([""], 1), (["q"], 0), ("q", 1), (["q"] * 1025, 1)]:
+        too_many = ["q"] * (QueryLimits().max_queries + 1)
+        for queries, k in [([""], 1), (["q"], 0), ("q", 1), (too_many, 1), (["q\ud800"], 1)]:
             with pytest.raises(QueryError):
                 r.search(queries, k)
     assert seen == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import urllib.request
 
@@ -10,10 +11,17 @@ import httpx
 import pytest
 
 from framework.retrieval.server import BackgroundServer, create_app, is_loopback, serve
-from framework.retrieval.types import QueryLimits
+from framework.retrieval.server_guard import (
+    MAX_JSON_DEPTH,
+    body_problem,
+    error_response,
+    json_depth,
+)
+from framework.retrieval.types import QueryError, QueryLimits, check_request, document_key
 from tests.unit.retrieval.server_fakes import (
     DEFAULT_TOPK,
     EXPLODE,
+    LIMITS,
     MAX_BODY_BYTES,
     PASSAGES,
     FakeRetriever,
@@ -304,10 +312,18 @@ def test_oversized_streamed_body_is_413(client):
     assert_alive(client)
 
 
-def test_backend_exception_is_500_and_server_stays_up(client):
-    r = retrieve(client, {"queries": [EXPLODE]})
+def test_backend_exception_is_500_with_a_logged_request_id(client, caplog):
+    with caplog.at_level(logging.ERROR, logger="framework.retrieval.server"):
+        r = retrieve(client, {"queries": [EXPLODE]})
     assert r.status_code == 500
-    assert r.json()["error"] == "RuntimeError: index shard 3 is corrupt"
+    body = r.json()
+    request_id = body["request_id"]
+    assert body["type"] == "RuntimeError"
+    assert body["error"].startswith(
+        f"RuntimeError: index shard 3 is corrupt (request {request_id};"
+    )
+    [record] = [rec for rec in caplog.records if request_id in rec.getMessage()]
+    assert record.exc_info is not None and record.exc_info[0] is RuntimeError
     assert_alive(client)
 
 
@@ -365,3 +381,227 @@ def test_bound_socket_is_tcp_so_accepted_connections_get_nodelay():
         assert sock.proto == socket.IPPROTO_TCP
     finally:
         sock.close()
+
+
+# -- hardening: every client mistake is a 4xx about the real problem; 5xx only for server faults ---
+
+
+def post_raw(client: httpx.Client, path: str, body: bytes) -> httpx.Response:
+    """POST hand-built bytes, as a client with its own JSON encoder (or a broken one) would."""
+    return client.post(path, content=body, headers={"Content-Type": "application/json"})
+
+
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        (
+            b'{"queries": ["\\ud800 abc"], "topk": 3}',
+            "[request.queries.0] got '\\ud800 abc', which is not valid UTF-8 text "
+            "(lone surrogate '\\ud800' at position 0)",
+        ),
+        (
+            b'{"queries": ["fine", "ab\\udfff"]}',
+            "[request.queries.1] got 'ab\\udfff', which is not valid UTF-8 text "
+            "(lone surrogate '\\udfff' at position 2)",
+        ),
+    ],
+)
+def test_query_that_is_not_utf8_is_400(client, body, needle):
+    r = post_raw(client, "/retrieve", body)
+    assert r.status_code == 400, r.text
+    assert r.json()["type"] == "QueryError"
+    assert needle in r.json()["error"]
+    assert_alive(client)
+
+
+def test_a_surrogate_pair_is_valid_text(client):
+    r = post_raw(client, "/retrieve", b'{"queries": ["Paris \\ud83d\\ude00"], "topk": 1}')
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("field", ["id", "title"])
+def test_document_key_that_is_not_utf8_is_400(client, field):
+    r = post_raw(client, "/document", b'{"%s": "Nile \\ud800"}' % field.encode())
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert f"[request.{field}] got 'Nile \\ud800', which is not valid UTF-8 text" in error
+    assert "position 5" in error
+    assert_alive(client)
+
+
+@pytest.mark.parametrize("path", ["/retrieve", "/document"])
+def test_body_that_is_not_utf8_is_400(client, path):
+    r = post_raw(client, path, '{"queries": ["café"]}'.encode("latin-1"))
+    assert r.status_code == 400, r.text
+    assert r.json()["type"] == "InvalidEncoding"
+    error = r.json()["error"]
+    assert "[request] got a body that is not UTF-8 text (byte 0xe9 at offset 17" in error
+    assert "route" not in error
+    assert_alive(client)
+
+
+def test_utf8_body_with_a_bom_is_accepted(client):
+    r = post_raw(client, "/retrieve", b'\xef\xbb\xbf{"queries": ["who wrote hamlet"], "topk": 1}')
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("depth", [MAX_JSON_DEPTH + 1, 1500], ids=["over-limit", "recursion"])
+def test_json_nested_too_deeply_is_400(client, depth):
+    body = b'{"queries": ' + b"[" * depth + b"]" * depth + b"}"
+    r = post_raw(client, "/retrieve", body)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert f"got JSON nested more than {MAX_JSON_DEPTH} levels deep" in error
+    assert "route" not in error
+    assert_alive(client)
+
+
+def test_json_at_the_depth_limit_is_validated_not_refused(client):
+    depth = MAX_JSON_DEPTH - 1  # plus the enclosing object
+    r = post_raw(client, "/retrieve", b'{"queries": ' + b"[" * depth + b"]" * depth + b"}")
+    assert r.status_code == 422, r.text
+    assert "[request.queries.0]" in r.json()["error"]
+
+
+def test_too_many_queries_names_the_setting(client):
+    r = retrieve(client, {"queries": ["a"] * (LIMITS.max_queries + 1)})
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert f"got {LIMITS.max_queries + 1} queries; expected at most {LIMITS.max_queries}" in error
+    assert "retriever.limits.max_queries=" in error
+
+
+def test_oversized_body_names_the_setting(client):
+    r = retrieve(client, {"queries": ["capital"] * 1000})
+    assert r.status_code == 413
+    assert "max_body_bytes" in r.json()["error"]
+
+
+#: hand-built bodies no well-behaved client sends; each must get a JSON 4xx, never a 5xx
+MALFORMED = [
+    ("/retrieve", b"null"),
+    ("/retrieve", b"[]"),
+    ("/retrieve", b'"who wrote hamlet"'),
+    ("/retrieve", b"{"),
+    ("/retrieve", b"\xff\xfe{\x00}\x00"),
+    ("/retrieve", b"\x00"),
+    ("/retrieve", b'{"queries": null}'),
+    ("/retrieve", b'{"queries": [null]}'),
+    ("/retrieve", b'{"queries": [["a"]]}'),
+    ("/retrieve", b'{"queries": {"a": 1}}'),
+    ("/retrieve", b'{"queries": ["a"], "topk": 1e999}'),
+    ("/retrieve", b'{"queries": ["a"], "topk": NaN}'),
+    ("/retrieve", b'{"queries": ["a"], "topk": 99999999999999999999999999}'),
+    ("/retrieve", b'{"queries": ["a"], "topk": "3"}'),
+    ("/retrieve", b'{"queries": ["a"], "return_scores": []}'),
+    ("/retrieve", b'{"queries": ["\\ud800"]}'),
+    ("/retrieve", b'{"queries": ["' + b"x" * 3000 + b'"]}'),
+    ("/retrieve", b'{"queries": ["a"]} trailing'),
+    ("/document", b"null"),
+    ("/document", b'{"id": null, "title": null}'),
+    ("/document", b'{"id": ["nile"]}'),
+    ("/document", b'{"title": "\\udfff"}'),
+    ("/document", b'{"id": "nile", "extra": {"deep": [[[[1]]]]}}'),
+]
+
+
+@pytest.mark.parametrize(("path", "body"), MALFORMED)
+def test_malformed_requests_are_4xx_json(client, path, body):
+    r = post_raw(client, path, body)
+    assert 400 <= r.status_code < 500, r.text
+    assert set(r.json()) == {"error", "type"} and r.json()["error"].startswith("[")
+
+
+def test_unexpected_exception_is_500_with_a_logged_request_id(caplog):
+    """A fault outside the backend (here a route that raises) still answers JSON with an id."""
+    app = create_app(FakeRetriever())
+
+    def boom() -> None:
+        raise KeyError("settings")
+
+    app.add_api_route("/boom", boom, methods=["GET"])
+    with (
+        caplog.at_level(logging.ERROR, logger="framework.retrieval.server"),
+        BackgroundServer(app) as url,
+        httpx.Client(base_url=url, timeout=TIMEOUT) as c,
+    ):
+        r = c.get("/boom")
+        assert r.status_code == 500
+        body = r.json()
+        assert body["type"] == "KeyError" and body["request_id"] in body["error"]
+        [record] = [rec for rec in caplog.records if body["request_id"] in rec.getMessage()]
+        assert "GET /boom" in record.getMessage() and record.exc_info[0] is KeyError
+        assert c.get("/health").status_code == 200
+
+
+@pytest.fixture(scope="module")
+def default_client():
+    """A server with the default limits (4096 queries, 1 MB bodies)."""
+    fake = FakeRetriever(limits=QueryLimits())
+    with (
+        BackgroundServer(create_app(fake)) as url,
+        httpx.Client(base_url=url, timeout=30.0) as c,
+    ):
+        yield c
+
+
+def test_default_limit_takes_search_r1_batches(default_client):
+    """Search-R1's training script sends up to 2,560 queries in one request."""
+    assert QueryLimits().max_queries >= 2560
+    r = retrieve(default_client, {"queries": [f"Paris {i}" for i in range(2560)], "topk": 1})
+    assert r.status_code == 200, r.text[:300]
+    assert len(r.json()["result"]) == 2560
+
+
+def test_integer_too_long_for_python_is_400(default_client):
+    r = post_raw(default_client, "/retrieve", b'{"queries": ["a"], "topk": ' + b"9" * 5000 + b"}")
+    assert r.status_code == 400, r.text
+    assert "not valid JSON" in r.json()["error"] and "digits" in r.json()["error"]
+
+
+# -- the checks as pure functions -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "kind", "needle"),
+    [
+        (b'{"queries": ["a"]}', None, None),
+        (b'\xef\xbb\xbf{"queries": ["a"]}', None, None),
+        (b'{"queries": ["' + b"[" * 100 + b'"]}', None, None),  # brackets inside a string
+        (b"\xc3(", "InvalidEncoding", "byte 0xc3 at offset 0"),
+        (b'{"queries": [', "InvalidJSON", "not valid JSON (Expecting value at line 1 column 14)"),
+        (b"[" * 2000 + b"]" * 2000, "InvalidJSON", "nested more than"),
+    ],
+)
+def test_body_problem(body, kind, needle):
+    problem = body_problem(body, "{...}")
+    if kind is None:
+        assert problem is None
+    else:
+        assert problem is not None and problem[0] == kind and needle in problem[1]
+
+
+@pytest.mark.parametrize(
+    ("value", "depth"),
+    [(1, 0), ("s", 0), ([], 1), ({}, 1), ([[]], 2), ({"a": [1, {"b": []}]}, 4)],
+)
+def test_json_depth(value, depth):
+    assert json_depth(value, 5) == depth
+
+
+def test_json_depth_stops_counting_past_the_limit():
+    assert json_depth(json.loads("[" * 50 + "]" * 50), 5) == 6
+
+
+def test_error_response_renders_text_that_is_not_utf8():
+    response = error_response(400, "got '\ud800'", "QueryError")
+    assert json.loads(response.body)["error"] == "got '\\ud800'"
+
+
+def test_in_process_checks_refuse_text_that_is_not_utf8():
+    with pytest.raises(
+        QueryError, match=r"query 1, which is not valid UTF-8 text \(lone surrogate"
+    ):
+        check_request(["ok", "x\ud800"], 1, QueryLimits())
+    with pytest.raises(QueryError, match="title that is not valid UTF-8 text"):
+        document_key(None, "\udc80")
