@@ -24,7 +24,15 @@ from framework.registry.kinds import (
     SAMPLERS,
 )
 
-#: Modules whose import registers the built-in components.
+#: Modules whose import registers the built-in components: every module under ``framework/`` that
+#: calls ``<REGISTRY>.register(...)`` or ``<REGISTRY>.add(...)`` must be listed here.
+#:
+#: One explicit list, not a walk of the packages, because importing is what costs: a walk would
+#: import every module of the component packages (the retrieval server, plotting, Lightning) on
+#: every start, or read every source file to find the ones to import, and would hide the import
+#: order. Instead ``tests/unit/registry/test_builtin_modules.py`` reads the sources
+#: (:mod:`framework.registry.sources`) and fails naming any registering module missing here, and
+#: an unknown-name error for a component defined in such a module says to add it here.
 BUILTIN_MODULES = (
     "framework.algorithms.advantages",
     "framework.algorithms.losses",

@@ -116,11 +116,27 @@ class Registry(Generic[T]):
         group: Hydra config group the config dataclasses are stored under (default: ``kind``).
         config_store: where to store config nodes; the global Hydra ConfigStore by default, ``None``
             for an isolated registry (tests).
+        signature: how the framework calls a target, e.g. ``fn(inputs: AdvantageInputs, *, cfg)
+            -> Tensor[N]`` or ``cls(*, cfg)`` (documentation; checked against the built-ins by test).
+        methods: what the object a class target builds offers, e.g. ``("close()",)``.
+        config_base: ``module:Class`` that every config of this kind subclasses (documentation).
     """
 
-    def __init__(self, kind: str, *, group: str | None = None, config_store: Any = _DEFAULT_STORE):
+    def __init__(
+        self,
+        kind: str,
+        *,
+        group: str | None = None,
+        config_store: Any = _DEFAULT_STORE,
+        signature: str = "",
+        methods: tuple[str, ...] = (),
+        config_base: str = "framework.config:ComponentConfig",
+    ):
         self.kind = kind
         self.group = group or kind
+        self.signature = signature
+        self.methods = methods
+        self.config_base = config_base
         if config_store is _DEFAULT_STORE:
             from hydra.core.config_store import ConfigStore
 
@@ -222,13 +238,23 @@ class Registry(Generic[T]):
 
 
 def suggest_fix(group: str, name: object, options: list[str]) -> tuple[str, str]:
-    """``(hint, fix)`` for an unknown choice: the closest option, if any, and what to type."""
+    """``(hint, fix)`` for an unknown choice: the closest option, if any, and what to type.
+
+    The fix tells "not imported" from "not installed": when a module of the framework or of an
+    installed plugin registers ``name`` (found by reading the sources) but was not imported, it says
+    why (missing from ``BUILTIN_MODULES``, a plugin's import error, plugins turned off) and what to do;
+    otherwise it suggests the closest option or installing the plugin that provides ``name``.
+    """
     close = difflib.get_close_matches(str(name), options, n=1, cutoff=0.5)
+    hint = f" (closest: '{close[0]}')" if close else ""
+    if isinstance(name, str) and _NAME.match(name):
+        from framework.registry.sources import unimported_fix
+
+        fix = unimported_fix(group, name)
+        if fix is not None:
+            return hint, fix
     if close:
-        return (
-            f" (closest: '{close[0]}')",
-            f"use {group}={close[0]}, or install the plugin that provides '{name}'",
-        )
+        return hint, f"use {group}={close[0]}, or install the plugin that provides '{name}'"
     return "", f"choose one of the options of {group}, or install the plugin that provides '{name}'"
 
 

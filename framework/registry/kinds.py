@@ -3,37 +3,66 @@
 Each registry's Hydra group has the same name as the config section it fills, so
 ``advantage=rloo`` selects the ``rloo`` entry of :data:`ADVANTAGES` and its config dataclass.
 
-Call signatures, one per kind (``cfg`` is the component's config dataclass, bound by
-:meth:`Registry.bind`):
-
-=================  ====================  =======================================================
-registry           group                 signature
-=================  ====================  =======================================================
-REWARDS            ``reward``            ``fn(inputs: RewardInputs, *, cfg) -> Tensor[N]``
-ADVANTAGES         ``advantage``         ``fn(inputs: AdvantageInputs, *, cfg) -> Tensor[N]``
-POLICY_LOSSES      ``loss``              ``fn(inputs: PolicyLossInputs, *, cfg) -> LossOutput``
-KL_ESTIMATORS      ``kl``                ``fn(logprobs, ref_logprobs, *, cfg) -> Tensor[N, L]``
-SAMPLERS           ``sampler``           ``cls(num_questions: int, seed: int, *, cfg)``
-RETRIEVERS         ``retriever``         ``cls(*, cfg)`` (search / document lookup)
-ROLLOUT_BACKENDS   ``rollout``           ``cls(*, cfg)`` (batched generation)
-DATASETS           ``dataset``           ``fn(split: str, *, cfg) -> list[dict]``
-JUDGES             ``judge``             ``cls(*, cfg, backend=None)``; ``judge(JudgeInputs) -> list[bool]``
-=================  ====================  =======================================================
+Each registry also declares how the framework calls its targets (``signature``; ``cfg`` is the
+component's config dataclass, bound by :meth:`Registry.bind`), the methods of the objects that class
+targets build (``methods``) and the class every config of the kind derives from (``config_base``).
+These declarations are the README's registry table (``python3 tools/registry_table.py`` writes it);
+``tests/unit/registry/test_registry_table.py`` checks them against the built-in components and the
+README, so the table, this file and the code cannot drift apart.
 """
 
 from __future__ import annotations
 
 from framework.registry.core import Registry
 
-REWARDS: Registry = Registry("reward")
-ADVANTAGES: Registry = Registry("advantage")
-POLICY_LOSSES: Registry = Registry("loss")
-KL_ESTIMATORS: Registry = Registry("kl")
-SAMPLERS: Registry = Registry("sampler")
-RETRIEVERS: Registry = Registry("retriever")
-ROLLOUT_BACKENDS: Registry = Registry("rollout")
-DATASETS: Registry = Registry("dataset")
-JUDGES: Registry = Registry("judge")
+REWARDS: Registry = Registry(
+    "reward",
+    signature="fn(inputs: RewardInputs, *, cfg) -> Tensor[N]",
+)
+ADVANTAGES: Registry = Registry(
+    "advantage",
+    signature="fn(inputs: AdvantageInputs, *, cfg) -> Tensor[N]",
+)
+POLICY_LOSSES: Registry = Registry(
+    "loss",
+    signature="fn(inputs: PolicyLossInputs, *, cfg) -> LossOutput",
+)
+KL_ESTIMATORS: Registry = Registry(
+    "kl",
+    signature="fn(logprobs, ref_logprobs, *, cfg) -> Tensor[N, L]",
+)
+SAMPLERS: Registry = Registry(
+    "sampler",
+    signature="cls(num_questions, seed, *, cfg)",
+    methods=("next_groups() -> list[GroupRequest]", "state_dict()", "load_state_dict(state)"),
+)
+RETRIEVERS: Registry = Registry(
+    "retriever",
+    signature="cls(*, cfg)",
+    methods=(
+        "search(queries, k) -> list[list[Hit]]",
+        "document(*, doc_id=None, title=None) -> Document",
+        "close()",
+    ),
+    config_base="framework.retrieval.types:RetrieverConfigBase",
+)
+ROLLOUT_BACKENDS: Registry = Registry(
+    "rollout",
+    signature="cls(*, cfg, model=None, tokenizer=None)",
+    methods=(
+        "generate(sequences, max_new_tokens, stop) -> list[Generation]",
+        "update_weights(model)",
+    ),
+)
+DATASETS: Registry = Registry(
+    "dataset",
+    signature="fn(split, *, cfg) -> list[QAItem]",
+)
+JUDGES: Registry = Registry(
+    "judge",
+    signature="cls(*, cfg, backend=None)",
+    methods=("__call__(inputs: JudgeInputs) -> list[bool]",),
+)
 
 ALL: dict[str, Registry] = {
     r.group: r
