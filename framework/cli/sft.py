@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -83,12 +84,20 @@ def run_sft(cfg: SFTConfig, *, quiet: bool = False) -> dict[str, Any]:
     import lightning as L
     from hydra.utils import instantiate
 
-    from framework.cli.train import announce_precision, log_progress, quiet_lightning, save_run_info
+    from framework.cli.train import (
+        INTERRUPTED,
+        announce_precision,
+        log_progress,
+        quiet_lightning,
+        save_run_info,
+    )
+    from framework.lightning.callbacks import StepCheckpoint
     from framework.registry import DATASETS, RETRIEVERS
     from framework.rollout.hf_backend import TransformersBackend
     from framework.rollout.policy import load_policy
     from framework.sft.expert import expert_trajectories
     from framework.sft.module import SFTData, SFTModule, padding_report
+    from framework.training.checkpoints import checkpoint_step, newest_checkpoint
     from framework.training.lora import apply_lora, export_policy
 
     clock = time.perf_counter()
@@ -129,34 +138,64 @@ def run_sft(cfg: SFTConfig, *, quiet: bool = False) -> dict[str, Any]:
             backend = TransformersBackend(cfg=cfg.rollout, model=policy, tokenizer=tok)
         steps = math.ceil(len(train) / cfg.optim.batch_size) * cfg.optim.epochs
         module = SFTModule(policy, tok.pad_token_id, cfg.optim, steps)
-        data = SFTData(train, val, cfg.optim.batch_size, cfg.seed)
+        resume = newest_checkpoint(run_dir / "checkpoints")
+        start = checkpoint_step(resume) if resume is not None else 0
+        if resume is not None:
+            print(f"[sft] resuming after step {start}/{steps} from {resume}", flush=True)
+        data = SFTData(
+            train, val, cfg.optim.batch_size, cfg.seed, epochs=cfg.optim.epochs, start=start
+        )
         t = cfg.trainer
+        checkpoints = StepCheckpoint(
+            run_dir / "checkpoints",
+            t.checkpoint_every_n_steps,
+            keep=1,
+            max_steps=steps,
+            final=False,
+        )
         trainer = L.Trainer(
             accelerator=t.accelerator,
             devices=t.devices,
             num_nodes=t.num_nodes,
             strategy=t.strategy,
             precision=t.precision_choice().precision,
-            max_epochs=cfg.optim.epochs,
+            max_epochs=1,  # one pass over the stream of all epochs' batches
+            max_steps=steps,
             gradient_clip_val=cfg.optim.grad_clip or None,
             logger=instantiate(cfg.logger) if cfg.logger is not None else False,
             log_every_n_steps=t.log_every_n_steps,
             limit_val_batches=1.0 if val else 0,
+            val_check_interval=data.steps_per_epoch,  # validate after each epoch
+            check_val_every_n_epoch=None,
             num_sanity_val_steps=0,
-            enable_checkpointing=False,
-            callbacks=log_progress("sft", steps, ("sft/loss",), every_s=20.0),
+            enable_checkpointing=False,  # StepCheckpoint owns checkpoints
+            callbacks=[checkpoints, *log_progress("sft", steps, ("sft/loss",), every_s=20.0)],
             enable_model_summary=False,
             use_distributed_sampler=False,
             default_root_dir=str(run_dir),
         )
         mark = time.perf_counter()
-        trainer.fit(module, datamodule=data)
+        trainer.fit(
+            module,
+            datamodule=data,
+            ckpt_path=None if resume is None else str(resume),
+            weights_only=True,
+        )
         train_seconds = time.perf_counter() - mark
+        if checkpoints.interrupted:
+            print(
+                f"[sft] interrupted after step {checkpoints.saved_step}/{steps}; the same command "
+                "resumes from there.",
+                file=sys.stderr,
+                flush=True,
+            )
+            raise SystemExit(INTERRUPTED)
         policy.eval()
         after = agent_check(backend, retriever, cfg.agent, test_items)
     finally:
         retriever.close()
     export_policy(policy, tok, run_dir / "policy")
+    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)  # the policy is exported: not needed
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     summary = {
         "expert": report.as_dict(),

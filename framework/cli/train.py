@@ -264,8 +264,8 @@ def warm_start(cfg: TrainConfig) -> TrainConfig:
 
             from framework.cli.sft import run_sft
 
+            # an interrupted earlier attempt left its SFT checkpoint here: run_sft resumes from it
             tmp = done.with_name(done.name + ".partial")
-            shutil.rmtree(tmp, ignore_errors=True)  # left by an interrupted earlier attempt
             logger = {
                 "_target_": "lightning.pytorch.loggers.TensorBoardLogger",
                 "save_dir": str(tmp),

@@ -17,6 +17,11 @@ from framework.progress import progress_line
 from framework.training.checkpoints import CHECKPOINT_GLOB, checkpoint_name
 
 
+def training_step(trainer: L.Trainer, pl_module: L.LightningModule) -> int:
+    """Steps trained so far: RL steps (one may take several optimiser steps), else optimiser steps."""
+    return int(getattr(pl_module, "rl_step", trainer.global_step))
+
+
 class StepCheckpoint(L.Callback):
     """Saves ``checkpoints/step-NNNNNN.ckpt`` and keeps the newest ``keep``.
 
@@ -26,7 +31,10 @@ class StepCheckpoint(L.Callback):
     mid-write never leaves a truncated checkpoint behind.
     """
 
-    def __init__(self, dirpath: str | Path, every_n_steps: int, keep: int, max_steps: int) -> None:
+    def __init__(
+        self, dirpath: str | Path, every_n_steps: int, keep: int, max_steps: int, final: bool = True
+    ) -> None:
+        self.final = final  # also after the last step (the SFT stage exports its policy instead)
         self.dirpath = Path(dirpath)
         self.every_n_steps = every_n_steps
         self.keep = keep
@@ -51,7 +59,7 @@ class StepCheckpoint(L.Callback):
             raise KeyboardInterrupt  # second Ctrl-C: abort now
         self.signal = signum
         print(
-            f"\nseekrl-train: got {signal.Signals(signum).name}; finishing the current step, then "
+            f"\nseekrl: got {signal.Signals(signum).name}; finishing the current step, then "
             "saving a checkpoint (Ctrl-C again aborts without saving).",
             file=sys.stderr,
             flush=True,
@@ -65,16 +73,17 @@ class StepCheckpoint(L.Callback):
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any
     ) -> None:
-        step = pl_module.rl_step
+        step = training_step(trainer, pl_module)
         due = self.every_n_steps and step % self.every_n_steps == 0
-        if due or step >= self.max_steps or self.interrupted:
+        if due or (self.final and step >= self.max_steps) or self.interrupted:
             self.save(trainer, step)
         if self.interrupted:
             trainer.should_stop = True
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if pl_module.rl_step > 0 and self.saved_step != pl_module.rl_step:
-            self.save(trainer, pl_module.rl_step)
+        step = training_step(trainer, pl_module)
+        if step > 0 and self.saved_step != step and (self.final or self.interrupted):
+            self.save(trainer, step)
         self._restore_handlers()
 
     def on_exception(
@@ -119,10 +128,7 @@ class LogProgress(L.Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._start = self._last = time.perf_counter()
-        self._first_step = self._step(trainer, pl_module)
-
-    def _step(self, trainer: L.Trainer, pl_module: L.LightningModule) -> int:
-        return int(getattr(pl_module, "rl_step", trainer.global_step))
+        self._first_step = training_step(trainer, pl_module)
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, idx: int
@@ -130,7 +136,7 @@ class LogProgress(L.Callback):
         if not trainer.is_global_zero:
             return
         now = time.perf_counter()
-        step = self._step(trainer, pl_module)
+        step = training_step(trainer, pl_module)
         if now - self._last < self.every_s and step < self.total:
             return
         self._last = now

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, Sampler
+from torch.utils.data import DataLoader, IterableDataset, Sampler
 
 from framework.algorithms.sft import sft_loss
 from framework.rollout.types import Trajectory
@@ -69,17 +70,51 @@ def padding_report(trajectories: Sequence[Trajectory], batch_size: int) -> dict[
     }
 
 
+class _Batches(IterableDataset):
+    """Every SFT step's batch in order, epoch after epoch, from step ``start`` on."""
+
+    def __init__(self, lengths: list[int], batch_size: int, seed: int, epochs: int, start: int):
+        self.lengths, self.batch_size, self.seed = lengths, batch_size, seed
+        self.epochs, self.start = epochs, start
+
+    def __len__(self) -> int:  # all steps: a resumed Lightning loop counts on from ``start``
+        return len(LengthBuckets(self.lengths, self.batch_size, self.seed)) * self.epochs
+
+    def __iter__(self) -> Iterator[list[int]]:
+        buckets = LengthBuckets(self.lengths, self.batch_size, self.seed)
+        steps = (b for _ in range(self.epochs) for b in buckets)  # each pass is the next epoch
+        return itertools.islice(steps, self.start, None)
+
+
 class SFTData(L.LightningDataModule):
+    """Length-bucketed training batches as one stream of ``epochs`` passes, so that a run resumed
+    from a checkpoint after step ``start`` trains exactly the batches the uninterrupted run would."""
+
     def __init__(
-        self, train: list[Trajectory], val: list[Trajectory], batch_size: int, seed: int
+        self,
+        train: list[Trajectory],
+        val: list[Trajectory],
+        batch_size: int,
+        seed: int,
+        *,
+        epochs: int = 1,
+        start: int = 0,
     ) -> None:
         super().__init__()
         self.train, self.val = train, val
         self.batch_size, self.seed = batch_size, seed
+        self.epochs, self.start = epochs, start
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return -(-len(self.train) // self.batch_size)
 
     def train_dataloader(self) -> DataLoader:
-        buckets = LengthBuckets([len(t.token_ids) for t in self.train], self.batch_size, self.seed)
-        return DataLoader(self.train, batch_sampler=buckets, collate_fn=list)
+        lengths = [len(t.token_ids) for t in self.train]
+        batches = _Batches(lengths, self.batch_size, self.seed, self.epochs, self.start)
+        return DataLoader(
+            batches, batch_size=None, collate_fn=lambda rows: [self.train[i] for i in rows]
+        )
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(self.val, batch_size=self.batch_size, collate_fn=list)

@@ -11,6 +11,17 @@ def checkpoint_name(step: int) -> str:
     return f"step-{step:06d}.ckpt"
 
 
+def checkpoint_step(path: Path) -> int:
+    """The step a checkpoint was saved after, from its name (``step-000012.ckpt`` -> 12)."""
+    return int(path.stem.split("-")[-1])
+
+
+def newest_checkpoint(folder: Path) -> Path | None:
+    """The newest complete checkpoint in ``folder`` (a ``.tmp`` left by a kill is not one), or None."""
+    found = sorted(folder.glob(CHECKPOINT_GLOB)) if folder.is_dir() else []
+    return found[-1] if found else None
+
+
 def latest_checkpoint(path: str | Path) -> Path:
     """The checkpoint a ``resume`` value names: a ``.ckpt`` file, or the newest one of a run
     directory (its ``checkpoints/``) or of a checkpoints directory.

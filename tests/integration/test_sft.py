@@ -132,3 +132,90 @@ def test_tiny_sft_run_lowers_its_loss_and_writes_a_loadable_policy(tmp_path):
     from framework.rollout.policy import PolicyConfig, load_policy
 
     load_policy(PolicyConfig(source="path", path=str(run / "policy")))
+
+
+DRIVER = """
+import os, signal, sys
+import framework.lightning.callbacks as callbacks
+from framework.sft.module import SFTModule
+
+kill_at, term_at = int(os.environ.get("KILL_AT", 0)), int(os.environ.get("TERM_AT", 0))
+replace = os.replace
+
+
+def dying_replace(src, dst):  # SIGKILL with the checkpoint written but not yet renamed
+    if kill_at and str(dst).endswith(f"step-{kill_at:06d}.ckpt"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    replace(src, dst)
+
+
+callbacks.os.replace = dying_replace
+step = SFTModule.training_step
+
+
+def terminated_step(self, batch, batch_idx):  # SIGTERM arrives during step term_at
+    if term_at and self.trainer.global_step == term_at - 1:
+        os.kill(os.getpid(), signal.SIGTERM)
+    return step(self, batch, batch_idx)
+
+
+SFTModule.training_step = terminated_step
+from framework.cli.sft import main
+
+main()
+"""
+
+
+@pytest.mark.slow  # four tiny SFT runs, about 2 minutes on 2 cores (.ci/run runs the slow set)
+def test_sft_survives_sigkill_mid_checkpoint_and_sigterm_and_resumes_exactly(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from safetensors.torch import load_file
+
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER)
+    args = [
+        "dataset=synth_small",
+        "retriever=bm25",
+        "rollout.policy.source=tiny",
+        "expert.questions=16",
+        "optim.epochs=2",
+        "optim.lr=3e-3",
+        "optim.batch_size=4",
+        "eval_questions=0",
+        "trainer.checkpoint_every_n_steps=2",
+    ]
+
+    def sft(run, **env):
+        cmd = [sys.executable, str(driver), *args, f"hydra.run.dir={run}"]
+        full_env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **env}
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=full_env)
+
+    run = tmp_path / "run"
+    proc = sft(run, KILL_AT="4")  # killed while its second checkpoint is being written
+    assert proc.returncode == -9, proc.stderr[-3000:]
+    ckpts = run / "checkpoints"
+    assert sorted(p.name for p in ckpts.iterdir()) == ["step-000002.ckpt", "step-000004.ckpt.tmp"]
+    proc = sft(run, TERM_AT="5")  # resumes after step 2, then SIGTERM: finish step 5, save, stop
+    assert proc.returncode == 130, proc.stderr[-3000:]
+    assert "[sft] resuming after step 2/" in proc.stdout, proc.stdout[-3000:]
+    assert (ckpts / "step-000005.ckpt").is_file() and not (run / "policy").exists()
+    proc = sft(run)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "[sft] resuming after step 5/" in proc.stdout
+    assert not ckpts.exists()  # the exported policy replaces them
+    reference = tmp_path / "reference"
+    proc = sft(reference)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = load_file(run / "policy" / "model.safetensors")
+    want = load_file(reference / "policy" / "model.safetensors")
+    assert got.keys() == want.keys()
+    for name in want:  # the resumed run trained exactly the uninterrupted run's steps
+        assert (got[name] - want[name]).abs().max() < 1e-6, name
+    summary = json.loads((run / "summary.json").read_text())
+    assert (
+        summary["optimizer_steps"]
+        == json.loads((reference / "summary.json").read_text())["optimizer_steps"]
+    )
