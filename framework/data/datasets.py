@@ -11,6 +11,7 @@ import dataclasses
 import hashlib
 import json
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,12 +20,21 @@ from framework.config import ComponentConfig, Problem, check, check_range
 from framework.data.entity_graph import Article, GraphConfig, build_graph
 from framework.data.quality import answerability, report, write_report
 from framework.data.schema import DatasetError, QAItem, read_dataset, write_split
-from framework.data.synthesis import SPLITS, QuestionSynthesizer, SynthesisError, quotas_for
+from framework.data.synthesis import (
+    SPLITS,
+    QuestionSynthesizer,
+    SynthesisError,
+    SynthesisStats,
+    quotas_for,
+)
 from framework.registry.kinds import DATASETS
 from framework.retrieval.corpus import CorpusConfig, corpus_fingerprint, iter_documents
 from framework.retrieval.local import cache_root
 
-FORMAT_VERSION = 3  # bump when synthesis logic changes: cached outputs are keyed by it
+FORMAT_VERSION = 4  # bump when synthesis logic changes: cached outputs are keyed by it
+#: rounds of "generate, drop the unanswerable, generate again"; a round with want=1 takes
+#: milliseconds, and a dropping rate of 70% still fills 18 questions well within this
+MAX_REFILL_ROUNDS = 64
 
 
 @dataclass
@@ -63,7 +73,13 @@ class SynthDatasetConfig(ComponentConfig):
         metadata={"help": "share of 1, 2, 3, 4(, ...) hop questions"},
     )
     fuzz_prob: float = field(default=0.3, metadata={"help": "chance a clue's years become decades"})
-    attempts_per_question: int = field(default=200, metadata={"help": "walk budget per question"})
+    attempts_per_question: int = field(
+        default=200,
+        metadata={
+            "help": "walk budget per question: random walks per open question, and prefixes the "
+            "search for what they leave open may expand per question asked"
+        },
+    )
     min_fill: float = field(
         default=0.5, metadata={"help": "fail when a split gets less than this share of its size"}
     )
@@ -150,13 +166,15 @@ def synthesize(cfg: SynthDatasetConfig, *, log: Any = print) -> Path:
     )
     sizes = {"train": cfg.train_size, "validation": cfg.validation_size, "test": cfg.test_size}
     synth = QuestionSynthesizer(graph, seed=cfg.seed, fuzz_prob=cfg.fuzz_prob)
-    quotas = {s: quotas_for(n, cfg.hop_weights) for s, n in sizes.items()}
+    wanted = {s: quotas_for(n, cfg.hop_weights) for s, n in sizes.items()}
+    quotas = {s: dict(q) for s, q in wanted.items()}
     kept: dict[str, list[QAItem]] = {s: [] for s in SPLITS}
     checked = dropped = 0
+    dropped_by: Counter = Counter()  # (split, hops) -> questions the answerability check dropped
     per_hop: dict[int, list[bool]] = {}
     retriever = _answerability_retriever(cfg) if cfg.answerability.enabled else None
     try:
-        for _ in range(8):  # each round refills what the answerability check dropped
+        for _ in range(MAX_REFILL_ROUNDS):  # each round refills what answerability dropped
             want = sum(sum(q.values()) for q in quotas.values())
             if want == 0:
                 break
@@ -164,6 +182,9 @@ def synthesize(cfg: SynthDatasetConfig, *, log: Any = print) -> Path:
                 quotas,
                 [sizes[s] for s in SPLITS],
                 max_attempts=cfg.attempts_per_question * want,
+                # the search tries every walk of a small corpus; on a large one random walks fill
+                # the quotas, so it runs only for rare (split, hops) pairs and stops soon
+                max_search_steps=cfg.attempts_per_question * sum(sizes.values()),
                 progress=cfg.progress,
             )
             for split, items in new.items():
@@ -179,11 +200,18 @@ def synthesize(cfg: SynthDatasetConfig, *, log: Any = print) -> Path:
                         quotas[split][item.hops] -= 1
                     else:
                         dropped += 1
+                        dropped_by[(split, item.hops)] += 1
             if sum(len(v) for v in new.values()) == 0:
                 break
     finally:
         if retriever is not None:
             retriever.close()
+    shortfall = unfilled_quotas(wanted, kept, synth.stats, dropped_by)
+    for s in shortfall:
+        log(
+            f"[dataset] {s['split']} {s['hops']}-hop quota not filled: got {s['got']} of "
+            f"{s['wanted']}: {s['why']}"
+        )
     for split, n in sizes.items():
         if len(kept[split]) < cfg.min_fill * n:
             raise SynthesisError(
@@ -213,6 +241,7 @@ def synthesize(cfg: SynthDatasetConfig, *, log: Any = print) -> Path:
         "attempts": synth.stats.attempts,
         "rejections": dict(synth.stats.rejections),
         "skipped": dict(synth.stats.skipped),
+        "search_steps": synth.stats.search_steps,
     }
     settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "name"}
     data, markdown = report(
@@ -222,11 +251,13 @@ def synthesize(cfg: SynthDatasetConfig, *, log: Any = print) -> Path:
         answerability_rates=rates,
         settings=settings,
         seed=cfg.seed,
+        shortfall=shortfall,
     )
     report_path = write_report(out_dir, data, markdown)
     manifest = {
         "key": cfg.key(),
         "sizes": {s: len(v) for s, v in kept.items()},
+        "shortfall": shortfall,
         "seconds": time.perf_counter() - clock,
     }
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2))
@@ -234,6 +265,52 @@ def synthesize(cfg: SynthDatasetConfig, *, log: Any = print) -> Path:
         f"wrote {manifest['sizes']} to {out_dir} in {manifest['seconds']:.1f} s; report: {report_path}"
     )
     return out_dir
+
+
+def unfilled_quotas(
+    wanted: dict[str, dict[int, int]],
+    kept: dict[str, list[QAItem]],
+    stats: SynthesisStats,
+    dropped_by: Counter,
+) -> list[dict[str, Any]]:
+    """One entry per (split, hops) quota left short, with what was got and why.
+
+    Args:
+        wanted: split -> hops -> questions asked for.
+        kept: split -> questions kept.
+        stats: the synthesizer's stats (how its last search for each open quota ended).
+        dropped_by: (split, hops) -> questions the answerability check dropped.
+
+    Returns:
+        ``{"split", "hops", "got", "wanted", "why"}`` dicts, in split then hop order; empty when the
+        hop mix is exact.
+    """
+    out = []
+    for split, quota in wanted.items():
+        got = Counter(it.hops for it in kept[split])
+        for hops, n in sorted(quota.items()):
+            if got[hops] >= n:
+                continue
+            why = []
+            if dropped_by[(split, hops)]:
+                why.append(f"the answerability check dropped {dropped_by[(split, hops)]}")
+            search = stats.search.get((split, hops))
+            if search == "exhausted":
+                why.append(
+                    f"walks exhausted: the corpus has no other valid {hops}-hop walk whose "
+                    f"answer belongs to {split}"
+                )
+            elif search == "cut":
+                why.append(
+                    "walk budget exhausted before every walk was tried. "
+                    "Fix: raise dataset.attempts_per_question"
+                )
+            else:
+                why.append(f"{MAX_REFILL_ROUNDS} answerability refill rounds ran out")
+            out.append(
+                {"split": split, "hops": hops, "got": got[hops], "wanted": n, "why": "; ".join(why)}
+            )
+    return out
 
 
 def synth_ready(cfg: SynthDatasetConfig) -> bool:

@@ -58,15 +58,21 @@ def report(
     answerability_rates: dict[str, Any] | None,
     settings: dict[str, Any],
     seed: int,
+    shortfall: Sequence[dict[str, Any]] = (),
     samples_per_hop: int = 3,
 ) -> tuple[dict[str, Any], str]:
-    """The quality report as data and as markdown."""
+    """The quality report as data and as markdown.
+
+    ``shortfall`` lists the (split, hops) quotas left short, with why (see
+    :func:`framework.data.datasets.unfilled_quotas`); the report says when the hop mix is exact.
+    """
     per_hop = {
         s: dict(sorted(Counter(it.hops for it in items).items())) for s, items in splits.items()
     }
     data = {
         "sizes": {s: len(v) for s, v in splits.items()},
         "per_hop": per_hop,
+        "shortfall": list(shortfall),
         "sampling": sampling,
         "answerability": answerability_rates,
         "graph": graph_stats,
@@ -86,6 +92,15 @@ def report(
             + " | ".join(str(per_hop[s].get(h, 0)) for h in sorted(by_hop))
             + " |"
         )
+    lines.append("")
+    if shortfall:
+        lines += ["Unfilled quotas (the hop mix is not exact):", ""]
+        lines += [
+            f"- {s['split']} {s['hops']}-hop: {s['got']} of {s['wanted']}; {s['why']}"
+            for s in shortfall
+        ]
+    else:
+        lines.append("Every split's hop mix is exact (each per-hop quota is filled).")
     rej = sampling["rejections"]
     lines += [
         "",

@@ -5,11 +5,14 @@ later entity only by a clue (its one-line description, or the predicate of its f
 optionally fuzzed (years become decades). Reading the chain forward answers it: the article on
 ``e0`` mentions an entity fitting clue 1, whose article mentions one fitting clue 2, and so on; the
 answer is ``eh``. A walk is kept only when every step is unique (no other article linked from the
-previous one has the same clue), no intermediate or answer name appears in the question, and no
-bridge or answer is a hub. The ground-truth entities are the walk's nodes with their aliases.
+previous one has the same clue), the question gives none of the hidden entities away (see
+:meth:`QuestionSynthesizer.item`), and no bridge or answer is a hub. The ground-truth entities are
+the walk's nodes with their aliases.
 
 Splits are decided by a hash of the answer, so train, validation and test share no answer (and
-therefore no chain); quotas per (split, hops) give the configured hop mix exactly.
+therefore no chain). Quotas per (split, hops) give the configured hop mix: random walks fill them,
+and what random walks leave open is filled by searching every walk, so a quota stays short only when
+the corpus has no further valid walk for it (``stats.search`` says which).
 """
 
 from __future__ import annotations
@@ -19,13 +22,14 @@ import itertools
 import random
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
 from framework.data.entity_graph import Article, EntityGraph, aliases, strip_qualifier
 from framework.data.schema import QAItem
+from framework.rewards.entity_match import entities_found_by_any
 
 SPLITS = ("train", "validation", "test")
 _PAREN = re.compile(r"\s*\([^()]*\)")
@@ -210,6 +214,11 @@ class SynthesisStats:
     attempts: int = 0
     rejections: Counter = field(default_factory=Counter)
     skipped: Counter = field(default_factory=Counter)
+    #: prefixes expanded by the exhaustive search (after random walks ran out of attempts)
+    search_steps: int = 0
+    #: (split, hops) -> how the last exhaustive search for an open quota ended: "exhausted" (every
+    #: valid walk was tried) or "cut" (it stopped at its step budget)
+    search: dict[tuple[str, int], str] = field(default_factory=dict)
 
 
 class QuestionSynthesizer:
@@ -240,6 +249,8 @@ class QuestionSynthesizer:
         )
         self.stats = SynthesisStats()
         self.seen: set[tuple[str, ...]] = set()
+        #: whether the last :meth:`search` stopped at its step budget before trying every walk
+        self.search_cut = False
 
     def sample(self, hops: int) -> tuple[list[str], list[Clue]] | None:
         """One walk of ``hops`` edges with its (possibly fuzzed) clues, or None (reason counted)."""
@@ -250,47 +261,94 @@ class QuestionSynthesizer:
         walk = [self.rng.choice(self.anchors)]
         clues: list[Clue] = []
         for _ in range(hops):
-            prev = walk[-1]
-            options = sorted(
-                b for b in self.graph.out(prev) if b in self.eligible and b not in walk
-            )
+            options = self._options(walk)
             if not options:
                 self.stats.rejections["dead_end"] += 1
                 return None
             nxt = self.rng.choice(options)
-            fuzzed = self.rng.random() < self.fuzz_prob
-            clue = fuzz(self.clues[nxt]) if fuzzed else self.clues[nxt]
-            rivals = [
-                b
-                for b in self.graph.out(prev)
-                if b != nxt
-                and b in self.clues
-                and (fuzz(self.clues[b]) if fuzzed else self.clues[b]).text == clue.text
-            ]
-            if rivals:
+            clue = self._step_clue(walk[-1], nxt)
+            if clue is None:
                 self.stats.rejections["answer_not_unique"] += 1
                 return None
             walk.append(nxt)
             clues.append(clue)
         return walk, clues
 
+    def _options(self, walk: list[str]) -> list[str]:
+        """Where a walk can go next: eligible articles linked from its end that it has not visited."""
+        return sorted(b for b in self.graph.out(walk[-1]) if b in self.eligible and b not in walk)
+
+    def _step_clue(self, prev: str, nxt: str, fuzzed: bool | None = None) -> Clue | None:
+        """The clue of the step ``prev -> nxt`` (fuzzed by chance unless ``fuzzed`` says), or None
+        when another article linked from ``prev`` has the same clue (the step would not be unique)."""
+        if fuzzed is None:
+            fuzzed = self.rng.random() < self.fuzz_prob
+        clue = fuzz(self.clues[nxt]) if fuzzed else self.clues[nxt]
+        rivals = (
+            b
+            for b in self.graph.out(prev)
+            if b != nxt
+            and b in self.clues
+            and (fuzz(self.clues[b]) if fuzzed else self.clues[b]).text == clue.text
+        )
+        return None if any(rivals) else clue
+
+    def search(self, hops: int, max_steps: int) -> Iterator[tuple[list[str], list[Clue]]]:
+        """Every valid walk of ``hops`` edges not produced yet, depth first in a seeded order.
+
+        Unlike :meth:`sample`, it cannot miss a walk that exists: when it runs to the end, no other
+        walk of this length is left. It stops after expanding ``max_steps`` prefixes (counted in
+        ``stats.search_steps``); :attr:`search_cut` then says it did not finish.
+        """
+        self.search_cut = False
+        anchors = list(self.anchors)
+        self.rng.shuffle(anchors)
+        stack: list[tuple[list[str], list[Clue]]] = [([a], []) for a in reversed(anchors)]
+        steps = 0
+        while stack:
+            walk, clues = stack.pop()
+            if len(walk) == hops + 1:
+                if tuple(walk) not in self.seen:
+                    yield walk, clues
+                continue
+            if steps == max_steps:
+                self.search_cut = True
+                return
+            steps += 1
+            self.stats.search_steps += 1
+            options = self._options(walk)
+            self.rng.shuffle(options)
+            for nxt in reversed(options):
+                # fuzzing only merges clues, so a step that is ambiguous fuzzed may be unique plain;
+                # trying it plain keeps the search complete
+                clue = self._step_clue(walk[-1], nxt) or self._step_clue(walk[-1], nxt, False)
+                if clue is not None:
+                    stack.append(([*walk, nxt], [*clues, clue]))
+
     def item(self, walk: list[str], clues: list[Clue], split: str, index: int) -> QAItem | None:
-        """The question for a sampled walk, or None when it would leak a hidden name."""
+        """The question for a sampled walk, or None when it gives a hidden entity away.
+
+        The anchor ``e0`` is named on purpose; every later node (the bridges and the answer) is
+        hidden. A hidden entity leaks when E-GRPO's reward would find it in the question under any
+        setting a user can select (surface form or any alias; with or without lowercasing and
+        punctuation stripping): one of its forms is a substring of the question, even inside
+        another word ("Austria" in "Austrian Empire"). The check calls the reward's own matcher
+        (:func:`~framework.rewards.entity_match.entities_found_by_any`), so restating a kept
+        question never earns γ for an entity it hides, whatever the reward's settings.
+        """
         anchor = self.graph.articles[walk[0]].title
         question, template = render_question(anchor, clues, self.rng)
-        lowered = question.lower()
-        for doc in walk[1:]:
-            for alias in aliases(self.graph.articles[doc].title):
-                if re.search(rf"(?<!\w){re.escape(alias.lower())}(?!\w)", lowered):
-                    self.stats.rejections["name_leak"] += 1
-                    return None
+        entities = tuple(entity_forms(self.graph.articles[d].title) for d in walk)
+        if any(entities_found_by_any(question, entities[1:])):
+            self.stats.rejections["name_leak"] += 1
+            return None
         answer = self.graph.articles[walk[-1]]
         mentions = [self.graph.out(a)[b] for a, b in itertools.pairwise(walk)]
         return QAItem(
             id=f"seekrl-synth-{split}-{index:06d}",
             question=question,
             golden_answers=aliases(answer.title),
-            entities=tuple(entity_forms(self.graph.articles[d].title) for d in walk),
+            entities=entities,
             hops=len(walk) - 1,
             chain=tuple(walk),
             data_source="seekrl_synth",
@@ -303,19 +361,22 @@ class QuestionSynthesizer:
         split_weights: Sequence[float],
         *,
         max_attempts: int,
+        max_search_steps: int | None = None,
         progress: bool,
     ) -> dict[str, list[QAItem]]:
-        """New questions filling ``quotas`` (split -> hops -> count) as far as attempts allow.
+        """New questions filling ``quotas`` (split -> hops -> count) as far as the corpus allows.
 
-        ``split_weights`` (train, validation, test) decide which split each answer belongs to; walks
-        already produced by this synthesizer are never repeated.
+        Random walks come first (at most ``max_attempts``); what they leave open is filled by
+        :meth:`search` (at most ``max_search_steps`` expanded prefixes per hop count, default
+        ``max_attempts``), which records in ``stats.search`` whether each quota it leaves open ran
+        out of walks or of budget. ``split_weights`` (train, validation, test) decide which split
+        each answer belongs to; walks already produced by this synthesizer are never repeated.
         """
         left = {s: dict(q) for s, q in quotas.items()}
         out: dict[str, list[QAItem]] = {s: [] for s in quotas}
-        total = sum(sum(q.values()) for q in left.values())
         budget = self.stats.attempts + max_attempts
-        bar = tqdm(total=total, desc="questions", unit="q", disable=not progress)
-        while self.stats.attempts < budget and total > 0:
+        bar = tqdm(total=_open(left), desc="questions", unit="q", disable=not progress)
+        while self.stats.attempts < budget and _open(left) > 0:
             open_hops: Counter = Counter()
             for q in left.values():
                 for h, n in q.items():
@@ -324,27 +385,73 @@ class QuestionSynthesizer:
             sampled = self.sample(hops)
             if sampled is None:
                 continue
-            walk, clues = sampled
-            # by the qualifier-free name: "Mercury (planet)" and "Mercury (element)" both accept
-            # "Mercury", so they must land in the same split
-            answer_key = strip_qualifier(self.graph.articles[walk[-1]].title).lower()
-            split = split_of(answer_key, self.seed, split_weights)
-            if left.get(split, {}).get(hops, 0) == 0:
-                self.stats.skipped["quota_full"] += 1
-                continue
-            if tuple(walk) in self.seen:
-                self.stats.skipped["duplicate_chain"] += 1
-                continue
-            item = self.item(walk, clues, split, len(out[split]))
-            if item is None:
-                continue
-            self.seen.add(tuple(walk))
-            left[split][hops] -= 1
-            total -= 1
-            out[split].append(item)
-            bar.update(1)
+            reason = self._offer(*sampled, split_weights, left, out)
+            if reason is None:
+                bar.update(1)
+            elif reason != "name_leak":  # item() counts leaks among the rejections
+                self.stats.skipped[reason] += 1
+        steps = max_attempts if max_search_steps is None else max_search_steps
+        for hops in sorted({h for q in left.values() for h, n in q.items() if n > 0}):
+            bar.update(self._fill_by_search(hops, steps, split_weights, left, out))
         bar.close()
         return out
+
+    def _fill_by_search(
+        self,
+        hops: int,
+        max_steps: int,
+        split_weights: Sequence[float],
+        left: dict[str, dict[int, int]],
+        out: dict[str, list[QAItem]],
+    ) -> int:
+        """Fill the open ``hops`` quotas from :meth:`search`; returns how many questions it added.
+
+        A quota the search leaves open is marked "exhausted" (every walk was offered; one whose
+        question leaked under the template drawn is not retried) or "cut" in ``stats.search``.
+        """
+        open_splits = [s for s, q in left.items() if q.get(hops, 0) > 0]
+        # an exhausted quota stays so: every walk it could use was offered (used or leaking)
+        if all(self.stats.search.get((s, hops)) == "exhausted" for s in open_splits):
+            return 0
+        added = 0
+        for walk, clues in self.search(hops, max_steps):
+            added += self._offer(walk, clues, split_weights, left, out) is None
+            if not any(q.get(hops, 0) for q in left.values()):
+                return added
+        for s in open_splits:
+            if left[s][hops] > 0 and self.stats.search.get((s, hops)) != "exhausted":
+                self.stats.search[(s, hops)] = "cut" if self.search_cut else "exhausted"
+        return added
+
+    def _offer(
+        self,
+        walk: list[str],
+        clues: list[Clue],
+        split_weights: Sequence[float],
+        left: dict[str, dict[int, int]],
+        out: dict[str, list[QAItem]],
+    ) -> str | None:
+        """Add the walk's question to ``out`` if its (split, hops) quota is open; else say why not."""
+        hops = len(walk) - 1
+        # by the qualifier-free name: "Mercury (planet)" and "Mercury (element)" both accept
+        # "Mercury", so they must land in the same split
+        answer_key = strip_qualifier(self.graph.articles[walk[-1]].title).lower()
+        split = split_of(answer_key, self.seed, split_weights)
+        if left.get(split, {}).get(hops, 0) == 0:
+            return "quota_full"
+        if tuple(walk) in self.seen:
+            return "duplicate_chain"
+        item = self.item(walk, clues, split, len(out[split]))
+        if item is None:
+            return "name_leak"
+        self.seen.add(tuple(walk))
+        left[split][hops] -= 1
+        out[split].append(item)
+        return None
+
+
+def _open(left: dict[str, dict[int, int]]) -> int:
+    return sum(sum(q.values()) for q in left.values())
 
 
 def quotas_for(n: int, weights: Sequence[float]) -> dict[int, int]:

@@ -5,11 +5,12 @@ the rollout's own ``<think>`` text, max-normalised within its group. Matching fo
 only think text (never tool calls, observations or the answer) and substring match of the full
 surface form. Normalisation is configurable: by default exact and case-sensitive as in the paper;
 ``lowercase`` and ``strip_punctuation`` relax it, and ``match=aliases`` also accepts any listed alias.
+The matching itself lives in :mod:`framework.rewards.entity_match`, which the question synthesizer's
+leak check shares.
 """
 
 from __future__ import annotations
 
-import string
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -21,10 +22,12 @@ from framework.algorithms.shaping import entity_shaped_reward
 from framework.config import ComponentConfig, Problem, check_choice, check_range
 from framework.registry.kinds import REWARDS
 from framework.rewards.common import answer_scores, require_column, valid_mask
-from framework.rewards.text import extract_think
+from framework.rewards.entity_match import EntityMatching, entities_found
+from framework.rewards.text import extract_think, verdict_metrics
 from framework.types import RewardInputs
 
-_PUNCT = str.maketrans(string.punctuation, " " * len(string.punctuation))
+#: the values of ``match``
+MATCH_CHOICES = ("exact", "aliases")
 
 
 @dataclass
@@ -49,17 +52,17 @@ class EntityRewardConfig(ComponentConfig):
 
     def problems(self) -> list[Problem]:
         out = check_range(self.alpha, "alpha", low=0.0, high=1.0, fix="the paper tests 0 to 0.5")
-        out += check_choice(self.correctness, "correctness", ("em", "substring"))
-        out += check_choice(self.match, "match", ("exact", "aliases"))
+        out += check_choice(self.correctness, "correctness", verdict_metrics())
+        out += check_choice(self.match, "match", MATCH_CHOICES)
         return out
 
-
-def _normalize(text: str, cfg: EntityRewardConfig) -> str:
-    if cfg.lowercase:
-        text = text.lower()
-    if cfg.strip_punctuation:
-        text = " ".join(text.translate(_PUNCT).split())
-    return text
+    def matching(self) -> EntityMatching:
+        """The matching options of this config, for :func:`entities_found`."""
+        return EntityMatching(
+            aliases=self.match == "aliases",
+            lowercase=self.lowercase,
+            strip_punctuation=self.strip_punctuation,
+        )
 
 
 def entity_match_rate(
@@ -78,14 +81,7 @@ def entity_match_rate(
     """
     if not entities:
         return 0.0
-    text = _normalize(think, cfg)
-    found = 0
-    for entity in entities:
-        forms = [entity] if isinstance(entity, str) else list(entity)
-        forms = forms if cfg.match == "aliases" else forms[:1]
-        normalized = [_normalize(f, cfg) for f in forms]
-        found += any(n in text for n in normalized if n)
-    return found / len(entities)
+    return sum(entities_found(think, entities, cfg.matching())) / len(entities)
 
 
 @REWARDS.register("e_grpo", config=EntityRewardConfig)

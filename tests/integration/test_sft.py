@@ -105,7 +105,7 @@ def test_tiny_sft_run_lowers_its_loss_and_writes_a_loadable_policy(tmp_path):
             "dataset=synth_small",
             "retriever=bm25",
             "rollout.policy.source=tiny",
-            "expert.questions=24",
+            "expert.questions=32",
             "optim.epochs=3",
             "optim.lr=3e-3",
             "optim.batch_size=4",

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from framework.data.schema import QAItem, read_dataset, write_split
+from framework.data.synthesis import SPLITS, quotas_for
+from framework.rewards.entity import MATCH_CHOICES, EntityRewardConfig, entity_match_rate
 
 REPO = Path(__file__).resolve().parents[2]
 SIZES = {"train": 120, "validation": 20, "test": 30}
@@ -39,7 +43,28 @@ def synth_dir(tmp_path_factory) -> Path:
         f"hydra.run.dir={root}/run",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    (root / "stdout.txt").write_text(proc.stdout)
     return root / "out"
+
+
+@pytest.fixture(scope="module")
+def synth_small_dir(tmp_path_factory) -> Path:
+    """``dataset=synth_small`` as shipped (2,000 summaries, 40 / 10 / 10, no answerability check)."""
+    from framework.cli.app import load_config
+    from framework.data.datasets import synthesize
+
+    root = tmp_path_factory.mktemp("synth_small")
+    overrides = [f"dataset.output_dir={root}/out", f"dataset.cache_dir={root}/cache"]
+    cfg = load_config("synth", ["dataset=synth_small", "dataset.progress=false", *overrides])
+    return synthesize(cfg.dataset, log=lambda *a: None)
+
+
+def reward_configs() -> list[EntityRewardConfig]:
+    """Every matching setting a user can give ``reward=e_grpo``."""
+    return [
+        EntityRewardConfig(name="e_grpo", match=m, lowercase=low, strip_punctuation=strip)
+        for m, low, strip in itertools.product(MATCH_CHOICES, (False, True), (False, True))
+    ]
 
 
 def test_splits_report_and_files(synth_dir):
@@ -117,3 +142,47 @@ def test_too_few_linked_entities_is_a_clear_error(tmp_path):
     )
     assert proc.returncode == 1
     assert "[dataset.train_size] got" in proc.stderr and "Fix:" in proc.stderr
+
+
+@pytest.mark.parametrize("which", ["synth_dir", "synth_small_dir"])
+def test_no_question_gives_a_hidden_entity_away(which, request):
+    """Under every reward setting, restating a question finds its anchor and nothing it hides."""
+    out = request.getfixturevalue(which)
+    configs = reward_configs()
+    for split in SPLITS:
+        for it in read_dataset(out / f"{split}.jsonl"):
+            for cfg in configs:
+                hidden = entity_match_rate(it.question, it.entities[1:], cfg)
+                assert hidden == 0.0, (it.question, it.entities[1:], cfg)
+                assert entity_match_rate(it.question, it.entities[:1], cfg) == 1.0
+
+
+def test_hop_counts_equal_quotas_or_the_shortfall_is_reported(synth_dir):
+    report = json.loads((synth_dir / "quality_report.json").read_text())
+    manifest = json.loads((synth_dir / "manifest.json").read_text())
+    stdout = (synth_dir.parent / "stdout.txt").read_text()
+    short = {(s["split"], s["hops"]): s for s in report["shortfall"]}
+    assert manifest["shortfall"] == report["shortfall"]
+    for split, n in SIZES.items():
+        got = Counter(it.hops for it in read_dataset(synth_dir / f"{split}.jsonl"))
+        for hops, wanted in quotas_for(n, report["settings"]["hop_weights"]).items():
+            if (split, hops) not in short:
+                assert got[hops] == wanted, (split, hops)
+                continue
+            s = short[(split, hops)]
+            assert (s["got"], s["wanted"]) == (got[hops], wanted) and got[hops] < wanted
+            assert s["why"]
+            line = f"[dataset] {split} {hops}-hop quota not filled: got {got[hops]} of {wanted}: "
+            assert line + s["why"] in stdout
+
+
+def test_synth_small_hop_mix_is_exact(synth_small_dir):
+    manifest = json.loads((synth_small_dir / "manifest.json").read_text())
+    assert manifest["shortfall"] == []
+    report = json.loads((synth_small_dir / "quality_report.json").read_text())
+    weights = report["settings"]["hop_weights"]
+    for split in SPLITS:
+        items = read_dataset(synth_small_dir / f"{split}.jsonl")
+        size = report["settings"][f"{split}_size"]
+        quota = {h: n for h, n in quotas_for(size, weights).items() if n}
+        assert dict(Counter(it.hops for it in items)) == quota, split

@@ -10,7 +10,6 @@ import dataclasses
 import itertools
 import json
 import random
-import re
 from collections import Counter
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from framework.data.datasets import (
     files_dataset,
     synth_dataset,
     synthesize,
+    unfilled_quotas,
 )
 from framework.data.entity_graph import Article, EntityGraph, GraphConfig, aliases, build_graph
 from framework.data.quality import answerability, evidence_queries
@@ -33,6 +33,7 @@ from framework.data.synthesis import (
     Clue,
     QuestionSynthesizer,
     SynthesisError,
+    SynthesisStats,
     clean_description,
     first_sentence_predicate,
     fuzz,
@@ -47,6 +48,7 @@ from framework.data.synthesis import (
 from framework.retrieval.corpus import CorpusConfig
 from framework.retrieval.local import cache_root
 from framework.retrieval.types import Document, DocumentNotFound, Hit
+from framework.rewards.entity_match import entities_found_by_any
 from tests.unit.data.test_entity_graph import corpus
 
 
@@ -99,10 +101,8 @@ def check_item(item: QAItem, graph: EntityGraph, synth: QuestionSynthesizer) -> 
     # the natural name first (what E-GRPO's exact mode matches), the full title as an alias
     assert item.entities == tuple(tuple(reversed(aliases(graph.articles[d].title))) for d in chain)
     assert item.golden_answers == aliases(graph.articles[chain[-1]].title)
-    lowered = item.question.lower()
-    for d in chain[1:]:
-        for alias in aliases(graph.articles[d].title):
-            assert not re.search(rf"(?<!\w){re.escape(alias.lower())}(?!\w)", lowered), alias
+    # no hidden entity under any of the reward's settings (tests/unit/data/test_leaks.py)
+    assert not any(entities_found_by_any(item.question, item.entities[1:]))
     assert graph.articles[chain[0]].title in item.question
     assert item.extra["mentions"] == [graph.out(a)[b] for a, b in itertools.pairwise(chain)]
     assert len(item.extra["clues"]) == item.hops
@@ -520,6 +520,18 @@ def test_uniqueness_is_judged_on_the_fuzzed_clue():
     assert fuzzed.stats.rejections["answer_not_unique"] == 60 - len(kept) > 0
 
 
+def test_search_asks_with_the_plain_clue_when_the_fuzzed_one_is_ambiguous():
+    g = build_graph(festival_articles(), GraphConfig())
+    fuzzed = QuestionSynthesizer(g, seed=0, fuzz_prob=1.0)
+    walks = {tuple(w): clues for w, clues in fuzzed.search(1, 100)}
+    assert walks == {
+        ("fest", "red"): [Clue("1975 drama film", "film")],
+        ("fest", "blue"): [Clue("1978 drama film", "film")],
+        ("fest", "green"): [Clue("2000s comedy film", "film")],
+    }
+    assert not fuzzed.search_cut
+
+
 # --- quotas, splits, generate ---------------------------------------------------------------------------
 
 
@@ -628,8 +640,43 @@ def test_generate_is_deterministic_per_seed(grid):
 def test_generate_respects_max_attempts(grid):
     synth = QuestionSynthesizer(grid, seed=0, fuzz_prob=0.0)
     out = synth.generate({"train": {1: 1000}}, [1, 0, 0], max_attempts=25, progress=False)
-    assert synth.stats.attempts == 25
-    assert len(out["train"]) <= 25
+    assert synth.stats.attempts == 25  # random walks
+    assert synth.stats.search_steps == 25  # then the search, cut at the same budget
+    assert synth.stats.search == {("train", 1): "cut"}
+    assert len(out["train"]) <= 25 + 25 * 2  # a grid town links at most two others
+    out = synth.generate(
+        {"train": {1: 1000}}, [1, 0, 0], max_attempts=5, max_search_steps=3, progress=False
+    )
+    assert synth.stats.attempts == 30 and synth.stats.search_steps == 28
+
+
+def test_search_yields_every_valid_walk_once(tiny, grid):
+    synth = QuestionSynthesizer(tiny, seed=0, fuzz_prob=0.0)
+    assert {tuple(w) for w, _ in synth.search(1, 1000)} == ONE_HOP
+    assert not synth.search_cut
+    walks = [tuple(w) for w, _ in synth.search(2, 1000)]
+    # TWO_HOP plus the walks whose question leaks (item() rejects those, not the search)
+    assert len(walks) == len(set(walks)) and set(walks) >= TWO_HOP
+    for w, clues in synth.search(2, 1000):
+        assert clues == [synth.clues[d] for d in w[1:]]
+    synth.seen.add(("jaws", "spielberg"))
+    assert {tuple(w) for w, _ in synth.search(1, 1000)} == ONE_HOP - {("jaws", "spielberg")}
+    assert len(list(synth.search(1, 1))) <= 2 and synth.search_cut  # one anchor expanded
+    g = QuestionSynthesizer(grid, seed=0, fuzz_prob=0.0)
+    edges = {(a, b) for a in grid.articles for b in grid.out(a)}
+    assert {tuple(w) for w, _ in g.search(1, 10_000)} == edges
+
+
+def test_search_fills_what_random_walks_cannot(grid):
+    # no random walk at all: the search alone fills the quotas, in its seeded order
+    synth = QuestionSynthesizer(grid, seed=0, fuzz_prob=0.0)
+    quotas = {"train": {1: 3, 2: 3, 3: 2}, "test": {1: 2, 2: 1}}
+    out = synth.generate(quotas, [1, 0, 1], max_attempts=0, max_search_steps=10_000, progress=False)
+    assert synth.stats.attempts == 0 and synth.stats.search == {}
+    for split, items in out.items():
+        assert Counter(it.hops for it in items) == {h: n for h, n in quotas[split].items() if n}
+        for it in items:
+            check_item(it, grid, synth)
 
 
 def test_anchors_are_nameable():
@@ -823,11 +870,13 @@ def test_synthesize_writes_splits_and_reports(synthesized):
     report = json.loads((out / "quality_report.json").read_text())
     assert report["sizes"] == SIZES
     assert report["answerability"] is None
+    assert report["shortfall"] == manifest["shortfall"] == []
     assert report["sampling"]["attempts"] > 0
     assert report["settings"]["seed"] == 0
     markdown = (out / "quality_report.md").read_text()
     assert "Answer-uniqueness rejections" in markdown
     assert "Answerability" not in markdown
+    assert "hop mix is exact" in markdown
 
 
 def test_synth_dataset_reuses_matching_output(synthesized, monkeypatch):
@@ -895,6 +944,60 @@ def test_synthesize_drops_and_refills_unanswerable_questions(tmp_path, monkeypat
             assert it.extra["answerable"] is True
             assert not blocked & set(it.chain)
     assert "Answerability" in (out / "quality_report.md").read_text()
+    assert json.loads((out / "manifest.json").read_text())["shortfall"] == []
+
+
+def test_synthesize_reports_each_quota_it_cannot_fill(tmp_path):
+    # Grid Town 0 -> 1 -> 2 -> 3 -> 4: four 1-hop walks, one per answer; with sizes 3 / 1 / 1 the
+    # answers fall in validation, test, train, train, so train gets 2 of its 3
+    answers = [f"grid town {i}" for i in range(1, 5)]
+    assert [split_of(a, 0, [3, 1, 1]) for a in answers] == [
+        "validation",
+        "test",
+        "train",
+        "train",
+    ]
+    cfg = synth_cfg(
+        tmp_path,
+        write_corpus(tmp_path / "c.jsonl", grid_articles(1, 5)),
+        train_size=3,
+        validation_size=1,
+        test_size=1,
+        hop_weights=[1.0],
+    )
+    logs: list[str] = []
+    out = synthesize(cfg, log=logs.append)
+    assert {s: len(read_dataset(out / f"{s}.jsonl")) for s in SPLITS} == {
+        "train": 2,
+        "validation": 1,
+        "test": 1,
+    }
+    why = "walks exhausted: the corpus has no other valid 1-hop walk whose answer belongs to train"
+    expected = [{"split": "train", "hops": 1, "got": 2, "wanted": 3, "why": why}]
+    assert json.loads((out / "quality_report.json").read_text())["shortfall"] == expected
+    assert json.loads((out / "manifest.json").read_text())["shortfall"] == expected
+    assert f"[dataset] train 1-hop quota not filled: got 2 of 3: {why}" in logs
+    assert f"- train 1-hop: 2 of 3; {why}" in (out / "quality_report.md").read_text()
+
+
+def test_unfilled_quotas_say_why():
+    wanted = {"train": {1: 2, 2: 2, 3: 1, 4: 1}, "test": {1: 1, 2: 0}}
+    kept = {"train": [qa(0, ("a", "b"), ["B"]), qa(1, ("a", "c"), ["C"])], "test": []}
+    stats = SynthesisStats(search={("train", 2): "exhausted", ("train", 3): "cut"})
+    dropped = Counter({("train", 2): 4, ("test", 1): 1})
+    rows = unfilled_quotas(wanted, kept, stats, dropped)
+    assert [(r["split"], r["hops"], r["got"], r["wanted"]) for r in rows] == [
+        ("train", 2, 0, 2),
+        ("train", 3, 0, 1),
+        ("train", 4, 0, 1),
+        ("test", 1, 0, 1),
+    ]
+    whys = [r["why"] for r in rows]
+    assert whys[0].startswith("the answerability check dropped 4; walks exhausted")
+    assert whys[1].startswith("walk budget exhausted") and "attempts_per_question" in whys[1]
+    assert whys[2] == f"{datasets.MAX_REFILL_ROUNDS} answerability refill rounds ran out"
+    assert whys[3].startswith("the answerability check dropped 1; ")
+    assert unfilled_quotas({"train": {1: 2}}, {"train": kept["train"]}, stats, Counter()) == []
 
 
 def test_synthesize_fails_on_a_corpus_without_links(tmp_path):
