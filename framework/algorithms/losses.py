@@ -24,7 +24,7 @@ class ClipLossConfig(ComponentConfig):
     clip_high: float = field(
         default=0.28, metadata={"help": "ratio upper bound is 1 + clip_high (clip-higher, DAPO)"}
     )
-    agg: str = field(default="seq_mean_token_mean", metadata={"help": f"one of {AGG_MODES}"})
+    agg: str = field(default="seq_mean_token_mean", metadata={"help": f"one of {tuple(AGG_MODES)}"})
     norm_constant: float | None = field(
         default=None, metadata={"help": "divisor for agg=token_sum_norm (max response tokens)"}
     )
@@ -33,12 +33,13 @@ class ClipLossConfig(ComponentConfig):
         out = check_range(self.clip_low, "clip_low", low=0.0, high=1.0, low_inclusive=False)
         out += check_range(self.clip_high, "clip_high", low=0.0, low_inclusive=False)
         out += check_choice(self.agg, "agg", AGG_MODES)
-        if self.agg == "token_sum_norm":
+        agg = AGG_MODES.get(self.agg) if isinstance(self.agg, str) else None
+        if agg is not None and agg.needs_norm_constant:
             out += check(
                 self.norm_constant is not None and self.norm_constant > 0,
                 "norm_constant",
                 self.norm_constant,
-                "a positive number when agg=token_sum_norm",
+                f"a positive number when agg={self.agg}",
                 "set loss.norm_constant to the maximum response length in tokens",
             )
         return out

@@ -9,7 +9,7 @@ from typing import Any
 
 from framework.config import ComponentConfig, Problem, check_choice, check_range
 from framework.registry.kinds import JUDGES
-from framework.rewards.text import exact_match, substring_match, token_f1
+from framework.rewards.text import ANSWER_METRICS, answer_metric
 from framework.rollout.policy import chat_prompt_ids
 
 
@@ -24,34 +24,34 @@ class JudgeInputs:
 
 @dataclass
 class RuleJudgeConfig(ComponentConfig):
-    metric: str = field(default="em", metadata={"help": "em, substring or f1 (with threshold)"})
-    f1_threshold: float = field(default=0.8, metadata={"help": "metric=f1: correct at or above"})
+    metric: str = field(
+        default="em",
+        metadata={"help": f"one of {tuple(ANSWER_METRICS)}; a graded one (f1) with the threshold"},
+    )
+    f1_threshold: float = field(
+        default=0.8, metadata={"help": "graded metrics (f1): correct at or above"}
+    )
 
     def problems(self) -> list[Problem]:
-        out = check_choice(self.metric, "metric", ("em", "substring", "f1"))
+        out = check_choice(self.metric, "metric", ANSWER_METRICS)
         out += check_range(self.f1_threshold, "f1_threshold", low=0.0, high=1.0)
         return out
 
 
 @JUDGES.register("rule", config=RuleJudgeConfig)
 class RuleJudge:
-    """Normalised exact match (default), substring match, or token F1 above a threshold."""
+    """An answer metric's verdict: normalised exact match (default), substring match, or token F1
+    at or above a threshold (:data:`~framework.rewards.text.ANSWER_METRICS`)."""
 
     def __init__(self, *, cfg: RuleJudgeConfig, backend: Any = None) -> None:
         self.cfg = cfg
 
     def __call__(self, inputs: JudgeInputs) -> list[bool]:
-        out = []
-        for answer, golds in zip(inputs.answers, inputs.golds, strict=True):
-            if answer is None:
-                out.append(False)
-            elif self.cfg.metric == "em":
-                out.append(exact_match(answer, golds))
-            elif self.cfg.metric == "substring":
-                out.append(substring_match(answer, golds))
-            else:
-                out.append(token_f1(answer, golds) >= self.cfg.f1_threshold)
-        return out
+        metric = answer_metric(self.cfg.metric, "judge.metric")
+        return [
+            answer is not None and metric.correct(answer, golds, self.cfg.f1_threshold)
+            for answer, golds in zip(inputs.answers, inputs.golds, strict=True)
+        ]
 
 
 JUDGE_PROMPT = """Question: {question}

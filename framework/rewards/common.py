@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from framework.rewards.text import exact_match, extract_answer, substring_match, token_f1
+from framework.rewards.text import answer_metric, extract_answer
 from framework.types import RewardInputs
 
 STATUSES = ("ok", "format_error", "over_budget")
@@ -40,21 +40,15 @@ def answers(inputs: RewardInputs) -> list[str | None]:
 
 
 def answer_scores(inputs: RewardInputs, metric: str, reward: str) -> Tensor:
-    """``[N]`` answer score per rollout: em / substring give 0 or 1, f1 gives the token F1."""
+    """``[N]`` answer score per rollout by ``metric`` of
+    :data:`~framework.rewards.text.ANSWER_METRICS` (em / substring give 0 or 1, f1 gives the token
+    F1); 0 for a rollout without an answer."""
     golds = require_column(inputs, "golden_answers", reward, "answers are scored against them")
+    score = answer_metric(metric, "reward.metric").score
     scores = []
     for pred, gold in zip(answers(inputs), golds, strict=True):
         gold = [gold] if isinstance(gold, str) else list(gold)
-        if pred is None:
-            scores.append(0.0)
-        elif metric == "em":
-            scores.append(float(exact_match(pred, gold)))
-        elif metric == "substring":
-            scores.append(float(substring_match(pred, gold)))
-        elif metric == "f1":
-            scores.append(token_f1(pred, gold))
-        else:
-            raise ValueError(f"[reward.metric] got {metric!r}; expected em, substring or f1.")
+        scores.append(0.0 if pred is None else float(score(pred, gold)))
     return torch.tensor(scores, dtype=torch.get_default_dtype())
 
 

@@ -9,6 +9,7 @@ from torch import Tensor
 from framework.config import ComponentConfig, Problem, check_choice
 from framework.registry.kinds import REWARDS
 from framework.rewards.common import answer_scores, valid_mask
+from framework.rewards.text import ANSWER_METRICS
 from framework.types import RewardInputs
 
 
@@ -16,11 +17,14 @@ from framework.types import RewardInputs
 class OutcomeRewardConfig(ComponentConfig):
     metric: str = field(
         default="em",
-        metadata={"help": "em (normalised exact match), substring, or f1 (token F1 as reward)"},
+        metadata={
+            "help": f"one of {tuple(ANSWER_METRICS)}: em is normalised exact match, f1 the token "
+            "F1 as reward"
+        },
     )
 
     def problems(self) -> list[Problem]:
-        return check_choice(self.metric, "metric", ("em", "substring", "f1"))
+        return check_choice(self.metric, "metric", ANSWER_METRICS)
 
 
 @REWARDS.register("outcome", config=OutcomeRewardConfig)

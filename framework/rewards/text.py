@@ -1,11 +1,16 @@
-"""Text handling shared by rewards: tag extraction and answer normalisation."""
+"""Text handling shared by rewards: tag extraction, answer normalisation and the answer metrics.
+
+:data:`ANSWER_METRICS` is the one table of answer metrics (``em``, ``substring``, ``f1``): rewards,
+judges, the training accuracy and config validation all read it, so a new metric is one line there.
+"""
 
 from __future__ import annotations
 
 import re
 import string
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 _ANSWER_OPEN, _ANSWER_CLOSE = "<answer>", "</answer>"
 _THINK = re.compile(r"<think>(.*?)(?:</think>|$)", re.DOTALL)
@@ -67,3 +72,51 @@ def token_f1(prediction: str, golds: Sequence[str]) -> float:
         precision, recall = common / len(pred), common / len(ref)
         best = max(best, 2 * precision * recall / (precision + recall))
     return best
+
+
+@dataclass(frozen=True)
+class AnswerMetric:
+    """How a final answer is scored against its gold answers.
+
+    Attributes:
+        score: ``(prediction, golds)`` to a score in [0, 1].
+        graded: the score takes values between 0 and 1 (token F1), so a right/wrong verdict needs a
+            threshold; otherwise it is 0 or 1 and is itself the verdict.
+    """
+
+    score: Callable[[str, Sequence[str]], float]
+    graded: bool = False
+
+    def correct(self, prediction: str, golds: Sequence[str], threshold: float = 1.0) -> bool:
+        """The verdict: a graded score at or above ``threshold``; a 0/1 score as it is."""
+        value = self.score(prediction, golds)
+        return value >= threshold if self.graded else bool(value)
+
+
+#: metric name -> how an answer is scored (``reward.metric``, ``reward.correctness``,
+#: ``judge.metric``)
+ANSWER_METRICS: dict[str, AnswerMetric] = {
+    "em": AnswerMetric(exact_match),
+    "substring": AnswerMetric(substring_match),
+    "f1": AnswerMetric(token_f1, graded=True),
+}
+
+
+def answer_metric(name: str, where: str) -> AnswerMetric:
+    """The table entry of metric ``name``; ``where`` is the config path named in the error.
+
+    Raises:
+        ValueError: ``name`` is not in :data:`ANSWER_METRICS`.
+    """
+    found = ANSWER_METRICS.get(name) if isinstance(name, str) else None
+    if found is None:
+        raise ValueError(
+            f"[{where}] got {name!r}; expected one of {list(ANSWER_METRICS)}. Fix: pick one."
+        )
+    return found
+
+
+def verdict_metrics() -> list[str]:
+    """The metrics whose score is itself a right/wrong verdict (not graded): what ``correctness``
+    options may name."""
+    return [name for name, metric in ANSWER_METRICS.items() if not metric.graded]

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from framework.config import Problem, check_range
-from framework.retrieval.types import DocumentNotFound, QueryError, RetrievalError, Retriever
+from framework.retrieval.types import Retriever
 from framework.rollout.parser import (
     ANSWER,
     STOP_STRINGS,
@@ -26,6 +26,7 @@ from framework.rollout.parser import (
     parse_turn,
 )
 from framework.rollout.policy import chat_prompt_ids
+from framework.rollout.tools import TOOLS, tool_stats
 from framework.rollout.types import RolloutBackend, Segment, Trajectory
 
 SYSTEM_PROMPT = """You are a research assistant who answers questions by searching a Wikipedia corpus.
@@ -51,7 +52,10 @@ class AgentConfig:
     search_k: int = field(default=3, metadata={"help": "results per search query"})
     max_passage_chars: int = field(default=400, metadata={"help": "characters per search result"})
     max_visit_chars: int = field(default=1500, metadata={"help": "characters of a visited page"})
-    system_prompt: str = field(default=SYSTEM_PROMPT, metadata={"help": "describes the tools"})
+    system_prompt: str = field(
+        default=SYSTEM_PROMPT,
+        metadata={"help": "describes the tools (every tool of framework.rollout.tools.TOOLS)"},
+    )
 
     def problems(self) -> list[Problem]:
         out: list[Problem] = []
@@ -120,8 +124,7 @@ class AgentLoop:
                     (
                         "turns",
                         "tool_calls",
-                        "queries",
-                        "visits",
+                        *tool_stats(),
                         "invalid_calls",
                         "truncated_turns",
                         "generated_tokens",
@@ -206,49 +209,26 @@ class AgentLoop:
             self.timings["retrieval"] += time.perf_counter() - start
 
     def _answer_calls(self, waiting: list[_Rollout]) -> None:
-        queries = [q for r in waiting for c in r.pending if c.name == "search" for q in c.queries]
-        results: dict[str, list] = {}
-        unique = list(dict.fromkeys(queries))
-        if unique:
-            try:
-                hits = self.retriever.search(unique, self.cfg.search_k)
-                results = dict(zip(unique, hits, strict=True))
-            except (QueryError, RetrievalError):
-                results = {}
-                for q in unique:  # one bad query must not cost the others their results
-                    try:
-                        results[q] = self.retriever.search([q], self.cfg.search_k)[0]
-                    except (QueryError, RetrievalError) as exc:
-                        results[q] = f"search failed: {first_line(exc)}"
+        """Each tool of :data:`~framework.rollout.tools.TOOLS` answers all its pending calls at
+        once; each rollout then gets its observations in the order of its calls."""
+        calls = [c for r in waiting for c in r.pending]
+        observations = [""] * len(calls)
+        for name, tool in TOOLS.items():
+            mine = [i for i, c in enumerate(calls) if c.name == name]
+            if mine:
+                answers = tool.answer([calls[i] for i in mine], self.retriever, self.cfg)
+                for i, text in zip(mine, answers, strict=True):
+                    observations[i] = text
+        start = 0
         for r in waiting:
-            r.traj.stats["queries"] += sum(len(c.queries) for c in r.pending if c.name == "search")
-            r.traj.stats["visits"] += sum(1 for c in r.pending if c.name == "visit")
-            parts = [self._observe(c, results) for c in r.pending]
+            for c in r.pending:
+                tool = TOOLS[c.name]
+                r.traj.stats[tool.stat] = r.traj.stats.get(tool.stat, 0) + tool.count(c)
+            parts = observations[start : start + len(r.pending)]
             parts += [f"Error: {e}" for e in r.errors]
+            start += len(r.pending)
             r.pending, r.errors = [], []
             self._append_observation(r, "\n\n".join(parts))
-
-    def _observe(self, call: ToolCall, results: dict[str, list | str]) -> str:
-        if call.name == "search":
-            blocks = []
-            for q in call.queries:
-                got = results.get(q, [])
-                if isinstance(got, str):
-                    blocks.append(f'Query "{q}": {got}')
-                    continue
-                lines = [f'Query "{q}":'] + [
-                    f"[{i}] {h.title}: {_clip(h.text, self.cfg.max_passage_chars)}"
-                    for i, h in enumerate(got, 1)
-                ]
-                blocks.append("\n".join(lines) if got else f'Query "{q}": no results.')
-            return "\n".join(blocks)
-        try:
-            doc = self.retriever.document(doc_id=call.doc_id, title=call.title)
-        except DocumentNotFound:
-            return f"Error: no page titled {call.title or call.doc_id!r}. Search for it first."
-        except (QueryError, RetrievalError) as exc:
-            return f"Error: {first_line(exc)}"
-        return f"Page {doc.title}:\n{_clip(doc.text, self.cfg.max_visit_chars)}"
 
     def _append_observation(self, r: _Rollout, body: str) -> None:
         t = r.traj
@@ -269,15 +249,6 @@ class AgentLoop:
         r.traj.end_reason = reason
         r.traj.think_text = "\n".join(r.think)
         r.traj.stats["response_tokens"] = len(r.traj.token_ids) - r.traj.prompt_len
-
-
-def first_line(exc: BaseException) -> str:
-    """The first line of an exception's message, or its type when the message is empty."""
-    return (str(exc).splitlines() or [type(exc).__name__])[0]
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
 
 
 _TAGGED = re.compile(

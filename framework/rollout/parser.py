@@ -18,28 +18,33 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from framework.rollout.tools import MAX_QUERIES_PER_CALL, TOOLS, ToolCall
+
+__all__ = [
+    "ANSWER",
+    "MAX_CALL_CHARS",
+    "MAX_QUERIES_PER_CALL",
+    "STOP_STRINGS",
+    "THINK",
+    "TOOLS",
+    "TOOL_CALL",
+    "TOOL_RESPONSE",
+    "ToolCall",
+    "Turn",
+    "parse_call",
+    "parse_turn",
+    "scan_blocks",
+]
+
 THINK = ("<think>", "</think>")
 TOOL_CALL = ("<tool_call>", "</tool_call>")
 TOOL_RESPONSE = ("<tool_response>", "</tool_response>")
 ANSWER = ("<answer>", "</answer>")
 #: generation stops after any of these (the turn is then complete)
 STOP_STRINGS = (TOOL_CALL[1], ANSWER[1])
-TOOLS = ("search", "visit")
-MAX_QUERIES_PER_CALL = 8
 MAX_CALL_CHARS = 4000
 
 _OPEN = re.compile(r"<(think|tool_call|answer)>")
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    """A valid call: ``search`` with ``queries``, or ``visit`` with ``doc_id`` or ``title``."""
-
-    name: str
-    queries: tuple[str, ...] = ()
-    doc_id: str | None = None
-    title: str | None = None
-    goal: str | None = None
 
 
 @dataclass
@@ -117,14 +122,12 @@ def _parse(text: str) -> Turn:
     return turn
 
 
-def _clean(text: str) -> str:
-    """``text`` with anything that is not encodable as UTF-8 (lone surrogates from ``\\ud800``
-    escapes) replaced, so observations that echo it can always be tokenised."""
-    return text.encode("utf-8", "replace").decode("utf-8").strip()
-
-
 def parse_call(body: str) -> ToolCall | str:
-    """A tool call from a ``<tool_call>`` body, or an error message saying what is wrong."""
+    """A tool call from a ``<tool_call>`` body, or an error message saying what is wrong.
+
+    The envelope (size, JSON, ``name``, ``arguments``) is checked here; the arguments by the tool's
+    own parser in :data:`~framework.rollout.tools.TOOLS`.
+    """
     if len(body) > MAX_CALL_CHARS:
         return f"tool call of {len(body)} characters; at most {MAX_CALL_CHARS} are read"
     try:
@@ -137,26 +140,9 @@ def parse_call(body: str) -> ToolCall | str:
     if not isinstance(data, dict):
         return "tool call must be a JSON object with 'name' and 'arguments'"
     name, args = data.get("name"), data.get("arguments", {})
-    if name not in TOOLS:
+    tool = TOOLS.get(name) if isinstance(name, str) else None
+    if tool is None:
         return f"unknown tool {str(name)[:40]!r}; available tools: {', '.join(TOOLS)}"
     if not isinstance(args, dict):
         return f"'arguments' of {name} must be a JSON object"
-    if name == "search":
-        queries = args.get("queries", args.get("query"))
-        if isinstance(queries, str):
-            queries = [queries]
-        if not isinstance(queries, list) or not queries:
-            return "search needs 'queries': a non-empty list of strings"
-        clean = tuple(_clean(q) for q in queries if isinstance(q, str) and _clean(q))
-        if len(clean) != len(queries):
-            return "search 'queries' must all be non-empty strings"
-        if len(clean) > MAX_QUERIES_PER_CALL:
-            return f"search takes at most {MAX_QUERIES_PER_CALL} queries per call"
-        return ToolCall("search", queries=clean)
-    doc_id, title = args.get("doc_id"), args.get("title", args.get("url"))
-    goal = _clean(args["goal"]) if isinstance(args.get("goal"), str) else None
-    if isinstance(doc_id, str) and _clean(doc_id):
-        return ToolCall("visit", doc_id=_clean(doc_id), goal=goal)
-    if isinstance(title, str) and _clean(title):
-        return ToolCall("visit", title=_clean(title), goal=goal)
-    return "visit needs 'title' (or 'doc_id'): the page to read"
+    return tool.parse(args)

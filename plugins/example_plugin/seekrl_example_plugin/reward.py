@@ -10,6 +10,7 @@ from torch import Tensor
 from framework.config import ComponentConfig, Problem, check_choice, check_range
 from framework.registry.kinds import REWARDS
 from framework.rewards.common import answer_scores, valid_mask
+from framework.rewards.text import ANSWER_METRICS
 from framework.types import RewardInputs
 
 NAME = "length_penalized_outcome"
@@ -19,7 +20,7 @@ NAME = "length_penalized_outcome"
 class LengthPenalizedOutcomeConfig(ComponentConfig):
     metric: str = field(
         default="em",
-        metadata={"help": "answer score as in reward=outcome: em, substring or f1"},
+        metadata={"help": f"answer score as in reward=outcome: one of {tuple(ANSWER_METRICS)}"},
     )
     max_chars: int = field(
         default=2000,
@@ -35,7 +36,7 @@ class LengthPenalizedOutcomeConfig(ComponentConfig):
     )
 
     def problems(self) -> list[Problem]:
-        out = check_choice(self.metric, "metric", ("em", "substring", "f1"))
+        out = check_choice(self.metric, "metric", ANSWER_METRICS)
         out += check_range(
             self.max_chars, "max_chars", low=0, fix="set max_chars to a length >= 0, e.g. 2000"
         )

@@ -1,0 +1,156 @@
+"""The agent's tools, one table: each tool's argument check and its handler.
+
+:data:`TOOLS` maps a tool name to a :class:`Tool`. The parser
+(:func:`framework.rollout.parser.parse_call`) asks it whether a name is a tool and how to read its
+arguments; the agent loop (:class:`framework.rollout.engine.AgentLoop`) asks it how to answer the
+calls and which rollout statistic each call counts towards. Adding a tool is one line in
+:data:`TOOLS` (plus its two functions); the system prompt that describes the tools to the model
+stays in the agent config (``agent.system_prompt``), and a test checks that it names exactly the
+tools of this table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from framework.retrieval.types import DocumentNotFound, QueryError, RetrievalError, Retriever
+
+if TYPE_CHECKING:
+    from framework.rollout.engine import AgentConfig
+
+MAX_QUERIES_PER_CALL = 8
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A valid call: ``search`` with ``queries``, or ``visit`` with ``doc_id`` or ``title``."""
+
+    name: str
+    queries: tuple[str, ...] = ()
+    doc_id: str | None = None
+    title: str | None = None
+    goal: str | None = None
+
+
+@dataclass(frozen=True)
+class Tool:
+    """One tool of the agent.
+
+    Attributes:
+        parse: the call's ``arguments`` object to a :class:`ToolCall`, or a message saying what is
+            wrong with them (it becomes the model's error observation). Must never raise.
+        answer: ``(calls, retriever, cfg)`` to one observation per call, in order. It gets every
+            call of this tool from every rollout of a turn at once, so that it can batch them (all
+            searches go to the retriever in one request).
+        stat: the rollout statistic (``Trajectory.stats``) that the tool's calls add to.
+        count: how much one call adds to ``stat``.
+    """
+
+    parse: Callable[[dict[str, Any]], ToolCall | str]
+    answer: Callable[[Sequence[ToolCall], Retriever, AgentConfig], list[str]]
+    stat: str
+    count: Callable[[ToolCall], int]
+
+
+def clean(text: str) -> str:
+    """``text`` with anything that is not encodable as UTF-8 (lone surrogates from ``\\ud800``
+    escapes) replaced, so observations that echo it can always be tokenised."""
+    return text.encode("utf-8", "replace").decode("utf-8").strip()
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message, or its type when the message is empty."""
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, ending in ``...`` when it was cut."""
+    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
+
+
+# -- search ----------------------------------------------------------------------------------------
+def parse_search(args: dict[str, Any]) -> ToolCall | str:
+    """``{"queries": [...]}`` (or one ``"query"`` string): 1 to 8 non-empty strings."""
+    queries = args.get("queries", args.get("query"))
+    if isinstance(queries, str):
+        queries = [queries]
+    if not isinstance(queries, list) or not queries:
+        return "search needs 'queries': a non-empty list of strings"
+    cleaned = tuple(clean(q) for q in queries if isinstance(q, str) and clean(q))
+    if len(cleaned) != len(queries):
+        return "search 'queries' must all be non-empty strings"
+    if len(cleaned) > MAX_QUERIES_PER_CALL:
+        return f"search takes at most {MAX_QUERIES_PER_CALL} queries per call"
+    return ToolCall("search", queries=cleaned)
+
+
+def answer_search(calls: Sequence[ToolCall], retriever: Retriever, cfg: AgentConfig) -> list[str]:
+    """The top ``cfg.search_k`` passages of every query: all distinct queries in one retriever call,
+    and query by query only when that call fails (one bad query must not cost the others)."""
+    unique = list(dict.fromkeys(q for c in calls for q in c.queries))
+    results: dict[str, list | str] = {}
+    if unique:
+        try:
+            results = dict(zip(unique, retriever.search(unique, cfg.search_k), strict=True))
+        except (QueryError, RetrievalError):
+            for q in unique:
+                try:
+                    results[q] = retriever.search([q], cfg.search_k)[0]
+                except (QueryError, RetrievalError) as exc:
+                    results[q] = f"search failed: {first_line(exc)}"
+    return [_search_observation(c, results, cfg) for c in calls]
+
+
+def _search_observation(call: ToolCall, results: dict[str, list | str], cfg: AgentConfig) -> str:
+    blocks = []
+    for q in call.queries:
+        got = results.get(q, [])
+        if isinstance(got, str):
+            blocks.append(f'Query "{q}": {got}')
+            continue
+        lines = [f'Query "{q}":'] + [
+            f"[{i}] {h.title}: {clip(h.text, cfg.max_passage_chars)}" for i, h in enumerate(got, 1)
+        ]
+        blocks.append("\n".join(lines) if got else f'Query "{q}": no results.')
+    return "\n".join(blocks)
+
+
+# -- visit -----------------------------------------------------------------------------------------
+def parse_visit(args: dict[str, Any]) -> ToolCall | str:
+    """``{"title": ...}`` (or ``"url"``) or ``{"doc_id": ...}``, with an optional ``"goal"``."""
+    doc_id, title = args.get("doc_id"), args.get("title", args.get("url"))
+    goal = clean(args["goal"]) if isinstance(args.get("goal"), str) else None
+    if isinstance(doc_id, str) and clean(doc_id):
+        return ToolCall("visit", doc_id=clean(doc_id), goal=goal)
+    if isinstance(title, str) and clean(title):
+        return ToolCall("visit", title=clean(title), goal=goal)
+    return "visit needs 'title' (or 'doc_id'): the page to read"
+
+
+def answer_visit(calls: Sequence[ToolCall], retriever: Retriever, cfg: AgentConfig) -> list[str]:
+    """The first ``cfg.max_visit_chars`` characters of each page, or why it cannot be read."""
+    out = []
+    for call in calls:
+        try:
+            doc = retriever.document(doc_id=call.doc_id, title=call.title)
+        except DocumentNotFound:
+            out.append(f"Error: no page titled {call.title or call.doc_id!r}. Search for it first.")
+        except (QueryError, RetrievalError) as exc:
+            out.append(f"Error: {first_line(exc)}")
+        else:
+            out.append(f"Page {doc.title}:\n{clip(doc.text, cfg.max_visit_chars)}")
+    return out
+
+
+#: tool name -> how its arguments are read and its calls answered
+TOOLS: dict[str, Tool] = {
+    "search": Tool(parse_search, answer_search, stat="queries", count=lambda c: len(c.queries)),
+    "visit": Tool(parse_visit, answer_visit, stat="visits", count=lambda c: 1),
+}
+
+
+def tool_stats() -> tuple[str, ...]:
+    """The rollout statistics that the tools count, in table order (no repeats)."""
+    return tuple(dict.fromkeys(tool.stat for tool in TOOLS.values()))
