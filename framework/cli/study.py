@@ -170,6 +170,56 @@ def evaluate_once(train_cfg: Any, cfg: StudyConfig, checkpoint: Path | None, out
     return result
 
 
+# -- what every run and evaluation of a study stands on ---------------------------------------------
+BASIS = "basis.json"
+
+
+def study_basis(train_cfg: Any) -> dict[str, Any]:
+    """The questions (their data key) and the warm start every run begins from: when either changes
+    (new synthesis code, other files, another SFT), finished runs and evaluations no longer pair."""
+    from framework.cli.train import warm_start_sft
+    from framework.data.datasets import data_key
+
+    ws = train_cfg.warm_start
+    if ws.path is not None:
+        start = str(ws.path)
+    elif ws.sft:
+        start = str(warm_start_sft(train_cfg)[1])
+    else:
+        start = f"{train_cfg.rollout.policy.source}:{train_cfg.rollout.policy.path}"
+    return {"data": data_key(train_cfg.dataset), "warm_start": start}
+
+
+def check_basis(root: Path, basis: dict[str, Any]) -> None:
+    """Record the basis of a new study; refuse to go on with a study made on another one.
+
+    Raises:
+        SystemExit: status 2, naming what changed, when ``root`` was made on another basis (or
+            holds evaluations from before the basis was recorded).
+    """
+    path = root / BASIS
+    if path.is_file():
+        found = json.loads(path.read_text())
+    elif (root / "eval" / "start" / "results.json").is_file():
+        found = {"data": "not recorded", "warm_start": "not recorded"}
+    else:
+        path.write_text(json.dumps(basis, indent=2) + "\n")
+        return
+    changed = [
+        f"{k}: recorded {found.get(k)!r}, now {v!r}" for k, v in basis.items() if found.get(k) != v
+    ]
+    if changed:
+        print(
+            f"[out_dir] got {root}, whose runs and evaluations were made on another basis:\n  "
+            + "\n  ".join(changed)
+            + "\nexpected the same questions and warm start. Fix: pass a new out_dir=..., or "
+            "delete that directory to start the study over (its results stay valid for the basis "
+            "they were made on).",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+
+
 # -- the study --------------------------------------------------------------------------------------
 def study(cfg: StudyConfig) -> dict[str, Any]:
     from framework.cli.app import load_config
@@ -193,7 +243,9 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
 
     # 1. the warm start every arm and seed shares (cached SFT), and its evaluation
     first = [*cfg.overrides, *cfg.arms[next(iter(cfg.arms))], f"run_dir={root / 'start'}"]
-    train_cfg = warm_start(load_config("train", first))
+    first_cfg = load_config("train", first)
+    check_basis(root, study_basis(first_cfg))
+    train_cfg = warm_start(first_cfg)
     start = train_cfg.rollout.policy
     start_ckpt = Path(start.path) if start.source == "path" else None
     evaluate_once(train_cfg, cfg, start_ckpt, root / "eval" / "start")

@@ -216,6 +216,7 @@ def warm_start_sft(cfg: TrainConfig) -> tuple[Any, Path]:
     from dataclasses import asdict, replace
 
     from framework.config.schema import SFTConfig
+    from framework.data.datasets import data_key
     from framework.retrieval.encoder import fingerprint_key
     from framework.retrieval.local import cache_root
 
@@ -233,6 +234,7 @@ def warm_start_sft(cfg: TrainConfig) -> tuple[Any, Path]:
         eval_questions=ws.eval_questions,
     )
     keyed = {k: v for k, v in asdict(sft_cfg).items() if k not in ("run_dir", "logger")}
+    keyed["data"] = data_key(cfg.dataset)  # the questions themselves (synthesis code, files' bytes)
     keyed["trainer"] = {
         "accelerator": cfg.trainer.accelerator,
         "precision": cfg.trainer.precision_choice().precision,

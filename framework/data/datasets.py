@@ -360,6 +360,25 @@ class FilesDatasetConfig(ComponentConfig):
         )
         return out
 
+    def key(self) -> str:
+        """Identifies the questions: a hash of every split file's bytes."""
+        h = hashlib.blake2b(digest_size=8)
+        for split in SPLITS:
+            path = getattr(self, split)
+            h.update(f"{split}:".encode())
+            if path is not None and Path(path).expanduser().is_file():
+                with Path(path).expanduser().open("rb") as f:
+                    for block in iter(lambda: f.read(1 << 20), b""):
+                        h.update(block)
+        return h.hexdigest()
+
+
+def data_key(cfg: Any) -> str | None:
+    """What identifies a dataset config's questions (``cfg.key()``), None for one without a key: a
+    cache of anything made from the questions (the cold-start SFT) must change when they do."""
+    key = getattr(cfg, "key", None)
+    return key() if callable(key) else None
+
 
 @DATASETS.register("files", config=FilesDatasetConfig)
 def files_dataset(split: str, *, cfg: FilesDatasetConfig) -> list[QAItem]:
