@@ -72,8 +72,10 @@ def train_command(cfg: StudyConfig, arm: str, seed: int, run: Path) -> list[str]
 def run_train(cfg: StudyConfig, arm: str, seed: int, root: Path) -> RunState:
     """Train one (arm, seed) in a child process unless it is finished; never raises for a crash."""
     run = run_dir_of(root, arm, seed)
-    if train_finished(run):
-        return RunState(arm, seed, "done")
+    if train_finished(run):  # finished by an earlier invocation: its own training time
+        return RunState(
+            arm, seed, "done", json.loads((run / "summary.json").read_text())["seconds"]
+        )
     failed = run / "study_error.txt"
     if failed.is_file() and not cfg.retry_failed:
         return RunState(arm, seed, "failed", error=failed.read_text()[-2000:])
