@@ -1,7 +1,9 @@
 """E-GRPO's entity-aware reward (arXiv 2510.24694).
 
 A wrong answer earns ``alpha * γ̂``: the share of the question's ground-truth entities that appear in
-the rollout's own ``<think>`` text, max-normalised within its group. Matching follows METHODS.md:
+the rollout's own ``<think>`` text, max-normalised within its group. Entities that the question
+itself names are left out of ``E_q`` unless ``skip_question_entities=false`` (see
+:func:`hidden_entities`: the paper's questions name none, ours name their anchor). Matching follows METHODS.md:
 only think text (never tool calls, observations or the answer) and substring match of the full
 surface form. Normalisation is configurable: by default exact and case-sensitive as in the paper;
 ``lowercase`` and ``strip_punctuation`` relax it, and ``match=aliases`` also accepts any listed alias.
@@ -49,6 +51,10 @@ class EntityRewardConfig(ComponentConfig):
     strip_punctuation: bool = field(
         default=False, metadata={"help": "treat punctuation as spaces before matching"}
     )
+    skip_question_entities: bool = field(
+        default=True,
+        metadata={"help": "leave out of E_q the entities the question itself names"},
+    )
 
     def problems(self) -> list[Problem]:
         out = check_range(self.alpha, "alpha", low=0.0, high=1.0, fix="the paper tests 0 to 0.5")
@@ -84,6 +90,22 @@ def entity_match_rate(
     return sum(entities_found(think, entities, cfg.matching())) / len(entities)
 
 
+def hidden_entities(
+    question: str, entities: Sequence[Sequence[str] | str], cfg: EntityRewardConfig
+) -> list[Sequence[str] | str]:
+    """The entities that ``question`` does not name itself, under the reward's own matching.
+
+    The paper's questions are obfuscated and name none of their entities; a synthesized question
+    here names its anchor ("... the Wikipedia article about Anna Pavlova ..."). Counting an entity
+    the question names would pay a wrong rollout for copying the question into its reasoning, so
+    with ``skip_question_entities`` (the default) ``E_q`` holds only the entities the agent has to
+    find (bridges and the answer). A question that names every entity leaves ``E_q`` empty: its
+    wrong rollouts earn 0, as in GRPO.
+    """
+    named = entities_found(question, entities, cfg.matching())
+    return [e for e, n in zip(entities, named, strict=True) if not n]
+
+
 @REWARDS.register("e_grpo", config=EntityRewardConfig)
 def entity_reward(inputs: RewardInputs, *, cfg: EntityRewardConfig) -> Tensor:
     """E-GRPO reward: 1 if correct, ``alpha * γ̂`` if wrong, 0 on format error / over budget.
@@ -103,6 +125,9 @@ def entity_reward(inputs: RewardInputs, *, cfg: EntityRewardConfig) -> Tensor:
         inputs, "entities", "e_grpo", "E-GRPO rewards the ground-truth entities in the reasoning"
     )
     thinks = inputs.think_texts or [extract_think(c) for c in inputs.completions]
+    questions = inputs.columns.get("question")
+    if cfg.skip_question_entities and questions is not None:
+        entities = [hidden_entities(q, e, cfg) for q, e in zip(questions, entities, strict=True)]
     rates = torch.tensor(
         [entity_match_rate(t, e, cfg) for t, e in zip(thinks, entities, strict=True)],
         dtype=torch.get_default_dtype(),

@@ -18,10 +18,16 @@ from framework.types import RewardInputs
 def reward_inputs(trajectories: Sequence[Trajectory], items: Sequence[QAItem]) -> RewardInputs:
     """The reward batch of ``trajectories``; ``items[t.group]`` is each rollout's question.
 
-    Columns: ``golden_answers`` always, ``entities`` when every question has them.
+    Columns: ``question``, ``question_id``, ``hops`` and ``golden_answers`` always, ``entities``
+    when every question has them.
     """
     rows = [items[t.group] for t in trajectories]
-    columns: dict[str, list] = {"golden_answers": [list(r.golden_answers) for r in rows]}
+    columns: dict[str, list] = {
+        "question": [r.question for r in rows],
+        "question_id": [r.id for r in rows],
+        "hops": [r.hops for r in rows],
+        "golden_answers": [list(r.golden_answers) for r in rows],
+    }
     if all(r.entities for r in rows):
         columns["entities"] = [[list(e) for e in r.entities] for r in rows]  # type: ignore[union-attr]
     return RewardInputs(

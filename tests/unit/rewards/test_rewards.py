@@ -275,3 +275,42 @@ def test_entity_match_rate_options():
         entity_match_rate("Spielberg", [["Steven Spielberg", "Spielberg"]], e_cfg(match="aliases"))
         == 1.0
     )
+
+
+def _pavlova(**kw):
+    # a 1-hop question that names its anchor; E_q = {Anna Pavlova, Swan}
+    inp = RewardInputs(
+        group_index=torch.tensor([0, 0, 0]),
+        completions=[
+            "<think>x</think><answer>Swan</answer>",  # right
+            "<think>Anna Pavlova was a ballerina</think><answer>Fairy</answer>",  # copies the anchor
+            "<think>Anna Pavlova created The Dying Swan</think><answer>Dying</answer>",  # near miss
+        ],
+        columns={
+            "question": ["Which bird does the article about Anna Pavlova name?"] * 3,
+            "golden_answers": [["Swan"]] * 3,
+            "entities": [[["Anna Pavlova"], ["Swan"]]] * 3,
+        },
+    )
+    return entity_reward(inp, cfg=e_cfg(**kw))
+
+
+def test_e_grpo_leaves_out_the_entities_the_question_names():
+    # default: E_q = {Swan}; rates 0, 0, 1 -> max 1 -> wrong: 0 (copying the question earns
+    # nothing) and 0.3 * 1 = 0.3 (the answer entity in the reasoning)
+    _close(_pavlova(), [1, 0, 0.3])
+    # the literal rule: E_q = {Anna Pavlova, Swan}; rates 0, 1/2, 1 -> 0.3 * 0.5 = 0.15, 0.3
+    _close(_pavlova(skip_question_entities=False), [1, 0.15, 0.3])
+
+
+def test_e_grpo_question_naming_every_entity_gives_grpo_rewards():
+    inp = RewardInputs(
+        group_index=torch.tensor([0, 0]),
+        completions=["<think>Jaws</think><answer>no</answer>", "<answer>Jaws</answer>"],
+        columns={
+            "question": ["Who made Jaws?"] * 2,
+            "golden_answers": [["Jaws"]] * 2,
+            "entities": [[["Jaws"]]] * 2,
+        },
+    )
+    _close(entity_reward(inp, cfg=e_cfg()), [0, 1])
