@@ -1,11 +1,20 @@
-"""Where the framework's own files are."""
+"""Where the framework's own files are, and where it caches what it builds."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 _PACKAGE = Path(__file__).resolve().parent
+
+#: environment variable naming the cache directory (indexes, data, models, warm starts)
+CACHE_ENV = "SEEKRL_CACHE"
+
+
+def cache_root(value: str | None) -> Path:
+    """The cache directory: ``value``, else ``$SEEKRL_CACHE``, else ``~/.cache/seekrl``."""
+    return Path(value or os.environ.get(CACHE_ENV) or "~/.cache/seekrl").expanduser()
 
 
 def package_dir(name: str) -> Path | None:

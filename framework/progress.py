@@ -1,13 +1,140 @@
-"""Plain progress lines for logs (a file, a pipe, a child process), where a bar shows only at exit."""
+"""Progress that shows in a log too: a tqdm bar on a terminal, plain lines everywhere else.
+
+A bar written to a log file, a pipe or a child process's captured output appears only when the
+process ends (it redraws one line with carriage returns), so a long stage run that way looks hung.
+:class:`Progress` prints ``[embed] passage 3072/10000  98.1 passage/s  ETA 1.2 min`` there instead.
+"""
 
 from __future__ import annotations
 
+import sys
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import TextIO
+
 
 def progress_line(
-    label: str, position: int, total: int, seconds_per: float, unit: str = "step"
+    label: str, position: int, total: int | None, seconds_per: float, unit: str = "step"
 ) -> str:
-    """``[rl] step 3/16  42.0 s/step  ETA 9.1 min``: position, rate and the time left at that rate."""
+    """``[rl] step 3/16  42.0 s/step  ETA 9.1 min``: position, rate and the time left at that rate.
+
+    A rate faster than one unit a second reads as units per second (``98.1 passage/s``); without a
+    ``total`` the line has no ETA (``[corpus] doc 5000  2100.0 doc/s``).
+    """
+    if 0 < seconds_per < 1:
+        rate = f"{1 / seconds_per:.1f} {unit}/s"
+    else:
+        rate = f"{seconds_per:.1f} s/{unit}"
+    if total is None:
+        return f"[{label}] {unit} {position}  {rate}"
     eta = seconds_per * max(total - position, 0)
-    return (
-        f"[{label}] {unit} {position}/{total}  {seconds_per:.1f} s/{unit}  ETA {eta / 60:.1f} min"
-    )
+    return f"[{label}] {unit} {position}/{total}  {rate}  ETA {eta / 60:.1f} min"
+
+
+class Progress:
+    """Position, rate and ETA of a long loop, on a terminal and in a log.
+
+    On a terminal (stdout a TTY) it is a tqdm bar. Elsewhere it prints a :func:`progress_line` at
+    most every ``every_s`` seconds, and one for the last position (when ``total`` is reached or at
+    :meth:`close`), unless the whole loop took less than ``min_s``. The rate counts the units done
+    by this process only, so a resumed run's ETA is not flattered by the work it skipped.
+
+    Use it as a context manager and call :meth:`update` after each piece of work, or call the
+    object with ``(done, total)`` wherever a progress callback is expected.
+
+    Args:
+        label: the line's prefix, e.g. ``embed``.
+        total: units in the whole loop; None when unknown (the line then has no ETA).
+        unit: what one unit is, e.g. ``passage``.
+        initial: units done before this process started (a resumed run).
+        every_s: least seconds between two plain lines.
+        min_s: a loop that ends sooner than this prints no plain line at all.
+        enabled: False shows nothing.
+        plain: plain lines (True) or a bar (False); None: plain unless stdout is a terminal.
+        stream: where plain lines go (stdout when None).
+        clock: monotonic seconds (injectable for tests).
+    """
+
+    def __init__(
+        self,
+        label: str,
+        total: int | None = None,
+        unit: str = "item",
+        *,
+        initial: int = 0,
+        every_s: float = 20.0,
+        min_s: float = 1.0,
+        enabled: bool = True,
+        plain: bool | None = None,
+        stream: TextIO | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.label, self.total, self.unit = label, total, unit
+        self.position = self._initial = initial
+        self.every_s, self.min_s = every_s, min_s
+        self._stream, self._clock = stream, clock
+        self._start = self._last = clock()
+        self._printed: int | None = None  # the position the last plain line showed
+        self._bar = None
+        self._plain = False
+        if enabled:
+            self._plain = not sys.stdout.isatty() if plain is None else plain
+            if not self._plain:
+                from tqdm import tqdm
+
+                self._bar = tqdm(total=total, initial=initial, desc=label, unit=unit)
+
+    def update(self, n: int = 1) -> None:
+        """``n`` more units done."""
+        self.position += n
+        if self._bar is not None:
+            self._bar.update(n)
+        elif self._plain and self.position != self._printed:
+            now = self._clock()
+            finished = self.total is not None and self.position >= self.total
+            if (finished and self._final_due(now)) or now - self._last >= self.every_s:
+                self._print(now)
+
+    def __call__(self, done: int, total: int | None = None) -> None:
+        """Set the position to ``done`` (and the total, when given): a ``(done, total)`` callback."""
+        if total is not None and total != self.total:
+            self.total = total
+            if self._bar is not None:
+                self._bar.total = total
+                self._bar.refresh()
+        self.update(done - self.position)
+
+    def close(self, final: bool = True) -> None:
+        """End the bar, or print the last position if no line showed it (not when ``final`` is
+        False: a loop cut short by an exception). Idempotent."""
+        if self._bar is not None:
+            self._bar.close()
+        elif self._plain and final and self._printed != self.position:
+            now = self._clock()
+            if self._final_due(now):
+                self._print(now)
+        self._bar, self._plain = None, False
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close(final=exc_type is None)
+
+    def _final_due(self, now: float) -> bool:
+        return self._printed is not None or now - self._start >= self.min_s
+
+    def _print(self, now: float) -> None:
+        done = self.position - self._initial
+        if done <= 0:
+            return  # no rate yet
+        per = (now - self._start) / done
+        line = progress_line(self.label, self.position, self.total, per, self.unit)
+        print(line, file=self._stream or sys.stdout, flush=True)
+        self._last, self._printed = now, self.position

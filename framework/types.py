@@ -1,6 +1,9 @@
-"""Batch types passed to components; one per component kind, fields optional where a kind allows.
+"""Types shared across layers: the batch each component kind receives, and the records they carry.
 
-Shapes: ``N`` rollouts in the batch (all groups concatenated), ``L`` padded response length.
+Shapes: ``N`` rollouts in the batch (all groups concatenated), ``L`` padded response length. In the
+``[N, L]`` tensors of :class:`AdvantageInputs`, column ``j`` of row ``i`` is the ``j``-th response
+token of rollout ``i`` (the first token after its prompt); rows shorter than ``L`` are padded on the
+right.
 """
 
 from __future__ import annotations
@@ -12,21 +15,91 @@ from typing import Any
 from torch import Tensor
 
 
+@dataclass(frozen=True)
+class GroupRequest:
+    """One group to roll out: a question (dataset row) and how many rollouts it gets."""
+
+    question: int
+    size: int
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A valid call: ``search`` with ``queries``, or ``visit`` with ``doc_id`` or ``title``."""
+
+    name: str
+    queries: tuple[str, ...] = ()
+    doc_id: str | None = None
+    title: str | None = None
+    goal: str | None = None
+
+
+@dataclass(frozen=True)
+class TurnSpan:
+    """One model turn of a rollout: its tokens, the tool calls it made and the observation after it.
+
+    Positions are ``[start, end)`` token indices: of ``Trajectory.token_ids`` on a trajectory, of
+    the response (the columns of the ``[N, L]`` tensors) in :class:`AdvantageInputs`.
+
+    Attributes:
+        start: first token the model generated in this turn.
+        end: one past its last generated token.
+        calls: the valid tool calls the turn made, in order, each answered in ``observation``.
+        invalid_calls: tool calls too malformed to run (each answered with an error message).
+        observation: ``(start, end)`` of the tool response appended after the turn (loss mask 0),
+            ``None`` when none was (an answer, or the rollout ended).
+    """
+
+    start: int
+    end: int
+    calls: tuple[ToolCall, ...] = ()
+    invalid_calls: int = 0
+    observation: tuple[int, int] | None = None
+
+    def shifted(self, offset: int) -> TurnSpan:
+        """The same turn with every position moved by ``offset``."""
+        obs = self.observation
+        return TurnSpan(
+            self.start + offset,
+            self.end + offset,
+            self.calls,
+            self.invalid_calls,
+            None if obs is None else (obs[0] + offset, obs[1] + offset),
+        )
+
+
 @dataclass
 class AdvantageInputs:
-    """Inputs of an advantage estimator.
+    """Inputs of an advantage estimator: the rewards, and everything the trainer knows per rollout.
+
+    Estimators return ``[N]`` (one advantage per rollout, spread over its trained tokens) or
+    ``[N, L]`` (one per response token, in the layout of ``token_mask``).
 
     Attributes:
         rewards: ``[N]`` float scalar reward per rollout.
         group_index: ``[N]`` int; rollouts with equal values belong to one group (one question).
             Values need not be contiguous and groups may differ in size.
-        token_mask: ``[N, L]`` optional, 1 on trained tokens (for token-level estimators).
+        token_mask: ``[N, L]`` bool, 1 on the response tokens the policy generated (tool responses
+            and padding are 0); ``L`` is the longest response of the batch. ``None`` only where a
+            caller has no token structure (then return ``[N]``).
+        sample_mask: ``[N]`` bool, 0 on rollouts left out of the loss (over budget); ``None`` = all.
+        turn_index: ``[N, L]`` int, the model turn each response token belongs to (a tool response
+            belongs to the turn that called it); -1 on padding.
+        turns: per rollout its model turns (:class:`TurnSpan`, response positions): turn
+            boundaries, tool calls with their queries, observation spans.
+        stats: per rollout the agent loop's counters (``turns``, ``tool_calls``, ``queries``, ...).
+        columns: dataset columns aligned with the rollouts, the same as :class:`RewardInputs`'.
         extras: optional per-rollout tensors for estimators that need more (step rewards, ...).
     """
 
     rewards: Tensor
     group_index: Tensor
     token_mask: Tensor | None = None
+    sample_mask: Tensor | None = None
+    turn_index: Tensor | None = None
+    turns: Sequence[Sequence[TurnSpan]] = ()
+    stats: Sequence[Mapping[str, int]] = ()
+    columns: Mapping[str, Sequence[Any]] = field(default_factory=dict)
     extras: Mapping[str, Tensor] = field(default_factory=dict)
 
 
@@ -37,7 +110,8 @@ class PolicyLossInputs:
     Attributes:
         logprobs: ``[N, L]`` log-probabilities of the sampled tokens under the current policy.
         old_logprobs: ``[N, L]`` the same under the behaviour policy that generated them.
-        advantages: ``[N]`` per rollout (broadcast to its tokens) or ``[N, L]`` per token.
+        advantages: ``[N]`` per rollout (broadcast to its tokens) or ``[N, L]`` per token, aligned
+            with ``logprobs`` (the trainer moves an estimator's ``[N, L]`` into this layout).
         token_mask: ``[N, L]`` 1 on tokens the policy generated (tool responses and padding are 0).
         sample_mask: ``[N]`` optional; 0 drops a whole rollout from the loss (over-budget rollouts)
             without touching the group statistics its reward took part in.
@@ -77,9 +151,11 @@ class RewardInputs:
     Attributes:
         group_index: ``[N]`` int, as in :class:`AdvantageInputs`.
         completions: the model-generated text of each rollout.
-        columns: dataset columns aligned with the rollouts, e.g. ``golden_answers``
-            (``list[list[str]]``) and ``entities`` (``list[list[list[str]]]``: per entity its
-            surface form followed by aliases).
+        columns: dataset columns aligned with the rollouts (one value per rollout, its
+            question's): ``question``, ``question_id``, ``golden_answers`` (``list[list[str]]``),
+            ``hops``, ``chain``, ``data_source``, ``entities`` when every question has them
+            (``list[list[list[str]]]``: per entity its surface form followed by aliases), and each
+            ``extra`` entry that every question has, under its own name.
         status: per-rollout outcome of the rollout engine: ``"ok"``, ``"format_error"`` or
             ``"over_budget"``; ``None`` means all ok.
         think_texts: the concatenated ``<think>`` contents per rollout; ``None`` lets the reward

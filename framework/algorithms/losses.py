@@ -19,20 +19,22 @@ from framework.types import LossOutput, PolicyLossInputs
 
 
 @dataclass
-class ClipLossConfig(ComponentConfig):
-    clip_low: float = field(default=0.2, metadata={"help": "ratio lower bound is 1 - clip_low"})
-    clip_high: float = field(
-        default=0.28, metadata={"help": "ratio upper bound is 1 + clip_high (clip-higher, DAPO)"}
-    )
+class PolicyLossConfig(ComponentConfig):
+    """The config base of every policy loss (``POLICY_LOSSES``): how its token losses aggregate.
+
+    The trainer reads ``agg`` and ``norm_constant`` from here to weigh micro-batches (and the KL
+    term), so a loss's aggregation and the trainer's always agree. A loss subclasses this config,
+    reduces its per-token losses with ``aggregate(..., cfg.agg, cfg.norm_constant)`` and calls
+    ``super().problems()`` if it overrides :meth:`problems`.
+    """
+
     agg: str = field(default="seq_mean_token_mean", metadata={"help": f"one of {tuple(AGG_MODES)}"})
     norm_constant: float | None = field(
         default=None, metadata={"help": "divisor for agg=token_sum_norm (max response tokens)"}
     )
 
     def problems(self) -> list[Problem]:
-        out = check_range(self.clip_low, "clip_low", low=0.0, high=1.0, low_inclusive=False)
-        out += check_range(self.clip_high, "clip_high", low=0.0, low_inclusive=False)
-        out += check_choice(self.agg, "agg", AGG_MODES)
+        out = check_choice(self.agg, "agg", AGG_MODES)
         agg = AGG_MODES.get(self.agg) if isinstance(self.agg, str) else None
         if agg is not None and agg.needs_norm_constant:
             out += check(
@@ -43,6 +45,19 @@ class ClipLossConfig(ComponentConfig):
                 "set loss.norm_constant to the maximum response length in tokens",
             )
         return out
+
+
+@dataclass
+class ClipLossConfig(PolicyLossConfig):
+    clip_low: float = field(default=0.2, metadata={"help": "ratio lower bound is 1 - clip_low"})
+    clip_high: float = field(
+        default=0.28, metadata={"help": "ratio upper bound is 1 + clip_high (clip-higher, DAPO)"}
+    )
+
+    def problems(self) -> list[Problem]:
+        out = check_range(self.clip_low, "clip_low", low=0.0, high=1.0, low_inclusive=False)
+        out += check_range(self.clip_high, "clip_high", low=0.0, low_inclusive=False)
+        return out + super().problems()
 
 
 def _masked_inputs(inputs: PolicyLossInputs) -> tuple[Tensor, Tensor, Tensor, Tensor]:

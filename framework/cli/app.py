@@ -8,8 +8,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from framework.cli.schema import APPS, store_schemas
 from framework.config.problems import ConfigError
-from framework.config.schema import APPS, store_schemas
 from framework.paths import config_dir, package_dir
 from framework.registry.core import UnknownComponentError, unknown_component_error
 
@@ -31,8 +31,8 @@ def prepare() -> None:
 
 def group_options(group: str) -> list[str]:
     """Every option of a config group: registry names, files in conf/ and plugin config dirs."""
-    from framework.plugins import config_search_path
     from framework.registry import ALL
+    from framework.registry.plugins import config_search_path
 
     prepare()
     names = set(ALL[group].names()) if group in ALL else set()
@@ -82,7 +82,7 @@ def run_app(app: str, task: Callable[[Any], Any], argv: Sequence[str] | None = N
     from omegaconf import DictConfig
 
     from framework.config.validate import validate
-    from framework.plugins import failures
+    from framework.registry.plugins import failures
 
     prepare()
     args = list(sys.argv[1:] if argv is None else argv)
@@ -145,7 +145,7 @@ def load_config(app: str, overrides: Sequence[str] = ()) -> Any:
     prepare()
     errors = check_choices(overrides)
     if errors:
-        from framework.plugins import failures
+        from framework.registry.plugins import failures
 
         failed = failures()
         raise errors[0] from (failed[0].exception if failed else None)

@@ -11,8 +11,7 @@ from typing import Any
 
 def describe(kinds: Sequence[str] | None = None) -> dict[str, Any]:
     """Registries, plugins and their components as plain data (the listing's JSON form)."""
-    from framework import plugins
-    from framework.registry import ALL, load_components
+    from framework.registry import ALL, load_components, plugins
 
     load_components()
     chosen = list(kinds) if kinds else list(ALL)

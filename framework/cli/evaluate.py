@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from framework.cli.app import run_app
-from framework.config.schema import EvalConfig
+from framework.cli.schema import EvalConfig
 from framework.progress import progress_line
 
 

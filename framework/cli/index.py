@@ -13,7 +13,9 @@ import sys
 from typing import Any
 
 from framework.cli.app import run_app
-from framework.config.schema import IndexConfig
+from framework.cli.interrupt import sigterm_as_interrupt
+from framework.cli.schema import IndexConfig
+from framework.lightning.trainer import INTERRUPTED
 
 
 def index(cfg: IndexConfig) -> dict[str, Any]:
@@ -29,10 +31,18 @@ def index(cfg: IndexConfig) -> dict[str, Any]:
         )
         raise SystemExit(2)
     try:
-        retriever = RETRIEVERS.bind(cfg.retriever)()
+        with sigterm_as_interrupt():
+            retriever = RETRIEVERS.bind(cfg.retriever)()
     except RetrievalError as exc:
         print(exc, file=sys.stderr)
         raise SystemExit(1) from None
+    except KeyboardInterrupt:
+        print(
+            "[index] interrupted; the passage embeddings computed so far are kept, and the same "
+            "command goes on from them.",
+            file=sys.stderr,
+        )
+        raise SystemExit(INTERRUPTED) from None
     summary = retriever.describe()
     print(json.dumps(summary, indent=2, default=str))
     if cfg.smoke_query:

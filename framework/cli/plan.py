@@ -62,8 +62,8 @@ def corpus_stages(corpus: Any, cache_dir: str | None) -> tuple[str, int, Stage]:
     Raises:
         RetrievalError: a corpus source that cannot be found.
     """
+    from framework.paths import cache_root
     from framework.retrieval.corpus import corpus_fingerprint, iter_documents, store_path
-    from framework.retrieval.local import cache_root
 
     fingerprint = corpus_fingerprint(corpus)
     path = store_path(cache_root(cache_dir), fingerprint)
@@ -114,7 +114,7 @@ def dataset_stages(dcfg: Any) -> Iterator[Stage]:
 
 def policy_stages(pcfg: Any) -> Iterator[Stage]:
     """The packaged SmolLM2 GGUF converted to a safetensors checkpoint, once."""
-    from framework.retrieval.local import cache_root
+    from framework.paths import cache_root
 
     if pcfg.source == "smollm2":
         target = cache_root(pcfg.cache_dir) / "models" / "smollm2-135m-instruct"
@@ -124,7 +124,7 @@ def policy_stages(pcfg: Any) -> Iterator[Stage]:
 
 def warm_start_stages(cfg: Any) -> Iterator[Stage]:
     """The cold-start SFT policy (expert trajectories, then SFT), cached and shared by every arm."""
-    from framework.cli.train import warm_start_sft
+    from framework.sft.warm_start import warm_start_sft
 
     if cfg.warm_start.path is not None or not cfg.warm_start.sft:
         return

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from framework.cli.app import run_app
-from framework.config.schema import RolloutsConfig
+from framework.cli.schema import RolloutsConfig
 
 
 def rollouts(cfg: RolloutsConfig) -> dict[str, Any]:

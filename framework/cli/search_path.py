@@ -11,7 +11,7 @@ class PluginConfigDirs(SearchPathPlugin):
     """Appends each loaded plugin's config directory after the framework's own ``conf/``."""
 
     def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
-        from framework.plugins import config_search_path, loaded
+        from framework.registry.plugins import config_search_path, loaded
 
         dirs = set(config_search_path())
         for plugin in loaded():

@@ -11,220 +11,16 @@ fine-tuned policy, a Hugging Face checkpoint the train app starts from), TensorB
 
 from __future__ import annotations
 
-import json
-import math
-import random
-import shutil
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from framework.cli.app import run_app
-from framework.config.schema import SFTConfig
+from framework.sft.config import SFTConfig
 
 
-def agent_check(backend: Any, retriever: Any, agent: Any, items: list, reward: Any = None) -> dict:
-    """Roll ``items`` out once each and summarise format validity, accuracy and tool use."""
-    from framework.rewards.outcome import OutcomeRewardConfig
-    from framework.rollout.engine import AgentLoop
-    from framework.rollout.scoring import score
-    from framework.training.metrics import rollout_metrics
-
-    if not items:
-        return {}
-    loop = AgentLoop(backend, retriever, agent)
-    trajs = loop.run([it.question for it in items], 1)
-    scores = score(trajs, items, reward or OutcomeRewardConfig(name="outcome"))
-    m = rollout_metrics(trajs, items, scores)
-    keys = ("format_valid", "accuracy", "tool_calls", "turns", "over_budget", "response_length")
-    out = {k: round(float(m[k]), 4) for k in keys}
-    out["questions"] = len(items)
-    out["seconds"] = round(loop.timings.get("total", 0.0), 1)
-    return out
-
-
-def write_expert(folder: Path, kept: list, report: Any, tokenizer: Any) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    with (folder / "trajectories.jsonl").open("w") as fh:
-        for item, t in kept:
-            row = {
-                "question_id": item.id,
-                "question": item.question,
-                "answer": t.answer,
-                "hops": item.hops,
-                "text": tokenizer.decode(t.token_ids[t.prompt_len :], skip_special_tokens=False),
-                "token_ids": t.token_ids,
-                "loss_mask": t.loss_mask,
-                "prompt_len": t.prompt_len,
-            }
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-    data = report.as_dict()
-    (folder / "report.json").write_text(json.dumps(data, indent=2) + "\n")
-    lines = [
-        "# Expert trajectories",
-        "",
-        f"- questions handed to the expert: {data['requested']}",
-        f"- kept: {data['kept']} (mean {data['mean_tokens']} tokens)",
-        f"- kept by hops: {data['kept_by_hops']}",
-        f"- with a visit: {data['trajectories_with_visit']}; with an extra, unhelpful search: "
-        f"{data['trajectories_with_extra_search']}",
-        "- dropped:" + ("" if data["dropped"] else " none"),
-    ]
-    lines += [f"  - {why}: {n}" for why, n in sorted(data["dropped"].items())]
-    (folder / "report.md").write_text("\n".join(lines) + "\n")
-
-
-def run_sft(cfg: SFTConfig, *, quiet: bool = False) -> dict[str, Any]:
-    """The whole SFT stage; returns the summary (also written to ``<run_dir>/summary.json``).
-
-    Raises:
-        SystemExit: status 2 with a message when no expert trajectory could be made.
-    """
-    import lightning as L
-    from hydra.utils import instantiate
-
-    from framework.cli.train import (
-        INTERRUPTED,
-        announce_precision,
-        log_progress,
-        quiet_lightning,
-        save_run_info,
-    )
-    from framework.lightning.callbacks import StepCheckpoint
-    from framework.registry import DATASETS, RETRIEVERS
-    from framework.rollout.hf_backend import TransformersBackend
-    from framework.rollout.policy import load_policy
-    from framework.sft.expert import expert_trajectories
-    from framework.sft.module import SFTData, SFTModule, padding_report
-    from framework.training.checkpoints import checkpoint_step, newest_checkpoint
-    from framework.training.lora import apply_lora, export_policy
-
-    clock = time.perf_counter()
-    quiet_lightning()
-    L.seed_everything(cfg.seed, workers=True, verbose=False)
-    run_dir = Path(cfg.run_dir)
-    if not quiet:  # inside seekrl-train the train app has said it
-        announce_precision(cfg.trainer)
-    save_run_info(cfg, run_dir)
-    load = DATASETS.bind(cfg.dataset)
-    train_items = load("train")
-    limit = cfg.expert.questions or len(train_items)
-    chosen = random.Random(cfg.seed).sample(train_items, min(limit, len(train_items)))
-    retriever = RETRIEVERS.bind(cfg.retriever)()
-    policy, tok = load_policy(cfg.rollout.policy)
-    try:
-        mark = time.perf_counter()
-        kept, report = expert_trajectories(chosen, retriever, tok, cfg.agent, cfg.expert)
-        expert_seconds = time.perf_counter() - mark
-        write_expert(run_dir / "expert", kept, report, tok)
-        if not kept:
-            print(
-                f"[expert] no trajectory passed the evidence check ({dict(report.dropped)}). "
-                f"Fix: see {run_dir / 'expert' / 'report.md'}; raise agent budgets or check the "
-                "retriever and dataset.",
-                file=sys.stderr,
-            )
-            raise SystemExit(2)
-        trajs = [t for _, t in kept]
-        random.Random(cfg.seed).shuffle(trajs)
-        n_val = int(len(trajs) * cfg.val_fraction)
-        train, val = trajs[n_val:], trajs[:n_val]
-        test_items = _eval_items(cfg, load)
-        backend = TransformersBackend(cfg=cfg.rollout, model=policy, tokenizer=tok)
-        before = agent_check(backend, retriever, cfg.agent, test_items)
-        if cfg.lora.enabled:
-            policy = apply_lora(policy, cfg.lora)
-            backend = TransformersBackend(cfg=cfg.rollout, model=policy, tokenizer=tok)
-        steps = math.ceil(len(train) / cfg.optim.batch_size) * cfg.optim.epochs
-        module = SFTModule(policy, tok.pad_token_id, cfg.optim, steps)
-        resume = newest_checkpoint(run_dir / "checkpoints")
-        start = checkpoint_step(resume) if resume is not None else 0
-        if resume is not None:
-            print(f"[sft] resuming after step {start}/{steps} from {resume}", flush=True)
-        data = SFTData(
-            train, val, cfg.optim.batch_size, cfg.seed, epochs=cfg.optim.epochs, start=start
-        )
-        t = cfg.trainer
-        checkpoints = StepCheckpoint(
-            run_dir / "checkpoints",
-            t.checkpoint_every_n_steps,
-            keep=1,
-            max_steps=steps,
-            final=False,
-        )
-        trainer = L.Trainer(
-            accelerator=t.accelerator,
-            devices=t.devices,
-            num_nodes=t.num_nodes,
-            strategy=t.strategy,
-            precision=t.precision_choice().precision,
-            max_epochs=1,  # one pass over the stream of all epochs' batches
-            max_steps=steps,
-            gradient_clip_val=cfg.optim.grad_clip or None,
-            logger=instantiate(cfg.logger) if cfg.logger is not None else False,
-            log_every_n_steps=t.log_every_n_steps,
-            limit_val_batches=1.0 if val else 0,
-            val_check_interval=data.steps_per_epoch,  # validate after each epoch
-            check_val_every_n_epoch=None,
-            num_sanity_val_steps=0,
-            enable_checkpointing=False,  # StepCheckpoint owns checkpoints
-            callbacks=[checkpoints, *log_progress("sft", steps, ("sft/loss",), every_s=20.0)],
-            enable_model_summary=False,
-            use_distributed_sampler=False,
-            default_root_dir=str(run_dir),
-        )
-        mark = time.perf_counter()
-        trainer.fit(
-            module,
-            datamodule=data,
-            ckpt_path=None if resume is None else str(resume),
-            weights_only=True,
-        )
-        train_seconds = time.perf_counter() - mark
-        if checkpoints.interrupted:
-            print(
-                f"[sft] interrupted after step {checkpoints.saved_step}/{steps}; the same command "
-                "resumes from there.",
-                file=sys.stderr,
-                flush=True,
-            )
-            raise SystemExit(INTERRUPTED)
-        policy.eval()
-        after = agent_check(backend, retriever, cfg.agent, test_items)
-    finally:
-        retriever.close()
-    export_policy(policy, tok, run_dir / "policy")
-    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)  # the policy is exported: not needed
-    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
-    summary = {
-        "expert": report.as_dict(),
-        "expert_seconds": round(expert_seconds, 1),
-        "train_trajectories": len(train),
-        "val_trajectories": len(val),
-        "optimizer_steps": int(trainer.global_step),
-        "train_seconds": round(train_seconds, 1),
-        **padding_report(train, cfg.optim.batch_size),
-        "final": metrics,
-        "before": before,
-        "after": after,
-        "policy": str(run_dir / "policy"),
-        "seconds": round(time.perf_counter() - clock, 1),
-    }
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    if not quiet:
-        _print(summary, run_dir)
-    return summary
-
-
-def _eval_items(cfg: SFTConfig, load: Any) -> list:
-    if not cfg.eval_questions:
-        return []
-    items = load("test")
-    return random.Random(cfg.seed + 1).sample(items, min(cfg.eval_questions, len(items)))
-
-
-def _print(summary: dict[str, Any], run_dir: Path) -> None:
+def print_summary(summary: dict[str, Any], run_dir: Path) -> None:
+    """What the SFT stage kept and trained, the before/after check, and where the results are."""
     e = summary["expert"]
     print(
         f"\nseekrl-sft: {e['kept']} of {e['requested']} expert trajectories kept "
@@ -246,15 +42,19 @@ def _print(summary: dict[str, Any], run_dir: Path) -> None:
 
 
 def sft(cfg: SFTConfig) -> dict[str, Any]:
+    """Run the SFT stage and print its summary; returns the summary."""
     from framework.data.schema import DatasetError
     from framework.retrieval.types import RetrievalError
     from framework.rollout.policy import PolicyError
+    from framework.sft.stage import run_sft
 
     try:
-        return run_sft(cfg)
+        summary = run_sft(cfg)
     except (DatasetError, RetrievalError, PolicyError) as exc:
         print(exc, file=sys.stderr)
         raise SystemExit(2) from None
+    print_summary(summary, Path(cfg.run_dir))
+    return summary
 
 
 def main() -> None:

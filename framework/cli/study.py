@@ -179,8 +179,8 @@ BASIS = "basis.json"
 def study_basis(train_cfg: Any) -> dict[str, Any]:
     """The questions (their data key) and the warm start every run begins from: when either changes
     (new synthesis code, other files, another SFT), finished runs and evaluations no longer pair."""
-    from framework.cli.train import warm_start_sft
     from framework.data.datasets import data_key
+    from framework.sft.warm_start import warm_start_sft
 
     ws = train_cfg.warm_start
     if ws.path is not None:
@@ -225,7 +225,7 @@ def check_basis(root: Path, basis: dict[str, Any]) -> None:
 # -- the study --------------------------------------------------------------------------------------
 def study(cfg: StudyConfig) -> dict[str, Any]:
     from framework.cli.app import load_config
-    from framework.cli.train import warm_start
+    from framework.sft.warm_start import warm_start
 
     root = cfg.directory()
     jobs = [(arm, seed) for arm in cfg.arms for seed in cfg.seeds]

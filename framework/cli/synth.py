@@ -11,7 +11,9 @@ import sys
 from pathlib import Path
 
 from framework.cli.app import run_app
-from framework.config.schema import SynthConfig
+from framework.cli.interrupt import sigterm_as_interrupt
+from framework.cli.schema import SynthConfig
+from framework.lightning.trainer import INTERRUPTED
 
 
 def synth(cfg: SynthConfig) -> Path:
@@ -21,10 +23,18 @@ def synth(cfg: SynthConfig) -> Path:
     from framework.retrieval.types import RetrievalError
 
     try:
-        return synthesize(cfg.dataset)
+        with sigterm_as_interrupt():
+            return synthesize(cfg.dataset)
     except (SynthesisError, RetrievalError) as exc:
         print(exc, file=sys.stderr)
         raise SystemExit(1) from None
+    except KeyboardInterrupt:
+        print(
+            "[synth] interrupted; no manifest.json was written, so nothing half-done is taken as "
+            "finished: the same command synthesizes again (an index it built is kept).",
+            file=sys.stderr,
+        )
+        raise SystemExit(INTERRUPTED) from None
 
 
 def main() -> None:

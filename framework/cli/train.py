@@ -13,32 +13,21 @@ checkpoints and the final policy, and writes TensorBoard logs under ``<run_dir>/
 from __future__ import annotations
 
 import json
-import platform
 import sys
 import time
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from framework.cli.app import run_app
-from framework.config.schema import TrainConfig
-
-#: distributions whose versions are saved with every run
-VERSIONED = (
-    "seekrl",
-    "torch",
-    "lightning",
-    "transformers",
-    "hydra-core",
-    "faiss-cpu",
-    "sentence-transformers",
-    "bm25s",
-    "peft",
-    "vllm",
+from framework.cli.schema import TrainConfig
+from framework.lightning.run_info import save_run_info
+from framework.lightning.trainer import (
+    INTERRUPTED,
+    announce_precision,
+    log_progress,
+    quiet_lightning,
 )
-
-#: exit status after SIGINT / SIGTERM once the checkpoint is saved (128 + SIGINT, as shells do)
-INTERRUPTED = 130
+from framework.sft.warm_start import warm_start
 
 
 def load_training_data(cfg: TrainConfig) -> dict[str, Any]:
@@ -117,68 +106,8 @@ def dry_run(cfg: TrainConfig) -> None:
     print("\nseekrl-train: dry run; drop dry_run=true to train.")
 
 
-def versions(trainer: Any = None) -> dict[str, str]:
-    """Python, platform, CPU, the precision a run uses (and why) and the versions of the packages a
-    run depends on."""
-    from framework.training.precision import cpu_name
-
-    out = {"python": platform.python_version(), "platform": platform.platform(), "cpu": cpu_name()}
-    commit = git_commit()
-    if commit:
-        out["git_commit"] = commit
-    if trainer is not None:
-        choice = trainer.precision_choice()
-        out |= {"precision": choice.precision, "precision_reason": choice.reason}
-    for dist in VERSIONED:
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    return out
-
-
-def git_commit() -> str | None:
-    """The checkout's commit (with ``-dirty`` when it has uncommitted changes), or None outside git."""
-    import subprocess
-
-    def git(*args: str) -> subprocess.CompletedProcess:
-        here = Path(__file__).resolve().parent
-        return subprocess.run(["git", *args], cwd=here, capture_output=True, text=True, timeout=10)
-
-    try:
-        head = git("rev-parse", "--short=12", "HEAD")
-        if head.returncode != 0:
-            return None
-        dirty = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return head.stdout.strip() + ("-dirty" if dirty else "")
-
-
-def announce_precision(trainer: Any) -> None:
-    """One start-up line: the precision this run trains (and rolls out) in, and why."""
-    choice = trainer.precision_choice()
-    print(f"seekrl: precision {choice.precision} ({choice.reason})", flush=True)
-
-
-def save_run_info(cfg: TrainConfig, run_dir: Path) -> None:
-    """The resolved config and the package versions, beside the logs."""
-    from omegaconf import OmegaConf
-
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
-    (run_dir / "versions.json").write_text(json.dumps(versions(cfg.trainer), indent=2) + "\n")
-
-
 #: figures on the plain progress lines of an RL run
 RL_PROGRESS_KEYS = ("rollout/reward", "rollout/accuracy", "rollout/format_valid", "loss/entropy")
-
-
-def log_progress(label: str, total: int, keys: tuple[str, ...], every_s: float = 0.0) -> list[Any]:
-    """A plain-line progress callback when stdout is not a terminal (a log file or a pipe)."""
-    from framework.lightning.callbacks import LogProgress
-
-    return [] if sys.stdout.isatty() else [LogProgress(label, total, keys, every_s=every_s)]
 
 
 def build_trainer(cfg: TrainConfig, run_dir: Path, checkpoint: Any) -> Any:
@@ -210,127 +139,6 @@ def build_trainer(cfg: TrainConfig, run_dir: Path, checkpoint: Any) -> Any:
     )
 
 
-def warm_start_sft(cfg: TrainConfig) -> tuple[Any, Path]:
-    """The SFT stage ``warm_start.sft=true`` runs, and the cache directory that holds (or will hold)
-    its policy: ``$SEEKRL_CACHE/sft/<key>``, the key covering everything the stage depends on."""
-    from dataclasses import asdict, replace
-
-    from framework.config.schema import SFTConfig
-    from framework.data.datasets import data_key
-    from framework.retrieval.encoder import fingerprint_key
-    from framework.retrieval.local import cache_root
-
-    ws = cfg.warm_start
-    sft_cfg = SFTConfig(
-        seed=ws.expert.seed,
-        run_dir="",
-        dataset=cfg.dataset,
-        retriever=cfg.retriever,
-        rollout=cfg.rollout,
-        agent=cfg.agent,
-        expert=ws.expert,
-        optim=ws.optim,
-        trainer=replace(cfg.trainer, devices=1, strategy="auto", num_nodes=1),
-        eval_questions=ws.eval_questions,
-    )
-    keyed = {k: v for k, v in asdict(sft_cfg).items() if k not in ("run_dir", "logger")}
-    keyed["data"] = data_key(cfg.dataset)  # the questions themselves (synthesis code, files' bytes)
-    keyed["trainer"] = {
-        "accelerator": cfg.trainer.accelerator,
-        "precision": cfg.trainer.precision_choice().precision,
-    }
-    return sft_cfg, cache_root(getattr(cfg.dataset, "cache_dir", None)) / "sft" / fingerprint_key(
-        keyed
-    )
-
-
-def warm_start(cfg: TrainConfig) -> TrainConfig:
-    """``cfg`` with the policy RL starts from: an SFT run's policy, or one made now (and cached).
-
-    The SFT stage made by ``warm_start.sft=true`` is cached under ``$SEEKRL_CACHE/sft/<key>``, the key
-    covering everything it depends on (data, retriever, policy, agent budgets, expert and optimiser
-    settings, precision) but not the RL seed or algorithm: GRPO and E-GRPO arms and every seed of a
-    sweep start from the same warm start, as in the paper.
-    """
-    from dataclasses import replace
-
-    from framework.training.checkpoints import policy_folder
-
-    ws = cfg.warm_start
-    if ws.path is not None:
-        folder = policy_folder(ws.path) or Path(ws.path).expanduser()
-    elif ws.sft:
-        sft_cfg, done = warm_start_sft(cfg)
-        if not (done / "policy" / "config.json").is_file():
-            import shutil
-
-            from framework.cli.sft import run_sft
-
-            # an interrupted earlier attempt left its SFT checkpoint here: run_sft resumes from it
-            tmp = done.with_name(done.name + ".partial")
-            logger = {
-                "_target_": "lightning.pytorch.loggers.TensorBoardLogger",
-                "save_dir": str(tmp),
-                "name": "tensorboard",
-                "version": "",
-                "default_hp_metric": False,
-            }
-            print(f"seekrl-train: warm start: cold-start SFT first (cached in {done})")
-            summary = run_sft(replace(sft_cfg, run_dir=str(tmp), logger=logger), quiet=True)
-            if done.exists():
-                shutil.rmtree(done)
-            tmp.rename(done)
-            e, before, after = summary["expert"], summary["before"], summary["after"]
-            print(
-                f"seekrl-train: warm start ready in {summary['seconds']} s: {e['kept']} of "
-                f"{e['requested']} expert trajectories, {summary['optimizer_steps']} SFT steps, "
-                f"final loss {summary['final'].get('sft/loss', float('nan')):.3f}"
-            )
-            if before and after:
-                print(
-                    f"  on {after['questions']} test questions: format valid "
-                    f"{before['format_valid']:.2f} -> {after['format_valid']:.2f}, accuracy "
-                    f"{before['accuracy']:.2f} -> {after['accuracy']:.2f} (details: {done}/summary.json)"
-                )
-        else:
-            print(f"seekrl-train: warm start: reusing the SFT policy in {done}")
-        folder = done / "policy"
-    else:
-        return cfg
-    policy = replace(cfg.rollout.policy, source="path", path=str(folder))
-    return replace(cfg, rollout=replace(cfg.rollout, policy=policy))
-
-
-def quiet_lightning() -> None:
-    """One copy of each Lightning log line (through Hydra's handlers), without notices that do
-    not apply to this loop (it keeps the policy in eval mode on purpose, its step stream has a
-    length, its batches are plain question indices)."""
-    import logging
-    import warnings
-
-    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
-        log = logging.getLogger(name)
-        for handler in list(log.handlers):
-            if isinstance(handler, logging.StreamHandler):
-                log.removeHandler(handler)
-        log.propagate = True
-    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
-        lambda record: "litlogger" not in record.getMessage()
-    )
-    for name in ("lightning.pytorch.trainer.connectors.checkpoint_connector", "faiss.loader"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    for pattern in (
-        r".*module\(s\) in eval mode.*",
-        r".*`IterableDataset` has `__len__` defined.*",
-        r".*overridden `transfer_batch_to_device`.*",
-        r".*LeafSpec.*",
-        r".*litlogger.*",
-        # the data module restores the sampler position itself (see framework/lightning/data.py)
-        r".*resuming from a checkpoint that ended before the epoch ended.*",
-    ):
-        warnings.filterwarnings("ignore", message=pattern)
-
-
 def train(cfg: TrainConfig) -> float | None:
     """Train; returns ``cfg.optimized_metric`` (for Hydra sweepers), or None when not measured."""
     import lightning as L
@@ -342,7 +150,7 @@ def train(cfg: TrainConfig) -> float | None:
     from framework.registry import SAMPLERS
     from framework.retrieval.types import RetrievalError
     from framework.rollout.policy import PolicyError
-    from framework.training.checkpoints import latest_checkpoint
+    from framework.training.checkpoints import CheckpointWriteError, latest_checkpoint
     from framework.training.lora import export_policy
 
     if cfg.dry_run:
@@ -388,7 +196,7 @@ def train(cfg: TrainConfig) -> float | None:
         validate = validate and not just_validated
         if validate:
             trainer.validate(module, datamodule=data, verbose=False)
-    except (CheckpointMismatch, RetrievalError, PolicyError) as exc:
+    except (CheckpointMismatch, CheckpointWriteError, RetrievalError, PolicyError) as exc:
         print(exc, file=sys.stderr)
         raise SystemExit(2) from None
     finally:

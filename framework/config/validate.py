@@ -62,7 +62,7 @@ def validate(cfg: DictConfig, schema: type[S]) -> S:
             return obj  # type: ignore[return-value]
     error = ConfigError(problems)
     if unknown_names:
-        from framework.plugins import failures
+        from framework.registry.plugins import failures
 
         failed = failures()
         if failed:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -27,9 +28,9 @@ from framework.data.synthesis import (
     SynthesisStats,
     quotas_for,
 )
+from framework.paths import cache_root
 from framework.registry.kinds import DATASETS
 from framework.retrieval.corpus import CorpusConfig, corpus_fingerprint, iter_documents
-from framework.retrieval.local import cache_root
 
 FORMAT_VERSION = 4  # bump when synthesis logic changes: cached outputs are keyed by it
 #: rounds of "generate, drop the unanswerable, generate again"; a round with want=1 takes
@@ -152,12 +153,19 @@ def synthesize(cfg: SynthDatasetConfig, *, log: Any = print) -> Path:
         The output directory (``train/validation/test`` ``.jsonl`` and ``.parquet``,
         ``graph_stats.json``, ``quality_report.md/.json``, ``manifest.json``).
 
+    An interrupted run (Ctrl-C, SIGTERM, a kill) leaves no ``manifest.json``, so the next run
+    synthesizes again (about a minute on the shipped corpus) instead of reading partial splits; the
+    index the answerability check built, or the embeddings it had computed, are kept.
+
     Raises:
         SynthesisError: the corpus has too few linked entities for the requested sizes.
     """
     clock = time.perf_counter()
     out_dir = cfg.directory()
     out_dir.mkdir(parents=True, exist_ok=True)
+    # the manifest marks finished output: gone until this run has written every split and report,
+    # so an interrupted run never leaves output that a rerun (or synth_ready) takes as finished
+    (out_dir / "manifest.json").unlink(missing_ok=True)
     graph = build_graph(_articles(cfg.corpus), cfg.graph)
     stats = graph.save_stats(out_dir / "graph_stats.json")
     log(
@@ -188,7 +196,10 @@ def synthesize(cfg: SynthDatasetConfig, *, log: Any = print) -> Path:
                 progress=cfg.progress,
             )
             for split, items in new.items():
-                flags = answerability(items, retriever, cfg.answerability.k) if retriever else None
+                flags = None
+                if retriever is not None:
+                    k = cfg.answerability.k
+                    flags = answerability(items, retriever, k, progress=cfg.progress)
                 for i, item in enumerate(items):
                     ok = all(flags[i]) if flags is not None else True
                     if flags is not None:
@@ -260,7 +271,9 @@ def synthesize(cfg: SynthDatasetConfig, *, log: Any = print) -> Path:
         "shortfall": shortfall,
         "seconds": time.perf_counter() - clock,
     }
-    (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    tmp = out_dir / "manifest.json.tmp"
+    tmp.write_text(json.dumps(manifest, indent=2))
+    os.replace(tmp, out_dir / "manifest.json")  # last, and atomic: the output is complete
     log(
         f"wrote {manifest['sizes']} to {out_dir} in {manifest['seconds']:.1f} s; report: {report_path}"
     )

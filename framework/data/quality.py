@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from framework.data.schema import QAItem
+from framework.progress import Progress
 from framework.retrieval.types import DocumentNotFound, Retriever
 
 
@@ -26,16 +27,23 @@ def evidence_queries(item: QAItem) -> list[str]:
 
 
 def answerability(
-    items: Sequence[QAItem], retriever: Retriever, k: int, batch: int = 256
+    items: Sequence[QAItem],
+    retriever: Retriever,
+    k: int,
+    batch: int = 256,
+    *,
+    progress: bool = False,
 ) -> list[list[bool]]:
     """Per item, per evidence document of its chain: is it in the corpus and in the top ``k``?"""
     queries = [(i, j, q) for i, it in enumerate(items) for j, q in enumerate(evidence_queries(it))]
     found: dict[tuple[int, int], bool] = {}
-    for start in range(0, len(queries), batch):
-        part = queries[start : start + batch]
-        results = retriever.search([q for _, _, q in part], k)
-        for (i, j, _), hits in zip(part, results, strict=True):
-            found[(i, j)] = items[i].chain[j] in {h.doc_id for h in hits}
+    with Progress("answerability", len(queries), "query", enabled=progress) as bar:
+        for start in range(0, len(queries), batch):
+            part = queries[start : start + batch]
+            results = retriever.search([q for _, _, q in part], k)
+            for (i, j, _), hits in zip(part, results, strict=True):
+                found[(i, j)] = items[i].chain[j] in {h.doc_id for h in hits}
+            bar.update(len(part))
     out = []
     for i, it in enumerate(items):
         flags = []

@@ -25,10 +25,9 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from tqdm import tqdm
-
 from framework.data.entity_graph import Article, EntityGraph, aliases, strip_qualifier
 from framework.data.schema import QAItem
+from framework.progress import Progress
 from framework.rewards.entity_match import entities_found_by_any
 
 SPLITS = ("train", "validation", "test")
@@ -375,25 +374,24 @@ class QuestionSynthesizer:
         left = {s: dict(q) for s, q in quotas.items()}
         out: dict[str, list[QAItem]] = {s: [] for s in quotas}
         budget = self.stats.attempts + max_attempts
-        bar = tqdm(total=_open(left), desc="questions", unit="q", disable=not progress)
-        while self.stats.attempts < budget and _open(left) > 0:
-            open_hops: Counter = Counter()
-            for q in left.values():
-                for h, n in q.items():
-                    open_hops[h] += n
-            hops = self.rng.choices(list(open_hops), weights=list(open_hops.values()))[0]
-            sampled = self.sample(hops)
-            if sampled is None:
-                continue
-            reason = self._offer(*sampled, split_weights, left, out)
-            if reason is None:
-                bar.update(1)
-            elif reason != "name_leak":  # item() counts leaks among the rejections
-                self.stats.skipped[reason] += 1
-        steps = max_attempts if max_search_steps is None else max_search_steps
-        for hops in sorted({h for q in left.values() for h, n in q.items() if n > 0}):
-            bar.update(self._fill_by_search(hops, steps, split_weights, left, out))
-        bar.close()
+        with Progress("synth", _open(left), "question", enabled=progress) as bar:
+            while self.stats.attempts < budget and _open(left) > 0:
+                open_hops: Counter = Counter()
+                for q in left.values():
+                    for h, n in q.items():
+                        open_hops[h] += n
+                hops = self.rng.choices(list(open_hops), weights=list(open_hops.values()))[0]
+                sampled = self.sample(hops)
+                if sampled is None:
+                    continue
+                reason = self._offer(*sampled, split_weights, left, out)
+                if reason is None:
+                    bar.update(1)
+                elif reason != "name_leak":  # item() counts leaks among the rejections
+                    self.stats.skipped[reason] += 1
+            steps = max_attempts if max_search_steps is None else max_search_steps
+            for hops in sorted({h for q in left.values() for h, n in q.items() if n > 0}):
+                bar.update(self._fill_by_search(hops, steps, split_weights, left, out))
         return out
 
     def _fill_by_search(

@@ -3,7 +3,7 @@
 Reads the scalars a training run logged to ``<run dir>/tensorboard``, puts them on the RL step,
 and draws one line per arm (the mean over its runs) with the min..max spread over runs shaded.
 
-Tag names come from :meth:`framework.lightning.module.SearchAgentRL.training_step`:
+Tag names come from :func:`framework.training.step.rl_step` (logged by the Lightning module):
 ``rollout/<name>`` for each entry of :func:`framework.training.metrics.rollout_metrics`
 (``rollout/reward``, ``rollout/accuracy``, ``rollout/entity_match_rate``,
 ``rollout/response_length``, ``rollout/tool_calls``, ...) plus ``rollout/zero_variance_groups``;

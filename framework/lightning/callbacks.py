@@ -14,7 +14,12 @@ from typing import Any
 import lightning as L
 
 from framework.progress import progress_line
-from framework.training.checkpoints import CHECKPOINT_GLOB, checkpoint_name
+from framework.training.checkpoints import (
+    CHECKPOINT_GLOB,
+    CheckpointWriteError,
+    checkpoint_name,
+    newest_checkpoint,
+)
 
 
 def training_step(trainer: L.Trainer, pl_module: L.LightningModule) -> int:
@@ -28,7 +33,8 @@ class StepCheckpoint(L.Callback):
     A checkpoint is written every ``every_n_steps`` training steps (0: only at the end), after the
     last step, and after the step during which SIGINT or SIGTERM arrived; then training stops. A
     second Ctrl-C aborts at once. Files are written under a temporary name and renamed, so a crash
-    mid-write never leaves a truncated checkpoint behind.
+    mid-write never leaves a truncated checkpoint behind; a write that fails (a full disk) removes
+    its partial file and raises :class:`CheckpointWriteError` naming the checkpoint that is kept.
     """
 
     def __init__(
@@ -98,13 +104,28 @@ class StepCheckpoint(L.Callback):
         tmp = final.with_name(final.name + ".tmp")
         if trainer.is_global_zero:
             self.dirpath.mkdir(parents=True, exist_ok=True)
-        trainer.save_checkpoint(tmp)  # every rank takes part; rank 0 writes
+        try:
+            trainer.save_checkpoint(tmp)  # every rank takes part; rank 0 writes
+        except OSError as exc:  # disk full, quota, permissions: the older checkpoints stay
+            raise self._write_error(tmp, final, exc) from exc
         if trainer.is_global_zero:
             os.replace(tmp, final)
             for old in sorted(self.dirpath.glob(CHECKPOINT_GLOB))[: -self.keep or None]:
                 old.unlink()
         self.saved_step = step
         return final
+
+    def _write_error(self, tmp: Path, final: Path, exc: OSError) -> CheckpointWriteError:
+        """The error for a checkpoint that could not be written, after removing its partial file."""
+        tmp.unlink(missing_ok=True)
+        newest = newest_checkpoint(self.dirpath)
+        kept = f"the newest complete checkpoint is still {newest}" if newest else "none was saved"
+        return CheckpointWriteError(
+            exc.errno,
+            f"[checkpoint] could not write {final} ({exc.strerror or exc}); {kept}. Fix: free "
+            "disk space (or lower trainer.keep_checkpoints), then run the same command again: "
+            "seekrl-sft resumes by itself, seekrl-train with resume=<run dir>.",
+        )
 
 
 class LogProgress(L.Callback):

@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from framework.data.schema import QAItem
-from framework.samplers.uniform import GroupRequest
+from framework.types import GroupRequest
 
 
 @dataclass

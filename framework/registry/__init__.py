@@ -66,7 +66,7 @@ def load_components(*, plugins: bool | None = None) -> None:
         for module in BUILTIN_MODULES:
             importlib.import_module(module)
         _loaded = True
-    from framework.plugins import load_plugins
+    from framework.registry.plugins import load_plugins
 
     load_plugins(enabled=plugins)
 

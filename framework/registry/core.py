@@ -13,6 +13,7 @@ import contextvars
 import dataclasses
 import difflib
 import functools
+import importlib
 import importlib.metadata
 import inspect
 import re
@@ -119,7 +120,8 @@ class Registry(Generic[T]):
         signature: how the framework calls a target, e.g. ``fn(inputs: AdvantageInputs, *, cfg)
             -> Tensor[N]`` or ``cls(*, cfg)`` (documentation; checked against the built-ins by test).
         methods: what the object a class target builds offers, e.g. ``("close()",)``.
-        config_base: ``module:Class`` that every config of this kind subclasses (documentation).
+        config_base: ``module:Class`` that every config of this kind subclasses (checked when a
+            component registers: the framework reads the base's fields).
     """
 
     def __init__(
@@ -174,6 +176,14 @@ class Registry(Generic[T]):
                 "framework.config.ComponentConfig. Fix: declare "
                 "'@dataclass class MyConfig(ComponentConfig): ...' and pass config=MyConfig."
             )
+        base = self.config_base_class()
+        if not issubclass(config, base):
+            raise TypeError(
+                f"[{self.kind}.{name}] got config {config.__name__}; expected a subclass of "
+                f"{base.__name__} ({self.config_base}), the base of every {self.kind} config, "
+                f"whose fields the framework reads. Fix: declare 'class {config.__name__}"
+                f"({base.__name__})'."
+            )
         if not callable(target) or not _accepts_cfg(target):
             raise TypeError(
                 f"[{self.kind}.{name}] got target {_origin(target)}; expected a callable with a "
@@ -194,6 +204,11 @@ class Registry(Generic[T]):
         if self._store is not None:
             self._store.store(group=self.group, name=name, node=config(name=name), provider=source)
         return entry
+
+    def config_base_class(self) -> type[ComponentConfig]:
+        """The class named by ``config_base`` (imported on first use)."""
+        module, _, name = self.config_base.partition(":")
+        return getattr(importlib.import_module(module), name)
 
     # -- lookup -------------------------------------------------------------------------------
     def get(self, name: str) -> Entry:
@@ -287,7 +302,7 @@ def _accepts_cfg(target: Callable[..., Any]) -> bool:
 
 
 def _plugin_failures() -> list[Any]:
-    from framework.plugins import failures
+    from framework.registry.plugins import failures
 
     return failures()
 

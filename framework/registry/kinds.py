@@ -5,7 +5,8 @@ Each registry's Hydra group has the same name as the config section it fills, so
 
 Each registry also declares how the framework calls its targets (``signature``; ``cfg`` is the
 component's config dataclass, bound by :meth:`Registry.bind`), the methods of the objects that class
-targets build (``methods``) and the class every config of the kind derives from (``config_base``).
+targets build (``methods``) and the class every config of the kind derives from (``config_base``,
+checked when a component registers).
 These declarations are the README's registry table (``python3 tools/registry_table.py`` writes it);
 ``tests/unit/registry/test_registry_table.py`` checks them against the built-in components and the
 README, so the table, this file and the code cannot drift apart.
@@ -21,11 +22,12 @@ REWARDS: Registry = Registry(
 )
 ADVANTAGES: Registry = Registry(
     "advantage",
-    signature="fn(inputs: AdvantageInputs, *, cfg) -> Tensor[N]",
+    signature="fn(inputs: AdvantageInputs, *, cfg) -> Tensor[N or N, L]",
 )
 POLICY_LOSSES: Registry = Registry(
     "loss",
     signature="fn(inputs: PolicyLossInputs, *, cfg) -> LossOutput",
+    config_base="framework.algorithms.losses:PolicyLossConfig",
 )
 KL_ESTIMATORS: Registry = Registry(
     "kl",

@@ -189,7 +189,7 @@ class _Plugin:
 
 
 def _plugin_fix(plugin: _Plugin, reg: Registration) -> str | None:
-    from framework import plugins
+    from framework.registry import plugins
 
     failed = {f.name: f for f in plugins.failures()}
     loaded = {p.name for p in plugins.loaded()}
@@ -220,7 +220,7 @@ def _plugin_fix(plugin: _Plugin, reg: Registration) -> str | None:
 
 def _plugin_packages() -> Iterator[tuple[_Plugin, Path, str]]:
     """Each plugin with the directory (or file) and name of its top-level package."""
-    from framework import plugins
+    from framework.registry import plugins
 
     found = {p.name: _Plugin(p.name, p.distribution, p.value) for p in plugins.loaded()}
     found.update({f.name: _Plugin(f.name, f.distribution, f.value) for f in plugins.failures()})

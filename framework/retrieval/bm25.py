@@ -5,18 +5,21 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from framework.config import Problem, check_choice, check_range
+from framework.paths import cache_root
+from framework.progress import Progress
 from framework.registry.kinds import RETRIEVERS
+from framework.retrieval.corpus import CorpusStore
 from framework.retrieval.local import (
     LocalRetrieverConfig,
     Stopwatch,
     StoreBacked,
-    cache_root,
     check_manifest,
     open_store,
     read_manifest,
@@ -49,11 +52,33 @@ class BM25RetrieverConfig(LocalRetrieverConfig):
     bm25: BM25Params = field(default_factory=BM25Params)
 
 
-def _tokenize(texts: Sequence[str], params: BM25Params, progress: bool = False) -> Any:
+def _tokenize(texts: Sequence[str], params: BM25Params) -> Any:
     import bm25s
 
     stop = None if params.stopwords == "none" else params.stopwords
-    return bm25s.tokenize(list(texts), stopwords=stop, show_progress=progress)
+    return bm25s.tokenize(list(texts), stopwords=stop, show_progress=False)
+
+
+def tokenize_store(store: CorpusStore, params: BM25Params, *, progress: bool = False) -> Any:
+    """Every passage of ``store`` tokenised exactly as one ``bm25s.tokenize`` call would (same ids,
+    same vocabulary), in store batches so that progress shows in a log too.
+
+    ``bm25s.tokenize`` numbers tokens by first appearance, so a batch's new tokens, taken in its own
+    id order, continue the numbering of the batches before it.
+    """
+    from bm25s.tokenization import Tokenized
+
+    vocab: dict[str, int] = {}
+    ids: list[list[int]] = []
+    with Progress("bm25", len(store), "passage", enabled=progress) as bar:
+        for texts in store.iter_texts():
+            part = _tokenize(texts, params)
+            remap = [0] * len(part.vocab)
+            for token, local in sorted(part.vocab.items(), key=lambda kv: kv[1]):
+                remap[local] = vocab.setdefault(token, len(vocab))
+            ids += [[remap[i] for i in doc] for doc in part.ids]
+            bar.update(len(texts))
+    return Tokenized(ids=ids, vocab=vocab)
 
 
 def bm25_index_dir(cfg: BM25RetrieverConfig, corpus: str) -> Path:
@@ -113,10 +138,10 @@ class BM25Retriever(StoreBacked):
         import bm25s
 
         clock = Stopwatch()
-        texts = [t for batch in self.store.iter_texts() for t in batch]
         p = self.cfg.bm25
         model = bm25s.BM25(k1=p.k1, b=p.b, method=p.method)
-        model.index(_tokenize(texts, p, self.cfg.progress), show_progress=self.cfg.progress)
+        tokens = tokenize_store(self.store, p, progress=self.cfg.progress)
+        model.index(tokens, show_progress=self.cfg.progress and sys.stdout.isatty())
         tmp = self.directory.with_name(self.directory.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         model.save(str(tmp))

@@ -18,10 +18,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tqdm import tqdm
-
 from framework.config import Problem, check, check_choice, check_range
 from framework.paths import package_dir
+from framework.progress import Progress
 from framework.retrieval.types import Document, DocumentNotFound, Hit, RetrievalError
 
 SCHEMA_VERSION = 1
@@ -239,6 +238,7 @@ def build_corpus(cfg: CorpusConfig, path: Path, *, progress: bool = True) -> int
         RetrievalError: unreadable source, or a source with no documents.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_orphans(path)
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     tmp.unlink(missing_ok=True)
     con = sqlite3.connect(tmp)
@@ -248,22 +248,24 @@ def build_corpus(cfg: CorpusConfig, path: Path, *, progress: bool = True) -> int
         seen: set[str] = set()
         batch_p: list[tuple[int, str, str, str, str]] = []
         batch_d: list[tuple[str, str, str]] = []
-        for doc in tqdm(iter_documents(cfg), desc="corpus", unit="doc", disable=not progress):
-            if doc.doc_id in seen:
-                raise RetrievalError(
-                    f"[retriever.corpus] got the document id {doc.doc_id!r} twice; expected unique "
-                    "ids. Fix: deduplicate the corpus file."
-                )
-            seen.add(doc.doc_id)
-            docs += 1
-            batch_d.append((doc.doc_id, doc.title, doc.text))
-            chunks = chunk_words(doc.text, cfg.chunk_words, cfg.chunk_overlap)
-            for j, chunk in enumerate(chunks):
-                pid = doc.doc_id if len(chunks) == 1 else f"{doc.doc_id}#{j}"
-                batch_p.append((rows, pid, doc.doc_id, doc.title, chunk))
-                rows += 1
-            if len(batch_p) >= 10_000:
-                _flush(con, batch_p, batch_d)
+        with Progress("corpus", cfg.limit or None, "doc", enabled=progress) as bar:
+            for doc in iter_documents(cfg):
+                if doc.doc_id in seen:
+                    raise RetrievalError(
+                        f"[retriever.corpus] got the document id {doc.doc_id!r} twice; expected "
+                        "unique ids. Fix: deduplicate the corpus file."
+                    )
+                seen.add(doc.doc_id)
+                docs += 1
+                batch_d.append((doc.doc_id, doc.title, doc.text))
+                chunks = chunk_words(doc.text, cfg.chunk_words, cfg.chunk_overlap)
+                for j, chunk in enumerate(chunks):
+                    pid = doc.doc_id if len(chunks) == 1 else f"{doc.doc_id}#{j}"
+                    batch_p.append((rows, pid, doc.doc_id, doc.title, chunk))
+                    rows += 1
+                if len(batch_p) >= 10_000:
+                    _flush(con, batch_p, batch_d)
+                bar.update()
         _flush(con, batch_p, batch_d)
         if rows == 0:
             raise RetrievalError(
@@ -284,6 +286,21 @@ def build_corpus(cfg: CorpusConfig, path: Path, *, progress: bool = True) -> int
     con.close()
     os.replace(tmp, path)
     return rows
+
+
+def _remove_orphans(path: Path) -> None:
+    """Delete temporary stores that builds killed by a signal left beside ``path`` (named after
+    their process, which no longer runs); a build still running in another process is left alone."""
+    for tmp in path.parent.glob(f"{path.name}.tmp-*"):
+        pid = tmp.name.rsplit("-", 1)[-1]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            tmp.unlink(missing_ok=True)
+        except OSError:  # exists under another user: not ours to judge
+            continue
 
 
 def _flush(con: sqlite3.Connection, passages: list, documents: list) -> None:

@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from framework.config import Problem, check_choice, check_range
+from framework.paths import cache_root
+from framework.progress import Progress
 from framework.registry.kinds import RETRIEVERS
 from framework.retrieval.corpus import CorpusStore
 from framework.retrieval.encoder import (
@@ -34,7 +35,6 @@ from framework.retrieval.local import (
     LocalRetrieverConfig,
     Stopwatch,
     StoreBacked,
-    cache_root,
     check_manifest,
     open_store,
     read_manifest,
@@ -96,8 +96,9 @@ def compute_embeddings(
 ) -> np.ndarray:
     """Embeddings of every passage of ``store`` (memory-mapped ``.npy`` at ``path``), resumable.
 
-    A partial file and a progress record are kept beside ``path`` while encoding; a rerun continues
-    from the last completed batch.
+    A partial file and a progress record are kept beside ``path`` while encoding; a rerun after
+    Ctrl-C, SIGTERM or a kill continues from the last completed batch (the record is written after
+    the batch's rows are flushed, and atomically, so it never claims rows that are not there).
     """
     if path.is_file():
         return np.load(path, mmap_mode="r")
@@ -105,32 +106,40 @@ def compute_embeddings(
     partial = path.with_suffix(".partial.npy")
     done_file = path.with_suffix(".done.json")
     n, dim = len(store), encoder.dim
-    done = 0
-    if partial.is_file() and done_file.is_file():
-        state = json.loads(done_file.read_text())
-        if state.get("shape") == [n, dim]:
-            done = int(state["rows"])
+    done = _rows_done(done_file, [n, dim]) if partial.is_file() else 0
     if done == 0:
         out = np.lib.format.open_memmap(partial, mode="w+", dtype=np.float32, shape=(n, dim))
     else:
         out = np.load(partial, mmap_mode="r+")
-    bar = tqdm(total=n, initial=done, desc="embed", unit="passage", disable=not progress)
-    row = 0
-    for texts in store.iter_texts(batch=max(encoder.cfg.batch_size * 16, 1024)):
-        if row + len(texts) <= done:  # already embedded in an earlier run
+    with Progress("embed", n, "passage", initial=done, enabled=progress) as bar:
+        row = 0
+        for texts in store.iter_texts(batch=max(encoder.cfg.batch_size * 16, 1024)):
+            if row + len(texts) <= done:  # already embedded in an earlier run
+                row += len(texts)
+                continue
+            emb = encoder.encode_passages(texts)
+            out[row : row + len(texts)] = emb
             row += len(texts)
-            continue
-        emb = encoder.encode_passages(texts)
-        out[row : row + len(texts)] = emb
-        row += len(texts)
-        out.flush()
-        done_file.write_text(json.dumps({"shape": [n, dim], "rows": row}))
-        bar.update(len(texts))
-    bar.close()
+            out.flush()
+            tmp = done_file.with_name(done_file.name + ".tmp")
+            tmp.write_text(json.dumps({"shape": [n, dim], "rows": row}))
+            os.replace(tmp, done_file)
+            bar.update(len(texts))
     del out
     os.replace(partial, path)
     done_file.unlink(missing_ok=True)
     return np.load(path, mmap_mode="r")
+
+
+def _rows_done(record: Path, shape: list[int]) -> int:
+    """Rows a progress record says are embedded; 0 for a missing or unreadable record, or one of
+    another shape (another corpus or encoder)."""
+    try:
+        state = json.loads(record.read_text())
+        rows = int(state["rows"]) if state.get("shape") == shape else 0
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return 0
+    return rows if 0 <= rows <= shape[0] else 0
 
 
 def build_faiss_index(embeddings: np.ndarray, cfg: DenseIndexConfig, seed: int = 0) -> Any:

@@ -3,7 +3,8 @@
 It speaks Search-R1's ``POST /retrieve`` API, so it works against ``seekrl-serve`` and against
 Search-R1's own ``retrieval_server.py``; document lookup (``POST /document``) needs ``seekrl-serve``.
 Connection errors, timeouts and 5xx answers are retried with exponential backoff; 4xx answers are
-not (400 becomes :class:`QueryError`, 404 from ``/document`` :class:`DocumentNotFound`).
+not (400 becomes :class:`QueryError`, 404 from ``/document`` :class:`DocumentNotFound`). A server
+that stays unreachable or silent after the retries raises :class:`RetrieverUnavailable`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from framework.retrieval.types import (
     QueryError,
     RetrievalError,
     RetrieverConfigBase,
+    RetrieverUnavailable,
     check_request,
     document_key,
 )
@@ -222,22 +224,20 @@ class HttpRetriever:
                 time.sleep(self.cfg.backoff_s * 2 ** (attempt - 1))
         tries = f"{attempts} attempt{'s' if attempts != 1 else ''}"
         if unreachable:
-            msg = (
+            raise RetrieverUnavailable(
                 f"[{_SECTION}] cannot reach {url} after {tries} ({failure}); expected a running "
                 f"retrieval server. Fix: {_START_FIX}."
-            )
-        elif isinstance(cause, httpx.TimeoutException):
-            msg = (
+            ) from cause
+        if isinstance(cause, httpx.TimeoutException):
+            raise RetrieverUnavailable(
                 f"[{_SECTION}] no answer from {url} after {tries} ({failure}); expected one "
                 f"within timeout_s={self.cfg.timeout_s}. Fix: raise retriever.timeout_s, send "
                 "smaller batches, or check the server."
-            )
-        else:
-            msg = (
-                f"[{_SECTION}] the server at {url} failed after {tries} ({failure}); expected "
-                "an answer. Fix: see the server's log."
-            )
-        raise RetrievalError(msg) from cause
+            ) from cause
+        raise RetrievalError(  # a 5xx: a fault of the server on this request, not an outage
+            f"[{_SECTION}] the server at {url} failed after {tries} ({failure}); expected "
+            "an answer. Fix: see the server's log."
+        )
 
     def _client_error(self, resp: httpx.Response, path: str) -> Exception:
         """The exception for a 4xx answer (never retried)."""

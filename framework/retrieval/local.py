@@ -10,17 +10,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# the cache helpers live in framework.paths; re-exported here for code that imports them from here
+from framework.paths import CACHE_ENV as CACHE_ENV
+from framework.paths import cache_root as cache_root
 from framework.retrieval.corpus import CorpusConfig, CorpusStore, open_corpus
 from framework.retrieval.types import Document, RetrievalError, RetrieverConfigBase
 
-CACHE_ENV = "SEEKRL_CACHE"
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1
-
-
-def cache_root(value: str | None) -> Path:
-    """The cache directory: ``value``, else ``$SEEKRL_CACHE``, else ``~/.cache/seekrl``."""
-    return Path(value or os.environ.get(CACHE_ENV) or "~/.cache/seekrl").expanduser()
 
 
 @dataclass

@@ -14,6 +14,14 @@ class RetrievalError(RuntimeError):
     """A retrieval backend could not answer (index missing or corrupt, server down, ...)."""
 
 
+class RetrieverUnavailable(RetrievalError):
+    """The retriever cannot answer at all (its server is unreachable or does not answer in time).
+
+    Unlike a failed query, this is not shown to the model as a tool error: the agent loop raises it,
+    so a run stops with the message instead of training on rollouts whose every search failed.
+    """
+
+
 class QueryError(ValueError):
     """A request that no backend should answer: empty or oversized query, bad k, too many queries."""
 

@@ -85,12 +85,19 @@ def reward_components(inputs: RewardInputs, cfg: ComponentConfig) -> dict[str, T
     return {cfg.name: registry.bind(cfg)(inputs)}
 
 
+def reward_total(components: dict[str, Tensor], cfg: ComponentConfig, n: int) -> Tensor:
+    """The reward of ``cfg`` from its :func:`reward_components` (so each is computed once): the
+    weighted sum of a ``weighted_sum``, else the reward's only component."""
+    if not isinstance(cfg, WeightedSumConfig):
+        return components[cfg.name]
+    total = torch.zeros(n, dtype=torch.get_default_dtype())
+    for term in cfg.terms:
+        sub, weight = term_config(term)
+        total = total + weight * components[sub.name]
+    return total
+
+
 @REWARDS.register("weighted_sum", config=WeightedSumConfig)
 def weighted_sum_reward(inputs: RewardInputs, *, cfg: WeightedSumConfig) -> Tensor:
     """``sum_i w_i r_i`` over the configured rewards (see :func:`reward_components` for each r_i)."""
-    parts = reward_components(inputs, cfg)
-    total = torch.zeros(len(inputs), dtype=torch.get_default_dtype())
-    for term in cfg.terms:
-        sub, weight = term_config(term)
-        total = total + weight * parts[sub.name]
-    return total
+    return reward_total(reward_components(inputs, cfg), cfg, len(inputs))

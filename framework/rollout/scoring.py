@@ -4,36 +4,60 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from framework.config import ComponentConfig
 from framework.data.schema import QAItem
-from framework.rewards.composite import reward_components
+from framework.rewards.composite import reward_components, reward_total
 from framework.rollout.types import Trajectory
 from framework.types import RewardInputs
 
+#: the QAItem fields given to components as columns, and the column each becomes
+ITEM_COLUMNS = {
+    "question": "question",
+    "id": "question_id",
+    "hops": "hops",
+    "golden_answers": "golden_answers",
+    "chain": "chain",
+    "data_source": "data_source",
+}
 
-def reward_inputs(trajectories: Sequence[Trajectory], items: Sequence[QAItem]) -> RewardInputs:
-    """The reward batch of ``trajectories``; ``items[t.group]`` is each rollout's question.
 
-    Columns: ``question``, ``question_id``, ``hops`` and ``golden_answers`` always, ``entities``
-    when every question has them.
+def dataset_columns(rows: Sequence[QAItem]) -> dict[str, list[Any]]:
+    """Every dataset column of ``rows`` (one question per rollout), as rewards and advantage
+    estimators receive them (as TRL's reward functions do).
+
+    Columns: ``question``, ``question_id``, ``hops``, ``golden_answers``, ``chain`` and
+    ``data_source`` always (``hops`` and ``chain`` may hold ``None``); ``entities`` when every
+    question has them; and each entry of ``QAItem.extra`` that every question has, under its own
+    name (an entry named like one of the columns above is left out: the field wins).
     """
-    rows = [items[t.group] for t in trajectories]
-    columns: dict[str, list] = {
-        "question": [r.question for r in rows],
-        "question_id": [r.id for r in rows],
-        "hops": [r.hops for r in rows],
-        "golden_answers": [list(r.golden_answers) for r in rows],
+    columns: dict[str, list[Any]] = {
+        column: [_plain(getattr(r, name)) for r in rows] for name, column in ITEM_COLUMNS.items()
     }
     if all(r.entities for r in rows):
-        columns["entities"] = [[list(e) for e in r.entities] for r in rows]  # type: ignore[union-attr]
+        columns["entities"] = [_plain(r.entities) for r in rows]
+    shared = set.intersection(*(set(r.extra) for r in rows)) if rows else set()
+    for key in sorted(shared - set(columns) - {"entities"}):
+        columns[key] = [r.extra[key] for r in rows]
+    return columns
+
+
+def _plain(value: Any) -> Any:
+    """Tuples (as QAItem stores sequences) as lists, nested."""
+    return [_plain(v) for v in value] if isinstance(value, tuple) else value
+
+
+def reward_inputs(trajectories: Sequence[Trajectory], items: Sequence[QAItem]) -> RewardInputs:
+    """The reward batch of ``trajectories``; ``items[t.group]`` is each rollout's question, whose
+    columns (:func:`dataset_columns`) the batch carries."""
     return RewardInputs(
         group_index=torch.tensor([t.group for t in trajectories], dtype=torch.long),
         completions=[t.response_text for t in trajectories],
-        columns=columns,
+        columns=dataset_columns([items[t.group] for t in trajectories]),
         status=[t.status for t in trajectories],
         think_texts=[t.think_text for t in trajectories],
     )
@@ -50,8 +74,8 @@ class Scores:
 def score(
     trajectories: Sequence[Trajectory], items: Sequence[QAItem], reward: ComponentConfig
 ) -> Scores:
-    """Rewards of ``trajectories`` under the configured reward, with every component."""
-    from framework.registry import REWARDS
-
+    """Rewards of ``trajectories`` under the configured reward, with every component; each
+    reward is computed once (a weighted sum's total is summed from its components)."""
     inputs = reward_inputs(trajectories, items)
-    return Scores(REWARDS.bind(reward)(inputs), reward_components(inputs, reward))
+    components = reward_components(inputs, reward)
+    return Scores(reward_total(components, reward, len(inputs)), components)

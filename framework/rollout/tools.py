@@ -15,23 +15,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from framework.retrieval.types import DocumentNotFound, QueryError, RetrievalError, Retriever
+from framework.retrieval.types import (
+    DocumentNotFound,
+    QueryError,
+    RetrievalError,
+    Retriever,
+    RetrieverUnavailable,
+)
+from framework.types import ToolCall  # re-exported: the parser and the tests import it from here
 
 if TYPE_CHECKING:
     from framework.rollout.engine import AgentConfig
 
 MAX_QUERIES_PER_CALL = 8
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    """A valid call: ``search`` with ``queries``, or ``visit`` with ``doc_id`` or ``title``."""
-
-    name: str
-    queries: tuple[str, ...] = ()
-    doc_id: str | None = None
-    title: str | None = None
-    goal: str | None = None
 
 
 @dataclass(frozen=True)
@@ -94,10 +90,14 @@ def answer_search(calls: Sequence[ToolCall], retriever: Retriever, cfg: AgentCon
     if unique:
         try:
             results = dict(zip(unique, retriever.search(unique, cfg.search_k), strict=True))
+        except RetrieverUnavailable:
+            raise  # no query can be answered: the rollout cannot go on
         except (QueryError, RetrievalError):
             for q in unique:
                 try:
                     results[q] = retriever.search([q], cfg.search_k)[0]
+                except RetrieverUnavailable:
+                    raise
                 except (QueryError, RetrievalError) as exc:
                     results[q] = f"search failed: {first_line(exc)}"
     return [_search_observation(c, results, cfg) for c in calls]
@@ -137,6 +137,8 @@ def answer_visit(calls: Sequence[ToolCall], retriever: Retriever, cfg: AgentConf
             doc = retriever.document(doc_id=call.doc_id, title=call.title)
         except DocumentNotFound:
             out.append(f"Error: no page titled {call.title or call.doc_id!r}. Search for it first.")
+        except RetrieverUnavailable:
+            raise
         except (QueryError, RetrievalError) as exc:
             out.append(f"Error: {first_line(exc)}")
         else:

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from framework.types import TurnSpan
+
 STATUSES = ("ok", "format_error", "over_budget")
 SEGMENT_KINDS = ("think", "tool_call", "tool_response", "answer", "other")
 
@@ -67,6 +69,8 @@ class Trajectory:
         loss_mask: 1 on tokens the model generated, 0 on the prompt and on tool responses.
         prompt_len: number of prompt tokens at the start of ``token_ids``.
         segments: spans of ``token_ids`` after the prompt, by kind (think, tool_call, ...).
+        turns: the model turns, in ``token_ids`` positions: each turn's span, the tool calls it made
+            (with their queries) and the span of the observation that followed.
         status: ``ok`` (answered), ``format_error`` or ``over_budget``.
         answer: the final answer, when there is one.
         think_text: the contents of every ``<think>`` block, joined (E-GRPO matches entities here).
@@ -81,6 +85,7 @@ class Trajectory:
     loss_mask: list[int]
     prompt_len: int
     segments: list[Segment] = field(default_factory=list)
+    turns: list[TurnSpan] = field(default_factory=list)
     status: str = "ok"
     answer: str | None = None
     think_text: str = ""

@@ -9,14 +9,9 @@ import torch
 
 from framework.config import ComponentConfig, Problem, check_range
 from framework.registry.kinds import SAMPLERS
+from framework.types import GroupRequest
 
-
-@dataclass(frozen=True)
-class GroupRequest:
-    """One group to roll out: a question (dataset row) and how many rollouts it gets."""
-
-    question: int
-    size: int
+__all__ = ["GroupRequest", "UniformSampler", "UniformSamplerConfig"]  # GroupRequest: re-exported
 
 
 @dataclass

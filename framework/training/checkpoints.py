@@ -7,6 +7,10 @@ from pathlib import Path
 CHECKPOINT_GLOB = "step-*.ckpt"
 
 
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (a full disk, a quota); the older ones are intact."""
+
+
 def checkpoint_name(step: int) -> str:
     return f"step-{step:06d}.ckpt"
 

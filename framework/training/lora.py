@@ -71,3 +71,11 @@ class AdaptersOff:
     def __call__(self, **kwargs: Any) -> Any:
         with self.model.disable_adapter():
             return self.model(**kwargs)
+
+
+def reference_policy(model: Any) -> Any:
+    """The frozen KL reference of ``model``: for LoRA its base with the adapters off (no copy),
+    else a frozen copy."""
+    if is_peft(model):
+        return AdaptersOff(model)
+    return copy.deepcopy(model).eval().requires_grad_(False)

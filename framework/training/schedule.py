@@ -45,3 +45,22 @@ def lr_multiplier(schedule: str, warmup_steps: int, total_steps: int) -> Callabl
         return 0.5 * (1.0 + math.cos(math.pi * progress))
 
     return f
+
+
+def optimizer_and_schedule(policy: Any, optim: Any, total_steps: int) -> tuple[Any, Any]:
+    """AdamW over the trainable parameters of ``policy`` and its ``LambdaLR`` schedule, as the
+    ``optim`` config section says, over ``total_steps`` optimiser steps."""
+    import torch
+
+    o = optim
+    params = [p for p in policy.parameters() if p.requires_grad]
+    opt = adamw(
+        params,
+        fused=o.fused,
+        lr=o.lr,
+        betas=(o.beta1, o.beta2),
+        eps=o.eps,
+        weight_decay=o.weight_decay,
+    )
+    multiplier = lr_multiplier(o.schedule, o.warmup_steps, total_steps)
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, multiplier)

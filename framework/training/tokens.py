@@ -61,6 +61,32 @@ def pack(trajectories: Sequence[Trajectory], pad_id: int) -> TokenBatch:
     return TokenBatch(ids, attn, positions, loss[:, width - resp :])
 
 
+def response_mask(trajectories: Sequence[Trajectory]) -> Tensor:
+    """``[N, L]`` bool: 1 on the response tokens the model generated, left-aligned (column ``j`` is
+    response token ``j``; ``L`` the longest response, at least 1)."""
+    width = max((len(t.loss_mask) - t.prompt_len for t in trajectories), default=1)
+    mask = torch.zeros((len(trajectories), max(width, 1)), dtype=torch.bool)
+    for i, t in enumerate(trajectories):
+        m = torch.tensor(t.loss_mask[t.prompt_len :], dtype=torch.bool)
+        mask[i, : m.numel()] = m
+    return mask
+
+
+def right_aligned(values: Tensor, trajectories: Sequence[Trajectory], width: int) -> Tensor:
+    """Per-token ``values [n, L]`` in :func:`response_mask`'s layout moved to :func:`pack`'s: row
+    ``k``'s response ends in the last of ``width`` columns (``width`` >= every response length).
+
+    Returns:
+        ``[n, width]``, 0 where a row has no response token.
+    """
+    out = values.new_zeros((values.shape[0], width))
+    for k, t in enumerate(trajectories):
+        r = len(t.token_ids) - t.prompt_len
+        if r > 0:
+            out[k, width - r :] = values[k, :r]
+    return out
+
+
 def token_logprobs(
     model: Any, batch: TokenBatch, *, entropy: bool = False
 ) -> tuple[Tensor, Tensor | None]:

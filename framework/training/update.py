@@ -14,10 +14,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from framework.algorithms.aggregation import chunk_weights
+from framework.algorithms.aggregation import chunk_weights, masked_mean
+from framework.algorithms.losses import PolicyLossConfig
 from framework.algorithms.objective import add_kl_penalty
 from framework.rollout.types import Trajectory
-from framework.training.tokens import pack, token_logprobs
+from framework.training.tokens import pack, response_mask, right_aligned, token_logprobs
 from framework.types import LossOutput, PolicyLossInputs
 
 
@@ -73,13 +74,8 @@ def plan_update(
 
 
 def _row_token_mask(trajectories: Sequence[Trajectory], sample_mask: Tensor) -> Tensor:
-    """``[N, L]`` effective trained-token mask of the whole batch (rows unpadded to L)."""
-    width = max((len(t.loss_mask) - t.prompt_len for t in trajectories), default=1)
-    mask = torch.zeros((len(trajectories), max(width, 1)), dtype=torch.bool)
-    for i, t in enumerate(trajectories):
-        m = torch.tensor(t.loss_mask[t.prompt_len :], dtype=torch.bool)
-        mask[i, : m.numel()] = m & bool(sample_mask[i])
-    return mask
+    """``[N, L]`` effective trained-token mask of the whole batch (:func:`response_mask` layout)."""
+    return response_mask(trajectories) & sample_mask.bool().reshape(-1, 1)
 
 
 @dataclass
@@ -93,15 +89,19 @@ class LossSpec:
     kl_coef: float = 0.0
 
 
-def loss_spec(loss: Any, kl: Any) -> LossSpec:
-    """The objective of the ``loss`` and ``kl`` config sections, bound through the registries."""
+def loss_spec(loss: PolicyLossConfig, kl: Any) -> LossSpec:
+    """The objective of the ``loss`` and ``kl`` config sections, bound through the registries.
+
+    The aggregation is the loss config's own (every loss config is a :class:`PolicyLossConfig`,
+    which ``POLICY_LOSSES`` checks when the loss registers).
+    """
     from framework.registry import KL_ESTIMATORS, POLICY_LOSSES
 
     use_kl = kl.coef > 0
     return LossSpec(
         policy_loss=POLICY_LOSSES.bind(loss),
-        agg=getattr(loss, "agg", "token_mean"),
-        norm_constant=getattr(loss, "norm_constant", None),
+        agg=loss.agg,
+        norm_constant=loss.norm_constant,
         kl=KL_ESTIMATORS.bind(kl) if use_kl else None,
         kl_coef=kl.coef,
     )
@@ -133,18 +133,24 @@ def chunk_loss(
 ) -> tuple[LossOutput, Tensor | None, Tensor]:
     """Loss of one micro-batch: ``(loss output, entropy [n, R] or None, token mask [n, R])``.
 
-    ``old_logprobs`` ``[n, R]`` are the behaviour policy's; ``None`` means the batch is exactly on
-    policy (one policy epoch, weights unchanged since generation) and the current log-probabilities,
-    detached, stand in for them: the ratio is 1 and its gradient the policy gradient.
+    ``advantages`` are ``[N]`` or ``[N, L]`` of the whole batch (per token in
+    :func:`~framework.training.tokens.response_mask`'s layout). ``old_logprobs`` ``[n, R]`` are the
+    behaviour policy's; ``None`` means the batch is exactly on policy (one policy epoch, weights
+    unchanged since generation) and the current log-probabilities, detached, stand in for them: the
+    ratio is 1 and its gradient the policy gradient.
     """
     device = next(model.parameters()).device
-    batch = pack([trajectories[int(i)] for i in rows], pad_id).to(device)
+    chunk = [trajectories[int(i)] for i in rows]
+    batch = pack(chunk, pad_id).to(device)
     logp, ent = token_logprobs(model, batch, entropy=entropy)
     old = logp.detach() if old_logprobs is None else old_logprobs.to(device)
+    adv = advantages[rows]  # [n] or [n, L]
+    if adv.dim() == 2:
+        adv = right_aligned(adv, chunk, batch.response_width)  # [n, R], as pack lays tokens out
     inputs = PolicyLossInputs(
         logprobs=logp,
         old_logprobs=old,
-        advantages=advantages[rows].to(device),
+        advantages=adv.to(device),
         token_mask=batch.loss_mask,
         sample_mask=sample_mask[rows].to(device),
     )
@@ -283,6 +289,8 @@ def policy_update(
     The Lightning module passes its ``manual_backward``; plain torch callers keep the default.
 
     Args:
+        advantages: ``[N]`` per rollout or ``[N, L]`` per response token
+            (:func:`~framework.training.tokens.response_mask`'s layout).
         optim: the ``optim`` section (policy_epochs, micro_batch_size, micro_batch_tokens,
             skip_zero_advantage, grad_clip).
         pad_passes: given this process's number of micro-batches, how many zero-loss backward
@@ -339,5 +347,12 @@ def policy_update(
         if ent is not None:
             figures["entropy"] = ent
     figures["trained_rollouts"] = float(len(trajectories) - plan.skipped)
-    figures["advantage_abs_mean"] = float(advantages.abs().mean())
+    figures["advantage_abs_mean"] = advantage_abs_mean(advantages, trajectories)
     return figures
+
+
+def advantage_abs_mean(advantages: Tensor, trajectories: Sequence[Trajectory]) -> float:
+    """Mean ``|A|`` over rollouts (``[N]``), or over generated tokens (``[N, L]``)."""
+    if advantages.dim() == 1:
+        return float(advantages.abs().mean())
+    return float(masked_mean(advantages.abs(), response_mask(trajectories)))

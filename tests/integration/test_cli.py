@@ -29,7 +29,9 @@ def test_train_prints_composed_typed_config_for_swapped_components():
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "advantage:\n  name: rloo" in out
-    assert "loss:\n  name: gspo\n  clip_low: 0.0003\n  clip_high: 0.0004" in out
+    # the loss section: its base's fields (agg, norm_constant) come first, then gspo's own
+    loss = out.split("loss:\n", 1)[1].split("\nkl:", 1)[0]
+    assert loss.startswith("  name: gspo\n") and "  clip_low: 0.0003\n  clip_high: 0.0004" in loss
     assert "reward:\n  name: e_grpo\n  alpha: 0.3" in out
 
 

@@ -9,7 +9,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from framework.cli.app import group_options, load_config
-from framework.config.schema import APPS
+from framework.cli.schema import APPS
 from framework.paths import config_dir
 
 CONF = config_dir()

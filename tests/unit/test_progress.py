@@ -1,4 +1,12 @@
-from framework.progress import progress_line
+"""Plain progress lines and the Progress helper (injected clock, captured output)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from framework.progress import Progress, progress_line
 
 
 def test_progress_line_gives_position_rate_and_eta():
@@ -7,3 +15,107 @@ def test_progress_line_gives_position_rate_and_eta():
     line = progress_line("eval synth_test", 25, 100, 36.0, "question")
     assert line == "[eval synth_test] question 25/100  36.0 s/question  ETA 45.0 min"
     assert progress_line("sft", 10, 10, 5.0).endswith("ETA 0.0 min")  # done: nothing left
+
+
+def test_progress_line_reads_fast_rates_per_second_and_goes_without_a_total():
+    # 0.01 s per passage = 100 passages/s; 9000 left = 90 s = 1.5 min
+    line = progress_line("embed", 1000, 10000, 0.01, "passage")
+    assert line == "[embed] passage 1000/10000  100.0 passage/s  ETA 1.5 min"
+    assert progress_line("corpus", 5000, None, 0.0005, "doc") == "[corpus] doc 5000  2000.0 doc/s"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def plain(total: int | None, clock: Clock, **kw) -> tuple[Progress, io.StringIO]:
+    out = io.StringIO()
+    bar = Progress("embed", total, "passage", plain=True, stream=out, clock=clock, **kw)
+    return bar, out
+
+
+def lines(out: io.StringIO) -> list[str]:
+    return out.getvalue().splitlines()
+
+
+def test_plain_lines_at_most_every_interval_plus_the_last():
+    clock = Clock()
+    bar, out = plain(100, clock, every_s=20.0)
+    for _ in range(10):  # 10 passages per 5 s: a line every 4th update (20 s)
+        clock.now += 5.0
+        bar.update(10)
+    assert lines(out) == [
+        # 40 passages in 20 s: 0.5 s each, 60 left = 30 s = 0.5 min
+        "[embed] passage 40/100  2.0 passage/s  ETA 0.5 min",
+        "[embed] passage 80/100  2.0 passage/s  ETA 0.2 min",
+        "[embed] passage 100/100  2.0 passage/s  ETA 0.0 min",  # the last, though only 10 s on
+    ]
+    bar.close()
+    assert len(lines(out)) == 3  # close does not repeat the last line
+
+
+def test_close_prints_the_last_position_of_a_loop_without_a_total():
+    clock = Clock()
+    bar, out = plain(None, clock)
+    with bar:
+        clock.now += 3.0
+        bar.update(6000)
+    assert lines(out) == ["[embed] passage 6000  2000.0 passage/s"]  # 6000 in 3 s, no ETA
+
+
+def test_short_loops_and_interrupted_loops_print_nothing_at_the_end():
+    clock = Clock()
+    bar, out = plain(10, clock, min_s=1.0)
+    clock.now += 0.5
+    bar.update(10)  # finished in 0.5 s: not worth a line
+    bar.close()
+    assert lines(out) == []
+
+    bar, out = plain(10, clock)
+    with pytest.raises(KeyboardInterrupt), bar:
+        clock.now += 5.0
+        bar.update(3)
+        raise KeyboardInterrupt
+    assert lines(out) == []  # no final line for a loop cut short
+
+
+def test_resumed_loop_rates_only_its_own_work():
+    clock = Clock()
+    bar, out = plain(100, clock, initial=60, every_s=10.0)
+    clock.now += 10.0
+    bar.update(20)  # 20 passages in 10 s (the 60 done earlier are not counted): 0.5 s each
+    assert lines(out) == ["[embed] passage 80/100  2.0 passage/s  ETA 0.2 min"]
+
+
+def test_callback_form_sets_position_and_total():
+    clock = Clock()
+    bar, out = plain(None, clock, every_s=0.0)
+    clock.now += 40.0
+    bar(2, 8)  # (done, total) as expert_trajectories and the eval harness report it
+    clock.now += 40.0
+    bar(4, 8)
+    clock.now += 40.0
+    bar(4, 8)  # no progress since the last line: nothing new to say
+    assert lines(out) == [
+        "[embed] passage 2/8  20.0 s/passage  ETA 2.0 min",
+        "[embed] passage 4/8  20.0 s/passage  ETA 1.3 min",
+    ]
+    bar(8, 8)
+    bar(8, 8)  # the agent loop reports its last turn, then the end: one line for both
+    assert lines(out)[2:] == ["[embed] passage 8/8  15.0 s/passage  ETA 0.0 min"]
+
+
+def test_disabled_shows_nothing_and_a_terminal_gets_a_bar(capsys, monkeypatch):
+    bar = Progress("embed", 5, enabled=False, plain=True)
+    bar.update(5)
+    bar.close()
+    assert capsys.readouterr() == ("", "")
+    monkeypatch.setattr("sys.stdout.isatty", lambda: True)
+    with Progress("embed", 5, "passage", every_s=0.0, min_s=0.0) as bar:
+        bar.update(5)
+    out, err = capsys.readouterr()
+    assert out == "" and "5/5" in err  # the tqdm bar, on stderr; no plain line

@@ -4,10 +4,13 @@
     python3 tools/bench/train_step.py --policies tiny --rounds 1 --steps 2
 
 Both sides train the same policy on the same single-turn prompts (synthesized questions, no tools)
-with the same group size, completion length, sampling, optimiser (fused AdamW, TRL's default; lr 1e-6, fp32), clip bounds
-(0.2 / 0.28), token-mean loss, no KL and one on-policy update per batch. Each measurement runs in
-its own process (so peak memory is its own), the two sides alternate A/B for ``--rounds`` rounds,
-and the first step of every process is a warm-up that is not counted.
+with the same group size, completion length, sampling, optimiser (fused AdamW, TRL's default; lr
+1e-6, fp32), clip bounds (0.2 / 0.28), token-mean loss, no KL and one on-policy update per batch.
+This framework's side runs the training step users run (``framework.training.step.rl_step``, the
+Lightning module's step) with a single-turn rollout in place of the agent loop; the search-agent
+rows run it with the agent loop. Each measurement runs in its own process (so peak memory is its
+own), the two sides alternate A/B for ``--rounds`` rounds, and the first step of every process is a
+warm-up that is not counted.
 
 Reported per side: trained samples/s, rollout tokens/s, the step split into generation / scoring /
 backward (forward + backward) / optimiser / other, and peak RSS. In the same run, the ceiling: raw
@@ -77,94 +80,168 @@ def peak_rss_gb() -> float:
 
 
 # -- side A: this framework --------------------------------------------------------------------------
-def run_ours(args: argparse.Namespace) -> dict[str, Any]:
+class SingleTurn:
+    """The bench's rollouts for :func:`~framework.training.step.rl_step`: one completion of each
+    chat prompt through the backend, no tools (what TRL's side generates), in place of the agent
+    loop."""
+
+    def __init__(self, backend: Any, tok: Any, completion: int) -> None:
+        self.backend, self.tok, self.completion = backend, tok, completion
+        self.timings: dict[str, float] = {}
+
+    def run(
+        self, questions: list[str], group_sizes: list[int], *, question_ids: Any, progress: Any
+    ) -> list[Any]:
+        from framework.rollout.policy import chat_prompt_ids
+        from framework.rollout.types import Trajectory
+
+        prompts = [chat_prompt_ids(self.tok, [{"role": "user", "content": q}]) for q in questions]
+        rows = [(g, p) for g, (p, n) in enumerate(zip(prompts, group_sizes)) for _ in range(n)]
+        start = time.perf_counter()
+        gens = self.backend.generate([p for _, p in rows], [self.completion] * len(rows), ())
+        self.timings = {"generate": time.perf_counter() - start, "retrieval": 0.0}
+        out = []
+        for (g, p), gen in zip(rows, gens, strict=True):
+            new = list(gen.token_ids)
+            t = Trajectory(question_ids[g], g, list(p) + new, [0] * len(p) + [1] * len(new), len(p))
+            t.response_text = self.tok.decode(new, skip_special_tokens=True)
+            t.stats = {"turns": 1, "generated_tokens": len(new), "response_tokens": len(new)}
+            out.append(t)
+        return out
+
+
+class TimedOptimizer:
+    """An optimiser whose ``step`` time is summed (the step's backward / optimiser split)."""
+
+    def __init__(self, opt: Any) -> None:
+        self.opt, self.seconds = opt, 0.0
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.opt.zero_grad(set_to_none=set_to_none)
+
+    def step(self) -> None:
+        start = time.perf_counter()
+        self.opt.step()
+        self.seconds += time.perf_counter() - start
+
+
+def timed_steps(parts: Any, dataset: list, opt: Any, sched: Any, steps: int, args: Any) -> list:
+    """``steps`` calls of the training step users run (:func:`rl_step`) on consecutive questions,
+    each split into generation / retrieval / scoring / backward / optimiser / other."""
+    from framework.training.step import rl_step
+    from framework.types import GroupRequest
+
+    timed, out = TimedOptimizer(opt), []
+    for step in range(steps):
+        first = step * args.questions
+        groups = [GroupRequest(first + i, args.group) for i in range(args.questions)]
+        timed.seconds = 0.0
+        result = rl_step(parts, groups, dataset, timed, sched)
+        f, trajs = result.figures, result.trajectories
+        split = {
+            "generation": f["timing/generate"],
+            "retrieval": f["timing/retrieval"],
+            "scoring": f["timing/scoring"],
+            "backward": f["timing/update"] - timed.seconds,
+            "optimizer": timed.seconds,
+        }
+        split["other"] = f["timing/step"] - sum(split.values())
+        out.append(
+            {
+                **split,
+                "total": f["timing/step"],
+                "samples": len(trajs),
+                "completion_tokens": sum(t.stats["generated_tokens"] for t in trajs),
+                "trained_rollouts": f["loss/trained_rollouts"],
+                "turns": f["rollout/turns"],
+                "context_tokens": sum(len(t.token_ids) for t in trajs) / len(trajs),
+            }
+        )
+    return out
+
+
+def register_bench_reward() -> Any:
+    """The config of the shared reward (:func:`reward_texts`), registered as ``bench_text_hash``
+    the way a plugin registers one."""
+    from dataclasses import dataclass
+
     import torch
 
-    from framework.algorithms.advantages import GRPOAdvantageConfig, grpo_advantage
-    from framework.algorithms.losses import ClipLossConfig, ppo_clip_loss
+    from framework.config import ComponentConfig
+    from framework.registry import REWARDS
+
+    @dataclass
+    class TextHashRewardConfig(ComponentConfig):
+        pass
+
+    def text_hash_reward(inputs: Any, *, cfg: TextHashRewardConfig) -> Any:
+        return torch.tensor(reward_texts(list(inputs.completions)))
+
+    if "bench_text_hash" not in REWARDS:
+        REWARDS.add("bench_text_hash", text_hash_reward, config=TextHashRewardConfig)
+    return TextHashRewardConfig(name="bench_text_hash")
+
+
+def run_ours(args: argparse.Namespace) -> dict[str, Any]:
+    import dataclasses
+
+    import torch
+
+    from framework.cli.app import load_config
+    from framework.data.datasets import SynthDatasetConfig, synth_dataset
     from framework.rollout.hf_backend import (
         SamplingConfig,
         TransformersBackend,
         TransformersBackendConfig,
     )
     from framework.rollout.policy import load_policy
-    from framework.rollout.types import Trajectory
-    from framework.training.schedule import adamw
-    from framework.training.update import LossSpec, plan_update, run_update_pass
-    from framework.types import AdvantageInputs
+    from framework.training.schedule import optimizer_and_schedule
+    from framework.training.step import StepParts
+    from framework.training.update import loss_spec
 
+    n = args.questions * args.group
+    # TRL's setting as train overrides: one update per batch over every rollout at once, clip
+    # bounds, token-mean loss, no KL, no schedule
+    cfg = load_config(
+        "train",
+        [
+            "warm_start.sft=false",
+            "advantage=grpo",
+            "loss=ppo_clip",
+            f"loss.clip_low={CLIP_LOW}",
+            f"loss.clip_high={CLIP_HIGH}",
+            "loss.agg=token_mean",
+            "kl.coef=0",
+            f"optim.lr={LR}",
+            f"optim.micro_batch_size={n}",
+            "optim.micro_batch_tokens=0",
+            "optim.grad_clip=1.0",
+            "optim.schedule=constant",
+        ],
+    )
     torch.manual_seed(0)
     model, tok = load_policy(policy_config(args.policy))
     backend = TransformersBackend(
         cfg=TransformersBackendConfig(
-            name="transformers",
-            sampling=SamplingConfig(seed=0),
-            micro_batch=args.questions * args.group,
+            name="transformers", sampling=SamplingConfig(seed=0), micro_batch=n
         ),
         model=model,
         tokenizer=tok,
     )
-    opt = adamw([p for p in model.parameters() if p.requires_grad], lr=LR)
-    loss_cfg = ClipLossConfig(
-        name="ppo_clip", clip_low=CLIP_LOW, clip_high=CLIP_HIGH, agg="token_mean"
+    opt, sched = optimizer_and_schedule(model, cfg.optim, args.steps + 1)
+    parts = StepParts(
+        policy=model,
+        loop=SingleTurn(backend, tok, args.completion),
+        reward=register_bench_reward(),
+        advantage=cfg.advantage,
+        spec=loss_spec(cfg.loss, cfg.kl),
+        optim=cfg.optim,
+        pad_id=tok.pad_token_id,
     )
-    spec = LossSpec(policy_loss=lambda i: ppo_clip_loss(i, cfg=loss_cfg), agg="token_mean")
-    texts = prompts(args.questions * (args.steps + 1))
-    steps = []
-    for step in range(args.steps + 1):
-        qs, seqs = step_prompts(tok, texts, step, args)
-        t0 = time.perf_counter()
-        model.eval()
-        gens = backend.generate(seqs, [args.completion] * len(seqs), ())
-        t1 = time.perf_counter()
-        completions = [tok.decode(g.token_ids, skip_special_tokens=True) for g in gens]
-        rewards = torch.tensor(reward_texts(completions))
-        group = torch.arange(len(qs)).repeat_interleave(args.group)
-        adv = grpo_advantage(
-            AdvantageInputs(rewards=rewards, group_index=group),
-            cfg=GRPOAdvantageConfig(name="grpo"),
-        )
-        trajs = [
-            Trajectory(
-                0, int(g), list(s) + g_.token_ids, [0] * len(s) + [1] * len(g_.token_ids), len(s)
-            )
-            for s, g_, g in zip(seqs, gens, group.tolist(), strict=True)
-        ]
-        sample_mask = torch.ones(len(trajs), dtype=torch.bool)
-        t2 = time.perf_counter()
-        model.train()
-        opt.zero_grad(set_to_none=True)
-        plan = plan_update(
-            trajs, adv, sample_mask, micro_batch_size=len(trajs), agg="token_mean", skip_zero=True
-        )
-        run_update_pass(
-            model,
-            trajs,
-            adv,
-            sample_mask,
-            plan,
-            spec,
-            lambda x: x.backward(),
-            pad_id=tok.pad_token_id,
-            entropy=False,
-        )
-        t3 = time.perf_counter()
-        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.grad is not None], 1.0)
-        opt.step()
-        t4 = time.perf_counter()
-        tokens = sum(len(g.token_ids) for g in gens)
-        steps.append(
-            {
-                "generation": t1 - t0,
-                "scoring": t2 - t1,
-                "backward": t3 - t2,
-                "optimizer": t4 - t3,
-                "other": 0.0,
-                "total": t4 - t0,
-                "samples": len(trajs),
-                "completion_tokens": tokens,
-            }
-        )
+    items = synth_dataset("test", cfg=SynthDatasetConfig(name="synth"))
+    rows = items[: args.questions * (args.steps + 1)]
+    dataset = [dataclasses.replace(it, question=f"Answer briefly. {it.question}") for it in rows]
+    steps = timed_steps(parts, dataset, opt, sched, args.steps + 1, args)
     return {"steps": steps[1:], "peak_rss_gb": peak_rss_gb()}
 
 
@@ -297,9 +374,7 @@ def run_ceiling(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_agent(args: argparse.Namespace) -> dict[str, Any]:
-    """This framework's search agent (multi-turn, FAISS), one training step's work, for reference."""
-    import torch
-
+    """This framework's search agent (multi-turn, FAISS): the training step users run, timed."""
     from framework.cli.app import load_config
 
     if args.agent_policy and args.policy != "tiny":
@@ -320,71 +395,13 @@ def run_agent(args: argparse.Namespace) -> dict[str, Any]:
     )
     from framework.lightning.module import SearchAgentRL
     from framework.registry import DATASETS
-    from framework.training.schedule import adamw
+    from framework.training.schedule import optimizer_and_schedule
 
     items = DATASETS.bind(cfg.dataset)("train")
     module = SearchAgentRL(cfg, items, [])
     module.setup("fit")
-    opt = adamw([p for p in module.policy.parameters() if p.requires_grad], lr=LR)
-    steps = []
-    for step in range(args.agent_steps + 1):
-        chosen = items[step * args.questions : (step + 1) * args.questions]
-        t0 = time.perf_counter()
-        trajs = module.rollouts(chosen, args.group, list(range(len(chosen))))
-        t1 = time.perf_counter()
-        from framework.rollout.scoring import score
-        from framework.types import AdvantageInputs
-
-        scores = score(trajs, chosen, cfg.reward)
-        group = torch.tensor([t.group for t in trajs])
-        adv = module.advantage_fn(
-            AdvantageInputs(rewards=scores.total.float(), group_index=group)
-        ).float()
-        mask = torch.tensor([t.status != "over_budget" for t in trajs])
-        t2 = time.perf_counter()
-        from framework.training.update import plan_update, run_update_pass
-
-        module.policy.train()
-        opt.zero_grad(set_to_none=True)
-        plan = plan_update(
-            trajs,
-            adv,
-            mask,
-            micro_batch_size=cfg.optim.micro_batch_size,
-            max_tokens=cfg.optim.micro_batch_tokens,  # 8 x 2048 tokens at once exhausts 24 GB
-            agg=module.spec.agg,
-            skip_zero=True,
-        )
-        run_update_pass(
-            module.policy,
-            trajs,
-            adv,
-            mask,
-            plan,
-            module.spec,
-            lambda x: x.backward(),
-            pad_id=module.pad_id,
-            entropy=False,
-        )
-        t3 = time.perf_counter()
-        opt.step()
-        t4 = time.perf_counter()
-        steps.append(
-            {
-                "generation": module.loop.timings["generate"],
-                "retrieval": module.loop.timings["retrieval"],
-                "scoring": t2 - t1,
-                "backward": t3 - t2,
-                "optimizer": t4 - t3,
-                "total": t4 - t0,
-                "samples": len(trajs),
-                "completion_tokens": sum(t.stats["generated_tokens"] for t in trajs),
-                "trained_rollouts": len(trajs) - plan.skipped,
-                "turns": sum(t.stats.get("turns", 0) for t in trajs) / len(trajs),
-                "context_tokens": sum(len(t.token_ids) for t in trajs) / len(trajs),
-            }
-        )
-        module.backend.update_weights(module.policy)
+    opt, sched = optimizer_and_schedule(module.policy, cfg.optim, args.agent_steps + 1)
+    steps = timed_steps(module.parts, items, opt, sched, args.agent_steps + 1, args)
     module.close()
     return {"steps": steps[1:], "peak_rss_gb": peak_rss_gb()}
 
@@ -494,6 +511,7 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "scoring",
         "backward",
         "optimizer",
+        "other",
         "total",
         "turns",
         "context_tokens",

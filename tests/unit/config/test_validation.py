@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from framework.cli.app import compose, load_config
+from framework.cli.schema import TrainConfig
 from framework.config import ConfigError, Problem, check_choice, check_range
-from framework.config.schema import TrainConfig
 from framework.config.validate import validate
 
 

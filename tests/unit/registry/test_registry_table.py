@@ -143,3 +143,7 @@ def test_table_has_one_row_per_registry_with_its_builtins():
     assert "-> list[QAItem]`" in datasets
     assert "`cls(*, cfg, model=None, tokenizer=None)`" in table
     assert "`RetrieverConfigBase` from `framework.retrieval.types`" in table
+    # the trainer reads a loss's aggregation from its config base, with no fallback
+    losses = next(row for row in rows if row.startswith("| `POLICY_LOSSES`"))
+    assert "`PolicyLossConfig`" in losses
+    assert "`PolicyLossConfig` from `framework.algorithms.losses`" in table

@@ -35,7 +35,9 @@ def traj(group: int, think: str, answer: str | None, status: str = "ok") -> Traj
 
 
 def e_grpo(alpha: float = 0.3) -> EntityRewardConfig:
-    return EntityRewardConfig(name="e_grpo", alpha=alpha)
+    # the literal rule (E_q = every entity): ITEM's question names "Jaws", which the default
+    # (skip_question_entities) would leave out; that default has its own tests in test_rewards.py
+    return EntityRewardConfig(name="e_grpo", alpha=alpha, skip_question_entities=False)
 
 
 def test_reward_batch_from_trajectories():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from framework.config.schema import TrainerConfig
+from framework.lightning.trainer import TrainerConfig
 from framework.training.precision import choose_precision, native_bf16
 
 # flags of real CPUs (trimmed): Cascade Lake Xeon (AVX512, no bf16), Sapphire Rapids (AMX),

@@ -1,13 +1,20 @@
-"""Typed top-level configs of the apps (train, eval, index, synth, serve).
+"""Typed top-level configs of the apps (train, eval, index, synth, serve, rollouts), and the table of
+every app's schema.
 
 Component sections (``advantage``, ``loss``, ``kl``, ``reward``, ``sampler``, ...) are typed ``Any``
 here: Hydra fills them with the config dataclass that the chosen registry entry declared, so each is
 typed by its own schema. Third-party objects (loggers) use ``_target_``.
+
+The app schemas compose sections from every layer (the agent loop's budgets, LoRA, the Lightning
+trainer, the SFT stage), so they live here in the app layer, which may import them all, and not in
+:mod:`framework.config`, the bottom layer that the components themselves import. The SFT stage's own
+schemas (``SFTConfig``, ``WarmStartConfig``) live with it in :mod:`framework.sft.config`, because the
+train app's warm start runs that stage as a library; the trainer settings both stages share
+(``TrainerConfig``) live in :mod:`framework.lightning.trainer`.
 """
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,24 +22,13 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from framework.config.app import RUN_DIR, schedule_problems, target_problems
 from framework.config.problems import Problem, check, check_choice, check_range
 from framework.config.study import StudyConfig
+from framework.lightning.trainer import TrainerConfig
 from framework.rollout.engine import AgentConfig
-from framework.sft.expert import ExpertConfig
+from framework.sft.config import SFTConfig, WarmStartConfig
 from framework.training.lora import LoraConfig
-from framework.training.precision import PrecisionChoice, choose_precision
-
-RUN_DIR = "${hydra:runtime.output_dir}"
-
-
-def schedule_problems(optim: Any) -> list[Problem]:
-    """Checks shared by the optimiser sections: lr, weight decay, warm-up, schedule, clipping."""
-    out = check_range(optim.lr, "lr", low=0.0, low_inclusive=False)
-    out += check_range(optim.weight_decay, "weight_decay", low=0.0)
-    out += check_range(optim.warmup_steps, "warmup_steps", low=0)
-    out += check_choice(optim.schedule, "schedule", ("constant", "linear", "cosine"))
-    out += check_range(optim.grad_clip, "grad_clip", low=0.0)
-    return out
 
 
 @dataclass
@@ -73,69 +69,6 @@ class OptimConfig:
 
 
 @dataclass
-class TrainerConfig:
-    """Arguments of ``lightning.Trainer`` that the presets in ``conf/trainer/`` set."""
-
-    accelerator: str = "cpu"
-    devices: Any = 1
-    num_nodes: int = 1
-    strategy: str = "auto"
-    precision: str = field(
-        default="auto",
-        metadata={
-            "help": "auto (bf16-mixed only on hardware with native bf16), or a Lightning value"
-        },
-    )
-    max_steps: int = field(default=80, metadata={"help": "training steps (paper: ~80)"})
-    log_every_n_steps: int = 1
-    checkpoint_every_n_steps: int = field(default=10, metadata={"help": "0 disables"})
-    val_every_n_steps: int = field(default=0, metadata={"help": "0: no validation during training"})
-    val_at_end: bool = field(default=True, metadata={"help": "validate once after training"})
-    val_questions: int = field(default=16, metadata={"help": "validation subset size (0 = all)"})
-    val_samples: int = field(default=1, metadata={"help": "rollouts per validation question"})
-    keep_checkpoints: int = field(default=2, metadata={"help": "newest step checkpoints kept"})
-    export_policy: bool = field(
-        default=True, metadata={"help": "save the trained policy as a HF checkpoint (policy/)"}
-    )
-
-    def problems(self) -> list[Problem]:
-        out = check_choice(self.accelerator, "accelerator", ("cpu", "gpu", "cuda", "mps", "auto"))
-        out += check_choice(
-            self.precision,
-            "precision",
-            ("auto", "32-true", "32", "bf16-mixed", "bf16-true", "16-mixed", "16-true", "64-true"),
-        )
-        out += check_range(self.num_nodes, "num_nodes", low=1)
-        out += check_range(self.max_steps, "max_steps", low=1)
-        out += check_range(self.log_every_n_steps, "log_every_n_steps", low=1)
-        out += check_range(self.checkpoint_every_n_steps, "checkpoint_every_n_steps", low=0)
-        out += check_range(self.val_every_n_steps, "val_every_n_steps", low=0)
-        out += check_range(self.val_questions, "val_questions", low=0)
-        out += check_range(self.val_samples, "val_samples", low=1)
-        out += check_range(self.keep_checkpoints, "keep_checkpoints", low=1)
-        ok = (
-            self.devices == "auto"
-            or (isinstance(self.devices, int) and self.devices >= 1)
-            or (isinstance(self.devices, list) and all(isinstance(d, int) for d in self.devices))
-        )
-        out += check(ok, "devices", self.devices, "'auto', a count >= 1 or a list of ids", "fix it")
-        if self.accelerator == "cpu" and self.precision in ("16-mixed", "16-true"):
-            out += [
-                Problem(
-                    "precision",
-                    self.precision,
-                    "32-true or bf16 on CPU",
-                    "use trainer.precision=auto, bf16-mixed or 32-true (fp16 needs a GPU)",
-                )
-            ]
-        return out
-
-    def precision_choice(self) -> PrecisionChoice:
-        """The precision this machine runs (``auto`` resolved) and why."""
-        return choose_precision(self.precision, self.accelerator)
-
-
-@dataclass
 class LoggingConfig:
     """What the train app writes besides scalars."""
 
@@ -150,80 +83,6 @@ class LoggingConfig:
     def problems(self) -> list[Problem]:
         out = check_range(self.text_every_n_steps, "text_every_n_steps", low=0)
         out += check_range(self.text_samples, "text_samples", low=0)
-        return out
-
-
-def target_problems(section: Any, path: str) -> list[Problem]:
-    """Problems of a ``_target_`` section: the target's module must be importable."""
-    if section is None:
-        return []
-    target = section.get("_target_") if isinstance(section, dict) else None
-    if not isinstance(target, str) or "." not in target:
-        return [
-            Problem(
-                f"{path}._target_",
-                target,
-                "a dotted class path",
-                f"set {path}._target_ to e.g. lightning.pytorch.loggers.TensorBoardLogger",
-            )
-        ]
-    module = target.rsplit(".", 1)[0]
-    try:
-        found = importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        found = False
-    return check(found, f"{path}._target_", target, "an importable module path", "install it")
-
-
-@dataclass
-class SFTOptimConfig:
-    """AdamW for the supervised warm start."""
-
-    lr: float = field(default=1e-4, metadata={"help": "peak learning rate"})
-    weight_decay: float = 0.0
-    warmup_steps: int = 5
-    schedule: str = field(default="cosine", metadata={"help": "constant, linear or cosine"})
-    grad_clip: float = field(default=1.0, metadata={"help": "max gradient norm; 0 disables"})
-    batch_size: int = field(default=4, metadata={"help": "trajectories per optimiser step"})
-    epochs: int = field(default=2, metadata={"help": "passes over the expert trajectories"})
-
-    def problems(self) -> list[Problem]:
-        out = schedule_problems(self)
-        out += check_range(self.batch_size, "batch_size", low=1)
-        out += check_range(self.epochs, "epochs", low=1)
-        return out
-
-
-@dataclass
-class WarmStartConfig:
-    """Where RL starts: the configured policy, an SFT run's policy, or an SFT stage run first."""
-
-    sft: bool = field(
-        default=False,
-        metadata={"help": "run (or reuse the cached) cold-start SFT first, then RL from it"},
-    )
-    path: str | None = field(
-        default=None,
-        metadata={"help": "an seekrl-sft run directory (or its policy/) to start from"},
-    )
-    expert: ExpertConfig = field(default_factory=ExpertConfig)
-    optim: SFTOptimConfig = field(default_factory=SFTOptimConfig)
-    eval_questions: int = field(
-        default=16, metadata={"help": "test questions for the before/after check; 0 skips it"}
-    )
-
-    def problems(self) -> list[Problem]:
-        out = check_range(self.eval_questions, "eval_questions", low=0)
-        if self.path is not None:
-            from framework.training.checkpoints import policy_folder
-
-            out += check(
-                policy_folder(self.path) is not None,
-                "path",
-                self.path,
-                "an seekrl-sft run directory with policy/, or a checkpoint folder",
-                "point warm_start.path at a finished SFT run, or use warm_start.sft=true",
-            )
         return out
 
 
@@ -277,39 +136,6 @@ class TrainConfig:
                         "point resume at an existing checkpoint, or drop it to start fresh",
                     )
                 )
-        return out
-
-
-@dataclass
-class SFTConfig:
-    """The ``sft`` app: expert trajectories from the synthesis chains, then supervised training.
-
-    ``trainer`` supplies the accelerator, devices, strategy, precision and logging interval; the
-    length of the run is ``optim.epochs`` over the kept trajectories.
-    """
-
-    seed: int = 0
-    run_dir: str = RUN_DIR
-    dataset: Any = MISSING
-    retriever: Any = MISSING
-    rollout: Any = MISSING
-    agent: AgentConfig = field(default_factory=AgentConfig)
-    expert: ExpertConfig = field(default_factory=ExpertConfig)
-    optim: SFTOptimConfig = field(default_factory=SFTOptimConfig)
-    lora: LoraConfig = field(default_factory=LoraConfig)
-    trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    logger: Any = None
-    val_fraction: float = field(
-        default=0.05, metadata={"help": "expert trajectories held out for the validation loss"}
-    )
-    eval_questions: int = field(
-        default=16, metadata={"help": "test questions rolled out before and after; 0 skips"}
-    )
-
-    def problems(self) -> list[Problem]:
-        out = target_problems(self.logger, "logger")
-        out += check_range(self.val_fraction, "val_fraction", low=0.0, high=0.5)
-        out += check_range(self.eval_questions, "eval_questions", low=0)
         return out
 
 

@@ -1,0 +1,124 @@
+"""The Lightning trainer as both training stages (RL and SFT) run it: its settings, and what every
+run does around ``trainer.fit`` (one precision line, plain progress lines in logs, quiet Lightning
+notices, the exit status of an interrupted run).
+
+Heavy imports (Lightning itself) stay inside the functions: every app imports this module.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from framework.config.problems import Problem, check, check_choice, check_range
+from framework.training.precision import PrecisionChoice, choose_precision
+
+#: exit status after SIGINT / SIGTERM once the checkpoint is saved (128 + SIGINT, as shells do)
+INTERRUPTED = 130
+
+
+@dataclass
+class TrainerConfig:
+    """Arguments of ``lightning.Trainer`` that the presets in ``conf/trainer/`` set."""
+
+    accelerator: str = "cpu"
+    devices: Any = 1
+    num_nodes: int = 1
+    strategy: str = "auto"
+    precision: str = field(
+        default="auto",
+        metadata={
+            "help": "auto (bf16-mixed only on hardware with native bf16), or a Lightning value"
+        },
+    )
+    max_steps: int = field(default=80, metadata={"help": "training steps (paper: ~80)"})
+    log_every_n_steps: int = 1
+    checkpoint_every_n_steps: int = field(default=10, metadata={"help": "0 disables"})
+    val_every_n_steps: int = field(default=0, metadata={"help": "0: no validation during training"})
+    val_at_end: bool = field(default=True, metadata={"help": "validate once after training"})
+    val_questions: int = field(default=16, metadata={"help": "validation subset size (0 = all)"})
+    val_samples: int = field(default=1, metadata={"help": "rollouts per validation question"})
+    keep_checkpoints: int = field(default=2, metadata={"help": "newest step checkpoints kept"})
+    export_policy: bool = field(
+        default=True, metadata={"help": "save the trained policy as a HF checkpoint (policy/)"}
+    )
+
+    def problems(self) -> list[Problem]:
+        out = check_choice(self.accelerator, "accelerator", ("cpu", "gpu", "cuda", "mps", "auto"))
+        out += check_choice(
+            self.precision,
+            "precision",
+            ("auto", "32-true", "32", "bf16-mixed", "bf16-true", "16-mixed", "16-true", "64-true"),
+        )
+        out += check_range(self.num_nodes, "num_nodes", low=1)
+        out += check_range(self.max_steps, "max_steps", low=1)
+        out += check_range(self.log_every_n_steps, "log_every_n_steps", low=1)
+        out += check_range(self.checkpoint_every_n_steps, "checkpoint_every_n_steps", low=0)
+        out += check_range(self.val_every_n_steps, "val_every_n_steps", low=0)
+        out += check_range(self.val_questions, "val_questions", low=0)
+        out += check_range(self.val_samples, "val_samples", low=1)
+        out += check_range(self.keep_checkpoints, "keep_checkpoints", low=1)
+        ok = (
+            self.devices == "auto"
+            or (isinstance(self.devices, int) and self.devices >= 1)
+            or (isinstance(self.devices, list) and all(isinstance(d, int) for d in self.devices))
+        )
+        out += check(ok, "devices", self.devices, "'auto', a count >= 1 or a list of ids", "fix it")
+        if self.accelerator == "cpu" and self.precision in ("16-mixed", "16-true"):
+            out += [
+                Problem(
+                    "precision",
+                    self.precision,
+                    "32-true or bf16 on CPU",
+                    "use trainer.precision=auto, bf16-mixed or 32-true (fp16 needs a GPU)",
+                )
+            ]
+        return out
+
+    def precision_choice(self) -> PrecisionChoice:
+        """The precision this machine runs (``auto`` resolved) and why."""
+        return choose_precision(self.precision, self.accelerator)
+
+
+def announce_precision(trainer: Any) -> None:
+    """One start-up line: the precision this run trains (and rolls out) in, and why."""
+    choice = trainer.precision_choice()
+    print(f"seekrl: precision {choice.precision} ({choice.reason})", flush=True)
+
+
+def log_progress(label: str, total: int, keys: tuple[str, ...], every_s: float = 0.0) -> list[Any]:
+    """A plain-line progress callback when stdout is not a terminal (a log file or a pipe)."""
+    from framework.lightning.callbacks import LogProgress
+
+    return [] if sys.stdout.isatty() else [LogProgress(label, total, keys, every_s=every_s)]
+
+
+def quiet_lightning() -> None:
+    """One copy of each Lightning log line (through Hydra's handlers), without notices that do
+    not apply to this loop (it keeps the policy in eval mode on purpose, its step stream has a
+    length, its batches are plain question indices)."""
+    import logging
+    import warnings
+
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
+        log = logging.getLogger(name)
+        for handler in list(log.handlers):
+            if isinstance(handler, logging.StreamHandler):
+                log.removeHandler(handler)
+        log.propagate = True
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
+        lambda record: "litlogger" not in record.getMessage()
+    )
+    for name in ("lightning.pytorch.trainer.connectors.checkpoint_connector", "faiss.loader"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    for pattern in (
+        r".*module\(s\) in eval mode.*",
+        r".*`IterableDataset` has `__len__` defined.*",
+        r".*overridden `transfer_batch_to_device`.*",
+        r".*LeafSpec.*",
+        r".*litlogger.*",
+        # the data module restores the sampler position itself (see framework/lightning/data.py)
+        r".*resuming from a checkpoint that ended before the epoch ended.*",
+    ):
+        warnings.filterwarnings("ignore", message=pattern)

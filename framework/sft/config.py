@@ -1,0 +1,101 @@
+"""Typed configs of the SFT stage: the ``sft`` app's schema, its optimiser, and the train app's
+``warm_start`` section (which runs this stage before RL)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import MISSING
+
+from framework.config.app import RUN_DIR, schedule_problems, target_problems
+from framework.config.problems import Problem, check, check_range
+from framework.lightning.trainer import TrainerConfig
+from framework.rollout.engine import AgentConfig
+from framework.sft.expert import ExpertConfig
+from framework.training.lora import LoraConfig
+
+
+@dataclass
+class SFTOptimConfig:
+    """AdamW for the supervised warm start."""
+
+    lr: float = field(default=1e-4, metadata={"help": "peak learning rate"})
+    weight_decay: float = 0.0
+    warmup_steps: int = 5
+    schedule: str = field(default="cosine", metadata={"help": "constant, linear or cosine"})
+    grad_clip: float = field(default=1.0, metadata={"help": "max gradient norm; 0 disables"})
+    batch_size: int = field(default=4, metadata={"help": "trajectories per optimiser step"})
+    epochs: int = field(default=2, metadata={"help": "passes over the expert trajectories"})
+
+    def problems(self) -> list[Problem]:
+        out = schedule_problems(self)
+        out += check_range(self.batch_size, "batch_size", low=1)
+        out += check_range(self.epochs, "epochs", low=1)
+        return out
+
+
+@dataclass
+class WarmStartConfig:
+    """Where RL starts: the configured policy, an SFT run's policy, or an SFT stage run first."""
+
+    sft: bool = field(
+        default=False,
+        metadata={"help": "run (or reuse the cached) cold-start SFT first, then RL from it"},
+    )
+    path: str | None = field(
+        default=None,
+        metadata={"help": "an seekrl-sft run directory (or its policy/) to start from"},
+    )
+    expert: ExpertConfig = field(default_factory=ExpertConfig)
+    optim: SFTOptimConfig = field(default_factory=SFTOptimConfig)
+    eval_questions: int = field(
+        default=16, metadata={"help": "test questions for the before/after check; 0 skips it"}
+    )
+
+    def problems(self) -> list[Problem]:
+        out = check_range(self.eval_questions, "eval_questions", low=0)
+        if self.path is not None:
+            from framework.training.checkpoints import policy_folder
+
+            out += check(
+                policy_folder(self.path) is not None,
+                "path",
+                self.path,
+                "an seekrl-sft run directory with policy/, or a checkpoint folder",
+                "point warm_start.path at a finished SFT run, or use warm_start.sft=true",
+            )
+        return out
+
+
+@dataclass
+class SFTConfig:
+    """The ``sft`` app: expert trajectories from the synthesis chains, then supervised training.
+
+    ``trainer`` supplies the accelerator, devices, strategy, precision and logging interval; the
+    length of the run is ``optim.epochs`` over the kept trajectories.
+    """
+
+    seed: int = 0
+    run_dir: str = RUN_DIR
+    dataset: Any = MISSING
+    retriever: Any = MISSING
+    rollout: Any = MISSING
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    expert: ExpertConfig = field(default_factory=ExpertConfig)
+    optim: SFTOptimConfig = field(default_factory=SFTOptimConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    logger: Any = None
+    val_fraction: float = field(
+        default=0.05, metadata={"help": "expert trajectories held out for the validation loss"}
+    )
+    eval_questions: int = field(
+        default=16, metadata={"help": "test questions rolled out before and after; 0 skips"}
+    )
+
+    def problems(self) -> list[Problem]:
+        out = target_problems(self.logger, "logger")
+        out += check_range(self.val_fraction, "val_fraction", low=0.0, high=0.5)
+        out += check_range(self.eval_questions, "eval_questions", low=0)
+        return out

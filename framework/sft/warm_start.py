@@ -1,0 +1,111 @@
+"""The warm start of RL: the policy a train run starts from, made by the SFT stage when asked.
+
+``warm_start.sft=true`` runs the SFT stage (:func:`framework.sft.stage.run_sft`) before RL, once:
+its policy is cached under ``$SEEKRL_CACHE/sft/<key>``, the key covering everything the stage
+depends on (data, retriever, policy, agent budgets, expert and optimiser settings, precision) but not
+the RL seed or algorithm, so the GRPO and E-GRPO arms and every seed of a sweep start from the same
+warm start, as in the paper.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from framework.sft.config import SFTConfig
+
+
+def warm_start_sft(cfg: Any) -> tuple[SFTConfig, Path]:
+    """The SFT stage ``warm_start.sft=true`` runs, and the cache directory that holds (or will hold)
+    its policy: ``$SEEKRL_CACHE/sft/<key>``, the key covering everything the stage depends on.
+
+    Args:
+        cfg: the train app's config (:class:`framework.cli.schema.TrainConfig`).
+    """
+    from dataclasses import asdict, replace
+
+    from framework.data.datasets import data_key
+    from framework.paths import cache_root
+    from framework.retrieval.encoder import fingerprint_key
+
+    ws = cfg.warm_start
+    sft_cfg = SFTConfig(
+        seed=ws.expert.seed,
+        run_dir="",
+        dataset=cfg.dataset,
+        retriever=cfg.retriever,
+        rollout=cfg.rollout,
+        agent=cfg.agent,
+        expert=ws.expert,
+        optim=ws.optim,
+        trainer=replace(cfg.trainer, devices=1, strategy="auto", num_nodes=1),
+        eval_questions=ws.eval_questions,
+    )
+    keyed = {k: v for k, v in asdict(sft_cfg).items() if k not in ("run_dir", "logger")}
+    keyed["data"] = data_key(cfg.dataset)  # the questions themselves (synthesis code, files' bytes)
+    keyed["trainer"] = {
+        "accelerator": cfg.trainer.accelerator,
+        "precision": cfg.trainer.precision_choice().precision,
+    }
+    return sft_cfg, cache_root(getattr(cfg.dataset, "cache_dir", None)) / "sft" / fingerprint_key(
+        keyed
+    )
+
+
+def warm_start(cfg: Any) -> Any:
+    """``cfg`` with the policy RL starts from: an SFT run's policy, or one made now (and cached).
+
+    Args:
+        cfg: the train app's config (:class:`framework.cli.schema.TrainConfig`).
+
+    Returns:
+        ``cfg`` itself when it names no warm start, else a copy whose ``rollout.policy`` reads the
+        warm start's policy folder.
+    """
+    from dataclasses import replace
+
+    from framework.training.checkpoints import policy_folder
+
+    ws = cfg.warm_start
+    if ws.path is not None:
+        folder = policy_folder(ws.path) or Path(ws.path).expanduser()
+    elif ws.sft:
+        sft_cfg, done = warm_start_sft(cfg)
+        if not (done / "policy" / "config.json").is_file():
+            import shutil
+
+            from framework.sft.stage import run_sft
+
+            # an interrupted earlier attempt left its SFT checkpoint here: run_sft resumes from it
+            tmp = done.with_name(done.name + ".partial")
+            logger = {
+                "_target_": "lightning.pytorch.loggers.TensorBoardLogger",
+                "save_dir": str(tmp),
+                "name": "tensorboard",
+                "version": "",
+                "default_hp_metric": False,
+            }
+            print(f"seekrl-train: warm start: cold-start SFT first (cached in {done})")
+            summary = run_sft(replace(sft_cfg, run_dir=str(tmp), logger=logger), quiet=True)
+            if done.exists():
+                shutil.rmtree(done)
+            tmp.rename(done)
+            e, before, after = summary["expert"], summary["before"], summary["after"]
+            print(
+                f"seekrl-train: warm start ready in {summary['seconds']} s: {e['kept']} of "
+                f"{e['requested']} expert trajectories, {summary['optimizer_steps']} SFT steps, "
+                f"final loss {summary['final'].get('sft/loss', float('nan')):.3f}"
+            )
+            if before and after:
+                print(
+                    f"  on {after['questions']} test questions: format valid "
+                    f"{before['format_valid']:.2f} -> {after['format_valid']:.2f}, accuracy "
+                    f"{before['accuracy']:.2f} -> {after['accuracy']:.2f} (details: {done}/summary.json)"
+                )
+        else:
+            print(f"seekrl-train: warm start: reusing the SFT policy in {done}")
+        folder = done / "policy"
+    else:
+        return cfg
+    policy = replace(cfg.rollout.policy, source="path", path=str(folder))
+    return replace(cfg, rollout=replace(cfg.rollout, policy=policy))

@@ -1,0 +1,181 @@
+"""The RL step (:func:`rl_step`) with the real agent loop, a scripted policy and a tiny trainable LM.
+
+Components here are registered the way a plugin registers them (a module of its own, no framework
+edits): a token-level advantage estimator that reads the token mask and the turn structure, and a
+reward that reads a dataset column the framework does not know (from ``QAItem.extra``). The fake
+tokenizer is byte level (one ASCII character = one token; see ``tests/unit/rollout/fakes.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+from torch import Tensor
+
+from framework.cli.app import load_config
+from framework.config import ComponentConfig
+from framework.data.schema import QAItem
+from framework.registry import ADVANTAGES, REWARDS
+from framework.rollout.engine import AgentConfig, AgentLoop
+from framework.training.schedule import optimizer_and_schedule
+from framework.training.step import StepParts, rl_step
+from framework.training.update import loss_spec
+from framework.types import AdvantageInputs, GroupRequest, ToolCall
+from tests.unit.rollout.fakes import EOS, FakeBackend, FakeRetriever, FakeTokenizer, search_call
+
+TOK = FakeTokenizer()
+SEARCH = "<think>look</think>" + search_call("Jaws director")
+ANSWER = "<think>so</think><answer>{}</answer>"
+
+DATASET = [
+    QAItem("q0", "Who directed Jaws?", ("Steven Spielberg",), None, 1, None, "t", {"level": 3}),
+    QAItem("q1", "Where was he born?", ("Cincinnati",), None, 2, None, "t", {"level": 5}),
+]
+
+
+# -- plugin-style components ------------------------------------------------------------------------
+@dataclass
+class TurnDiscountConfig(ComponentConfig):
+    gamma: float = field(default=0.5, metadata={"help": "weight per turn before the last"})
+
+
+SEEN: list[AdvantageInputs] = []
+
+
+@ADVANTAGES.register("test_turn_discount", config=TurnDiscountConfig)
+def turn_discount_advantage(inputs: AdvantageInputs, *, cfg: TurnDiscountConfig) -> Tensor:
+    """Per token ``(r - mean of the group) * gamma ** (turns after the token's turn)`` on generated
+    tokens, 0 elsewhere: ``[N]`` rewards -> ``[N, L]``."""
+    SEEN.append(inputs)
+    r = inputs.rewards  # [N]
+    g = inputs.group_index  # [N]
+    mean = torch.zeros(int(g.max()) + 1).index_add(0, g, r) / torch.bincount(g).float()
+    centred = r - mean[g]  # [N]
+    last = inputs.turn_index.max(dim=-1, keepdim=True).values  # [N, 1]
+    weight = cfg.gamma ** (last - inputs.turn_index).clamp(min=0).float()  # [N, L]
+    return centred.unsqueeze(-1) * weight * inputs.token_mask.float()  # [N, L]
+
+
+@dataclass
+class LevelRewardConfig(ComponentConfig):
+    pass
+
+
+@REWARDS.register("test_level", config=LevelRewardConfig)
+def level_reward(inputs, *, cfg: LevelRewardConfig) -> Tensor:
+    """Reads ``level``, a column only the dataset knows (``QAItem.extra``), plus the length."""
+    levels = inputs.columns["level"]
+    return torch.tensor([10.0 * lv + len(c) for lv, c in zip(levels, inputs.completions)])
+
+
+# -- the step ------------------------------------------------------------------------------------------
+def tiny_lm() -> torch.nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=260,  # the fake tokenizer's 256 bytes + 3 specials
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        pad_token_id=EOS,
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+def run_step(scripts, groups, *overrides: str):
+    """One :func:`rl_step` on ``groups`` of :data:`DATASET` with the policy playing ``scripts``."""
+    cfg = load_config("train", ["algorithm=grpo", "optim.lr=1e-2", *overrides])
+    policy = tiny_lm()
+    before = [p.detach().clone() for p in policy.parameters()]
+    backend = FakeBackend(TOK, scripts)
+    loop = AgentLoop(backend, FakeRetriever(), AgentConfig(system_prompt="Tools: search."))
+    spec = loss_spec(cfg.loss, cfg.kl)
+    parts = StepParts(policy, loop, cfg.reward, cfg.advantage, spec, cfg.optim, pad_id=EOS)
+    opt, sched = optimizer_and_schedule(policy, cfg.optim, 1)
+    result = rl_step(parts, groups, DATASET, opt, sched)
+    moved = any(not torch.equal(a, b) for a, b in zip(before, policy.parameters(), strict=True))
+    return result, moved
+
+
+def test_token_level_estimator_plugin_runs_through_the_step():
+    SEEN.clear()
+    scripts = [[SEARCH, ANSWER.format("Steven Spielberg")], [ANSWER.format("Boston")]] * 2
+    groups = [GroupRequest(0, 2), GroupRequest(1, 2)]
+    result, moved = run_step(scripts, groups, "advantage=test_turn_discount", "reward=test_level")
+    assert moved and result.figures["loss/trained_rollouts"] == 4.0
+
+    (inputs,) = SEEN
+    trajs = result.trajectories
+    n, width = inputs.token_mask.shape
+    assert n == 4 and width == max(len(t.token_ids) - t.prompt_len for t in trajs)
+    assert result.advantages.shape == (4, width)
+    # turn structure of rollout 0: a search turn, its observation, then the answer turn
+    first, second = inputs.turns[0]
+    assert first.calls == (ToolCall("search", queries=("Jaws director",)),)
+    assert first.start == 0 and first.end == len(SEARCH)
+    start, end = first.observation
+    assert start == first.end and second.start == end and second.calls == ()
+    mask = inputs.token_mask[0]
+    assert mask[: first.end].all() and not mask[start:end].any() and mask[end : second.end].all()
+    assert (
+        inputs.turn_index[0, :end].eq(0).all()
+        and inputs.turn_index[0, end : second.end].eq(1).all()
+    )
+    assert inputs.turn_index[0, second.end :].eq(-1).all()  # padding
+    assert inputs.stats[0]["queries"] == 1 and len(inputs.turns[1]) == 1
+    assert inputs.columns["level"] == [3, 3, 5, 5]  # every dataset column, per rollout
+    # the estimator's per-token values reached the logged figures: |A| over generated tokens
+    adv = result.advantages
+    expected = float(adv.abs()[inputs.token_mask].mean())
+    assert result.figures["loss/advantage_abs_mean"] == pytest.approx(expected)
+    # rollout 0's search turn weighs gamma = 0.5 of its answer turn
+    torch.testing.assert_close(adv[0, 0], 0.5 * adv[0, end])
+
+
+def test_reward_reads_a_dataset_column_the_framework_does_not_know():
+    scripts = [[ANSWER.format("x")], [ANSWER.format("yy")], [ANSWER.format("x")]] * 2
+    groups = [GroupRequest(0, 3), GroupRequest(1, 3)]
+    result, _ = run_step(scripts, groups, "reward=test_level")
+    lengths = torch.tensor([float(len(t.response_text)) for t in result.trajectories])
+    level = torch.tensor([30.0, 30.0, 30.0, 50.0, 50.0, 50.0])
+    torch.testing.assert_close(result.scores.total, level + lengths)
+    assert result.figures["rollout/reward/test_level"] == pytest.approx(
+        float(result.scores.total.mean())
+    )
+    # GRPO: within a group only the length differs (the middle answer is one character longer)
+    adv = result.advantages.view(2, 3)
+    torch.testing.assert_close(adv.sum(-1), torch.zeros(2), atol=1e-4, rtol=0)  # float32 rounding
+    assert (adv[:, 1] > 0).all() and (adv[:, [0, 2]] < 0).all()
+
+
+def test_groups_keep_their_own_sizes():
+    scripts = [[ANSWER.format(a)] for a in ("Steven Spielberg", "no", "Cincinnati", "no", "no")]
+    groups = [GroupRequest(1, 3), GroupRequest(0, 2)]
+    result, _ = run_step(scripts, groups, "reward=test_level")
+    trajs = result.trajectories
+    assert [t.group for t in trajs] == [0, 0, 0, 1, 1]
+    assert [t.question for t in trajs] == [1, 1, 1, 0, 0]
+    assert [it.id for it in result.items] == ["q1", "q0"]
+    assert result.figures["train/rollouts"] == 5.0
+    assert [r["question_id"] for r in result.records(step=1)] == ["q1"] * 3 + ["q0"] * 2
+
+
+def test_an_advantage_of_the_wrong_shape_names_the_estimator():
+    @dataclass
+    class BadShapeConfig(ComponentConfig):
+        pass
+
+    if "test_bad_shape" not in ADVANTAGES:
+
+        @ADVANTAGES.register("test_bad_shape", config=BadShapeConfig)
+        def bad_shape(inputs: AdvantageInputs, *, cfg: BadShapeConfig) -> Tensor:
+            return torch.zeros(len(inputs.rewards), 3, 7)
+
+    scripts = [[ANSWER.format("a")], [ANSWER.format("b")]]
+    with pytest.raises(ValueError, match=r"\[advantage.test_bad_shape\] got advantages of shape"):
+        run_step(scripts, [GroupRequest(0, 2)], "advantage=test_bad_shape")
