@@ -21,7 +21,7 @@ from typing import Any
 
 from framework.cli.app import run_app
 from framework.cli.schema import EvalConfig
-from framework.progress import progress_line
+from framework.progress import Progress
 
 
 class EvalError(RuntimeError):
@@ -150,13 +150,10 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
     datasets = {}
     try:
         for name, items in sets.items():
-
-            def progress(
-                done: int, total: int, name: str = name, start: float = time.perf_counter()
-            ) -> None:
-                per = (time.perf_counter() - start) / max(done, 1)
-                print(progress_line(f"eval {name}", done, total, per, "question"), flush=True)
-
+            # one plain line per batch of questions (a batch takes minutes), also on a terminal
+            progress = Progress(
+                f"eval {name}", len(items), "question", every_s=0, min_s=0, plain=True
+            )
             got = rollout_rows(
                 loop,
                 items,
