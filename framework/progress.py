@@ -105,6 +105,16 @@ class Progress:
                 self._bar.refresh()
         self.update(done - self.position)
 
+    def skip_to(self, done: int) -> None:
+        """Set the position to ``done`` for work this process did not do (e.g. batches taken from a
+        resume journal): it shows in the position but not in the rate, so the ETA is not
+        flattered by it. Prints nothing."""
+        n = done - self.position
+        self.position += n
+        self._initial += n
+        if self._bar is not None:
+            self._bar.update(n)
+
     def close(self, final: bool = True) -> None:
         """End the bar, or print the last position if no line showed it (not when ``final`` is
         False: a loop cut short by an exception). Idempotent."""

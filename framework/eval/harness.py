@@ -14,6 +14,7 @@ from typing import Any
 from framework.data.schema import QAItem
 from framework.eval.judge import JudgeInputs
 from framework.eval.metrics import entity_comparison, histogram, mean_ci, summarize_samples
+from framework.progress import Progress
 from framework.rewards.entity import EntityRewardConfig, entity_match_rate
 from framework.rewards.text import exact_match, token_f1
 
@@ -27,7 +28,7 @@ def rollout_rows(
     dataset: str,
     entity_cfg: EntityRewardConfig | None = None,
     batch_questions: int = 16,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Progress | None = None,
     journal: Path | None = None,
     reseed: Callable[[int], None] | None = None,
 ) -> list[dict[str, Any]]:
@@ -37,6 +38,8 @@ def rollout_rows(
         journal: a JSONL file that keeps each finished batch of questions: a rerun with the same
             questions, ``k`` and batch size takes those batches from it and rolls out only the rest,
             so an interrupted evaluation loses at most the batch in flight.
+        progress: advanced after each batch of questions; batches taken from the journal move its
+            position without counting in its rate.
         reseed: called with the batch's index before it is rolled out, so that a batch's sampling
             does not depend on whether the batches before it were rolled out now or taken from the
             journal (e.g. ``lambda i: setattr(backend, "calls", i * 100_000)``).
@@ -49,8 +52,8 @@ def rollout_rows(
         ids = [it.id for it in chunk]
         if kept.get(index, {}).get("ids") == ids:
             rows += kept[index]["rows"]
-            if progress is not None:
-                progress(min(start + batch_questions, len(items)), len(items))
+            if progress is not None:  # done by an earlier process: not in the rate
+                progress.skip_to(min(start + batch_questions, len(items)))
             continue
         if reseed is not None:
             reseed(index)

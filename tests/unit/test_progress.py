@@ -91,6 +91,16 @@ def test_resumed_loop_rates_only_its_own_work():
     assert lines(out) == ["[embed] passage 80/100  2.0 passage/s  ETA 0.2 min"]
 
 
+def test_skipped_work_moves_the_position_but_not_the_rate():
+    clock = Clock()
+    bar, out = plain(100, clock, every_s=0.0)
+    bar.skip_to(25)  # taken from a journal in no time: no line, no rate
+    assert lines(out) == []
+    clock.now += 30.0
+    bar(30, 100)  # 5 passages in 30 s: 6 s each, 70 left = 7 min
+    assert lines(out) == ["[embed] passage 30/100  6.0 s/passage  ETA 7.0 min"]
+
+
 def test_callback_form_sets_position_and_total():
     clock = Clock()
     bar, out = plain(None, clock, every_s=0.0)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
 
 from framework.data.schema import QAItem
 from framework.eval.harness import append_journal, read_journal, rollout_rows
+from framework.progress import Progress
 from framework.rollout.types import Trajectory
 
 
@@ -59,6 +61,34 @@ def test_rerun_rolls_out_only_the_batches_not_in_the_journal(tmp_path):
         (r["question_id"], r["correct"]) for r in uninterrupted
     ]
     assert sum(r["correct"] for r in rows) == 6  # q1, q3, q5 x 2 samples
+
+
+def test_batches_from_the_journal_do_not_count_in_the_progress_rate(tmp_path):
+    journal = tmp_path / "journal.jsonl"
+    args = dict(dataset="d", batch_questions=3, journal=journal)
+    with pytest.raises(Interrupted):
+        rollout_rows(FakeLoop(fail_at=2), ITEMS, 2, judge, **args)
+    clock = [0.0]
+    out = io.StringIO()
+    progress = Progress(
+        "eval",
+        len(ITEMS),
+        "question",
+        every_s=0,
+        min_s=0,
+        plain=True,
+        stream=out,
+        clock=lambda: clock[0],
+    )
+
+    class SlowLoop(FakeLoop):
+        def run(self, questions, k):
+            clock[0] += 10.0  # one question in 10 s
+            return super().run(questions, k)
+
+    rollout_rows(SlowLoop(), ITEMS, 2, judge, progress=progress, **args)
+    # 6 questions came from the journal in no time; the 7th took 10 s
+    assert out.getvalue().splitlines() == ["[eval] question 7/7  10.0 s/question  ETA 0.0 min"]
 
 
 def test_other_questions_or_k_are_not_taken_from_the_journal(tmp_path):
