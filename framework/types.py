@@ -17,10 +17,15 @@ from torch import Tensor
 
 @dataclass(frozen=True)
 class GroupRequest:
-    """One group to roll out: a question (dataset row) and how many rollouts it gets."""
+    """One group to roll out: a question (dataset row) and how many rollouts it gets.
+
+    A ``reserve`` group is rolled out only to replace a group the sampler's ``keep_group`` dropped
+    (dynamic sampling); a reserve not needed is skipped.
+    """
 
     question: int
     size: int
+    reserve: bool = False
 
 
 @dataclass(frozen=True)

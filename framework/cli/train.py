@@ -165,7 +165,7 @@ def train(cfg: TrainConfig) -> float | None:
     try:
         splits = load_training_data(cfg)
         train_items, val_items = splits["train"], splits.get("validation", [])
-        sampler = SAMPLERS.bind(cfg.sampler)(len(train_items), cfg.seed)
+        sampler = SAMPLERS.bind(cfg.sampler)(train_items, cfg.seed)
         module = SearchAgentRL(cfg, train_items, val_items)
     except (DatasetError, PolicyError, ValueError) as exc:
         print(exc, file=sys.stderr)

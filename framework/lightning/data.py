@@ -85,16 +85,19 @@ class QuestionDataModule(L.LightningDataModule):
         self.val_rows = order[: val_questions or len(order)]
 
     def shard(self, groups: list[GroupRequest]) -> list[GroupRequest]:
-        """This rank's groups of a global step (all of them on one device)."""
+        """This rank's groups of a global step (all of them on one device); the reserve groups
+        of dynamic sampling are shared out the same way, so each rank refills from its own."""
         trainer = self.trainer
         world = trainer.world_size if trainer is not None else 1
         rank = trainer.global_rank if trainer is not None else 0
-        if len(groups) < world:
+        primary = [g for g in groups if not g.reserve]
+        reserve = [g for g in groups if g.reserve]
+        if len(primary) < world:
             raise ValueError(
-                f"[sampler.questions_per_step] got {len(groups)}; expected at least the "
+                f"[sampler.questions_per_step] got {len(primary)}; expected at least the "
                 f"{world} training processes. Fix: raise sampler.questions_per_step."
             )
-        return groups[rank::world]
+        return primary[rank::world] + reserve[rank::world]
 
     def mark_trained(self, batch: StepBatch) -> None:
         """Record that ``batch`` was trained (what a checkpoint resumes after)."""

@@ -109,13 +109,14 @@ class SearchAgentRL(L.LightningModule):
             self.train_items,
             self.optimizers(),
             self.lr_schedulers(),
+            keep=getattr(self.trainer.datamodule.sampler, "keep_group", None),
             backward=self.manual_backward,
             pad_passes=self._missing_passes,
         )
         self.trainer.datamodule.mark_trained(batch)
         self.rl_step += 1
         figures = dict(result.figures, **{"train/step": float(self.rl_step)})
-        n = len(result.trajectories)
+        n = max(len(result.trajectories), 1)  # 0 when dynamic sampling kept no group
         distributed = self.trainer.world_size > 1
         self.log_dict(figures, on_step=True, on_epoch=False, batch_size=n, sync_dist=distributed)
         rollout = {k[8:]: v for k, v in figures.items() if k.startswith("rollout/")}  # unprefixed
@@ -149,7 +150,7 @@ class SearchAgentRL(L.LightningModule):
                 fh.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
         experiments = [getattr(lg, "experiment", None) for lg in self.loggers]
         for exp in experiments if self.global_rank == 0 else []:
-            if not hasattr(exp, "add_histogram"):
+            if not hasattr(exp, "add_histogram") or not result.trajectories:
                 continue
             exp.add_histogram("rollout/rewards", result.scores.total.float(), step)
             exp.add_histogram("rollout/advantages", result.advantage_values(), step)

@@ -41,6 +41,7 @@ BUILTIN_MODULES = (
     "framework.rewards.entity",
     "framework.rewards.composite",
     "framework.samplers.uniform",
+    "framework.samplers.dynamic",
     "framework.retrieval.dense",
     "framework.retrieval.bm25",
     "framework.retrieval.hybrid",

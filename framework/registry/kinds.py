@@ -35,8 +35,9 @@ KL_ESTIMATORS: Registry = Registry(
 )
 SAMPLERS: Registry = Registry(
     "sampler",
-    signature="cls(num_questions, seed, *, cfg)",
+    signature="cls(questions, seed, *, cfg)",
     methods=("next_groups() -> list[GroupRequest]", "state_dict()", "load_state_dict(state)"),
+    # optional: keep_group(rewards, correct) -> bool, which groups of a step are trained
 )
 RETRIEVERS: Registry = Registry(
     "retriever",

@@ -7,8 +7,9 @@ adds logging, checkpoints and distributed glue) and the step ``tools/bench/train
 from __future__ import annotations
 
 import time
+from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -19,7 +20,12 @@ from framework.data.schema import QAItem
 from framework.rollout.scoring import Scores, score
 from framework.rollout.types import Trajectory
 from framework.training.batch import advantage_inputs, check_advantages, per_rollout
-from framework.training.metrics import rollout_metrics, zero_variance_fraction
+from framework.training.metrics import (
+    correct,
+    correctness_metric,
+    rollout_metrics,
+    zero_variance_fraction,
+)
 from framework.training.update import LossSpec, policy_update
 from framework.types import AdvantageInputs, GroupRequest
 
@@ -92,6 +98,41 @@ class StepResult:
         return adv if adv.dim() == 1 else adv[self.inputs.token_mask]
 
 
+@dataclass
+class Drawn:
+    """Rollouts of some groups with their questions and rewards (``items[t.group]`` is a
+    rollout's question)."""
+
+    trajectories: list[Trajectory]
+    items: list[QAItem]
+    scores: Scores
+
+    @staticmethod
+    def merge(parts: Sequence[tuple[Drawn, Sequence[bool]]]) -> Drawn:
+        """One batch of the groups flagged in each part, renumbered in order."""
+        trajs: list[Trajectory] = []
+        items: list[QAItem] = []
+        rows: list[Tensor] = []
+        for part, flags in parts:
+            new = {}
+            for g, flag in enumerate(flags):
+                if flag:
+                    new[g] = len(items)
+                    items.append(part.items[g])
+            picked = [i for i, t in enumerate(part.trajectories) if t.group in new]
+            trajs += [
+                replace(part.trajectories[i], group=new[part.trajectories[i].group]) for i in picked
+            ]
+            rows.append(torch.tensor(picked, dtype=torch.long))
+        scores = [p.scores for p, _ in parts]
+        total = torch.cat([s.total[r] for s, r in zip(scores, rows, strict=True)])
+        components = {
+            name: torch.cat([s.components[name][r] for s, r in zip(scores, rows, strict=True)])
+            for name in scores[0].components
+        }
+        return Drawn(trajs, items, Scores(total, components))
+
+
 def rollouts(
     parts: StepParts,
     items: Sequence[QAItem],
@@ -125,6 +166,67 @@ def validation_figures(
     return {k: float(v) for k, v in metrics.items()}, len(trajs)
 
 
+def draw_groups(
+    parts: StepParts,
+    groups: Sequence[GroupRequest],
+    dataset: Sequence[QAItem],
+    keep: Callable[[Tensor, Tensor], bool] | None = None,
+) -> tuple[Drawn, Drawn, dict[str, float]]:
+    """Roll out and score the step's groups; with ``keep``, drop the groups it rejects and roll out
+    reserve groups (``GroupRequest.reserve``) in their place, round by round, until as many groups
+    as the step's non-reserve ones are kept or the reserve is spent.
+
+    Args:
+        keep: ``keep(rewards, correct)`` of one group (``[G]`` total rewards, ``[G]`` bool
+            correctness by the reward's answer metric) -> train it; None keeps every group and
+            rolls out no reserve group.
+
+    Returns:
+        ``(kept, drawn, figures)``: the kept groups (what the step trains on), every rollout the
+        step generated, and the timings and (with ``keep``) the ``sampler/...`` figures.
+    """
+    primary = [g for g in groups if not g.reserve]
+    reserve = [g for g in groups if g.reserve] if keep is not None else []
+    metric = correctness_metric(parts.reward)
+    rounds: list[tuple[Drawn, list[bool]]] = []
+    timings: dict[str, float] = defaultdict(float)
+    pending, kept = primary, 0
+    while pending:
+        clock = time.perf_counter()
+        items = [dataset[g.question] for g in pending]
+        trajs = rollouts(parts, items, [g.size for g in pending], [g.question for g in pending])
+        for k, v in parts.loop.timings.items():
+            if k != "total":
+                timings[f"timing/{k}"] += v
+        timings["timing/rollout"] += time.perf_counter() - clock
+        mark = time.perf_counter()
+        batch = Drawn(trajs, items, score(trajs, items, parts.reward))
+        timings["timing/scoring"] += time.perf_counter() - mark
+        flags = [True] * len(items)
+        if keep is not None:
+            ok = torch.tensor(correct(trajs, items, metric), dtype=torch.bool)
+            group = torch.tensor([t.group for t in trajs], dtype=torch.long)
+            flags = [
+                bool(keep(batch.scores.total[group == g], ok[group == g]))
+                for g in range(len(items))
+            ]
+        rounds.append((batch, flags))
+        kept += sum(flags)
+        missing = max(len(primary) - kept, 0)
+        pending, reserve = reserve[:missing], reserve[missing:]
+    figures = dict(timings)
+    if keep is None:
+        return rounds[0][0], rounds[0][0], figures  # one round, every group kept
+    drawn = Drawn.merge([(b, [True] * len(b.items)) for b, _ in rounds])
+    generated = len(drawn.trajectories)
+    figures["sampler/drawn_groups"] = float(len(drawn.items))
+    figures["sampler/kept_groups"] = float(kept)
+    figures["sampler/generated_rollouts"] = float(generated)
+    if kept:
+        figures["sampler/rollouts_per_kept_group"] = generated / kept
+    return Drawn.merge(rounds), drawn, figures
+
+
 def rl_step(
     parts: StepParts,
     groups: Sequence[GroupRequest],
@@ -132,15 +234,18 @@ def rl_step(
     optimizer: Any,
     scheduler: Any,
     *,
+    keep: Callable[[Tensor, Tensor], bool] | None = None,
     backward: Callable[[Tensor], None] = Tensor.backward,
     pad_passes: Callable[[int], int] | None = None,
 ) -> StepResult:
     """One RL step: roll every group out, score once, estimate advantages, train the policy.
 
-    Rollouts (no gradients) -> rewards (``REWARDS``, each component once) -> advantages
-    (``ADVANTAGES`` on :class:`~framework.types.AdvantageInputs` with the token and turn structure
-    and the dataset columns) -> ``optim.policy_epochs`` optimiser steps over micro-batches
+    Rollouts (no gradients) -> rewards (``REWARDS``, each component once) -> the groups ``keep``
+    accepts, refilled from the reserve (:func:`draw_groups`) -> advantages (``ADVANTAGES`` on
+    :class:`~framework.types.AdvantageInputs` with the token and turn structure and the dataset
+    columns) -> ``optim.policy_epochs`` optimiser steps over micro-batches
     (:func:`~framework.training.update.policy_update`) -> the rollout backend's weights refreshed.
+    A step that keeps no group changes no weight (the optimiser and schedule still count it).
 
     Args:
         parts: the run's policy, loop and bound components.
@@ -148,28 +253,29 @@ def rl_step(
         dataset: the training questions (``groups[g].question`` indexes them).
         optimizer: steps the policy's parameters (``zero_grad``, ``step``).
         scheduler: the learning-rate schedule (``step``, ``get_last_lr``).
+        keep: the sampler's ``keep_group`` (dynamic sampling; see :func:`draw_groups`).
         backward: runs the backward pass of a loss (Lightning's ``manual_backward``).
         pad_passes: data parallelism: zero-loss backward passes to add for a process with fewer
             micro-batches (see :func:`~framework.training.update.policy_update`).
 
     Returns:
-        The rollouts, their scores and advantages, and the step's figures under the names the
-        trainer logs.
+        The trained rollouts, their scores and advantages, and the step's figures under the names
+        the trainer logs (``rollout/...`` describe every rollout the step generated).
     """
     from framework.registry import ADVANTAGES
 
     clock = time.perf_counter()
-    items = [dataset[g.question] for g in groups]
-    trajs = rollouts(parts, items, [g.size for g in groups], [g.question for g in groups])
-    timings = {f"timing/{k}": v for k, v in parts.loop.timings.items() if k != "total"}
-    timings["timing/rollout"] = time.perf_counter() - clock
+    batch, drawn, timings = draw_groups(parts, groups, dataset, keep)
+    trajs, items, scores = batch.trajectories, batch.items, batch.scores
 
     mark = time.perf_counter()
-    scores = score(trajs, items, parts.reward)
     inputs = advantage_inputs(trajs, items, scores.total)
-    raw = ADVANTAGES.bind(parts.advantage)(inputs)
-    advantages = check_advantages(raw, inputs, parts.advantage.name)
-    timings["timing/scoring"] = time.perf_counter() - mark
+    if trajs:
+        raw = ADVANTAGES.bind(parts.advantage)(inputs)
+        advantages = check_advantages(raw, inputs, parts.advantage.name)
+    else:
+        advantages = torch.zeros(0)
+    timings["timing/scoring"] += time.perf_counter() - mark
 
     mark = time.perf_counter()
     losses = policy_update(
@@ -193,12 +299,14 @@ def rl_step(
 
     step_seconds = time.perf_counter() - clock
     timings["timing/step"] = step_seconds
-    generated = sum(t.stats.get("generated_tokens", 0) for t in trajs)
+    generated = sum(t.stats.get("generated_tokens", 0) for t in drawn.trajectories)
     timings["timing/rollout_tokens_per_s"] = generated / max(timings["timing/rollout"], 1e-9)
-    timings["timing/samples_per_s"] = len(trajs) / max(step_seconds, 1e-9)
+    timings["timing/samples_per_s"] = len(drawn.trajectories) / max(step_seconds, 1e-9)
 
-    rollout = rollout_metrics(trajs, items, scores, reward_cfg=parts.reward)
-    rollout["zero_variance_groups"] = zero_variance_fraction(scores.total, inputs.group_index)
+    d = drawn
+    rollout = rollout_metrics(d.trajectories, d.items, d.scores, reward_cfg=parts.reward)
+    index = torch.tensor([t.group for t in d.trajectories], dtype=torch.long)
+    rollout["zero_variance_groups"] = zero_variance_fraction(d.scores.total, index)
     figures = {f"rollout/{k}": v for k, v in rollout.items()}
     figures.update({f"loss/{k}": v for k, v in losses.items()})
     figures.update(timings)

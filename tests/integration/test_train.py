@@ -142,6 +142,41 @@ def test_training_changes_the_policy_and_logs_every_metric(tmp_path):
     assert "reward:\n  name: test_length_mod" in (run / "config.yaml").read_text()
 
 
+def test_dynamic_sampling_drops_groups_without_signal_end_to_end(tmp_path):
+    # the shipped reward: the random tiny model never answers, so every group's rewards are all 0
+    # and dapo_dynamic drops them all; the reserve is rolled out too, and no weight changes
+    run = tmp_path / "run"
+    train_in_process(run, "sampler=dapo_dynamic", "trainer.val_at_end=false")
+    trained = load_file(run / "policy" / "model.safetensors")
+    initial = initial_tiny_weights()
+    assert all(torch.equal(trained[k], initial[k]) for k in trained if k in initial)
+    scalars = _scalars(run)
+    assert scalars["sampler/drawn_groups"] == [4.0, 4.0]  # 2 step groups + 2 reserve, each step
+    assert scalars["sampler/kept_groups"] == [0.0, 0.0]
+    assert scalars["sampler/generated_rollouts"] == [12.0, 12.0]
+    assert (run / "trajectories" / "step-000001.jsonl").read_text() == ""
+    # a reward that differs between rollouts: every group is kept, no reserve is rolled out
+    run = tmp_path / "signal"
+    train_in_process(
+        run, "sampler=dapo_dynamic", "reward=test_length_mod", "trainer.val_at_end=false"
+    )
+    scalars = _scalars(run)
+    assert scalars["sampler/generated_rollouts"] == [6.0, 6.0]
+    assert scalars["sampler/rollouts_per_kept_group"] == [3.0, 3.0]
+
+
+def _scalars(run_dir: Path) -> dict[str, list[float]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out: dict[str, list[float]] = {}
+    for f in sorted((run_dir / "tensorboard").glob("events.out.tfevents.*")):
+        ea = EventAccumulator(str(f), size_guidance={"scalars": 0})
+        ea.Reload()
+        for name in ea.Tags()["scalars"]:
+            out.setdefault(name, []).extend(e.value for e in ea.Scalars(name))
+    return out
+
+
 def test_resumed_run_equals_the_uninterrupted_one(tmp_path):
     common = ["reward=test_length_mod", "trainer.val_at_end=false", "trainer.keep_checkpoints=5"]
     full, resumed = tmp_path / "full", tmp_path / "resumed"

@@ -10,7 +10,7 @@ from framework.samplers.uniform import UniformSampler, UniformSamplerConfig
 def _module(seed=0):
     items = [QAItem(f"q{i}", f"question {i}", (str(i),), None, None, None, "t") for i in range(7)]
     sampler = UniformSampler(
-        7, seed, cfg=UniformSamplerConfig(name="uniform", questions_per_step=3, group_size=2)
+        items, seed, cfg=UniformSamplerConfig(name="uniform", questions_per_step=3, group_size=2)
     )
     return QuestionDataModule(items, items[:5], sampler, max_steps=10, val_questions=3, seed=seed)
 
@@ -36,3 +36,18 @@ def test_validation_subset_is_fixed_by_the_seed():
     rows = next(iter(_module(seed=1).val_dataloader()))
     assert len(rows) == 3 and len(set(rows)) == 3 and max(rows) < 5
     assert rows == next(iter(_module(seed=1).val_dataloader()))
+
+
+def test_reserve_groups_are_shared_out_like_the_step_groups():
+    from framework.types import GroupRequest
+
+    dm = _module()
+
+    class Trainer:
+        world_size, global_rank = 2, 1
+
+    dm.trainer = Trainer()
+    groups = [GroupRequest(q, 2) for q in (0, 1, 2)] + [
+        GroupRequest(q, 2, reserve=True) for q in (3, 4, 5)
+    ]
+    assert [(g.question, g.reserve) for g in dm.shard(groups)] == [(1, False), (4, True)]

@@ -13,7 +13,7 @@ def make(num_questions=10, seed=0, qps=4, group_size=8, shuffle=True) -> Uniform
     cfg = UniformSamplerConfig(
         name="uniform", questions_per_step=qps, group_size=group_size, shuffle=shuffle
     )
-    return UniformSampler(num_questions, seed, cfg=cfg)
+    return UniformSampler(range(max(num_questions, 0)), seed, cfg=cfg)
 
 
 def questions(groups: list[GroupRequest]) -> list[int]:

@@ -87,17 +87,34 @@ def tiny_lm() -> torch.nn.Module:
     return LlamaForCausalLM(config).eval()
 
 
-def run_step(scripts, groups, *overrides: str):
-    """One :func:`rl_step` on ``groups`` of :data:`DATASET` with the policy playing ``scripts``."""
+class ScriptedLoop(AgentLoop):
+    """The real agent loop whose policy plays ``rounds[i]`` (scripts per rollout) in its ``i``-th
+    run: dynamic sampling rolls out reserve groups in later runs of one step."""
+
+    def __init__(self, rounds) -> None:
+        self.rounds = list(rounds)
+        super().__init__(
+            FakeBackend(TOK, self.rounds[0]),
+            FakeRetriever(),
+            AgentConfig(system_prompt="Tools: search."),
+        )
+
+    def run(self, *args, **kwargs):
+        self.backend = FakeBackend(TOK, self.rounds.pop(0))
+        return super().run(*args, **kwargs)
+
+
+def run_step(scripts, groups, *overrides: str, keep=None, rounds=False):
+    """One :func:`rl_step` on ``groups`` of :data:`DATASET` with the policy playing ``scripts``
+    (with ``rounds``: one list of scripts per run of the loop)."""
     cfg = load_config("train", ["algorithm=grpo", "optim.lr=1e-2", *overrides])
     policy = tiny_lm()
     before = [p.detach().clone() for p in policy.parameters()]
-    backend = FakeBackend(TOK, scripts)
-    loop = AgentLoop(backend, FakeRetriever(), AgentConfig(system_prompt="Tools: search."))
+    loop = ScriptedLoop(scripts if rounds else [scripts])
     spec = loss_spec(cfg.loss, cfg.kl)
     parts = StepParts(policy, loop, cfg.reward, cfg.advantage, spec, cfg.optim, pad_id=EOS)
     opt, sched = optimizer_and_schedule(policy, cfg.optim, 1)
-    result = rl_step(parts, groups, DATASET, opt, sched)
+    result = rl_step(parts, groups, DATASET, opt, sched, keep=keep)
     moved = any(not torch.equal(a, b) for a, b in zip(before, policy.parameters(), strict=True))
     return result, moved
 
@@ -179,3 +196,48 @@ def test_an_advantage_of_the_wrong_shape_names_the_estimator():
     scripts = [[ANSWER.format("a")], [ANSWER.format("b")]]
     with pytest.raises(ValueError, match=r"\[advantage.test_bad_shape\] got advantages of shape"):
         run_step(scripts, [GroupRequest(0, 2)], "advantage=test_bad_shape")
+
+
+# -- dynamic sampling: dropped groups, reserve refills ------------------------------------------------
+def varied(rewards: Tensor, correct: Tensor) -> bool:  # dapo_dynamic's rule
+    return bool(rewards.max() > rewards.min())
+
+
+def test_a_dropped_group_is_replaced_by_a_reserve_group():
+    # q0's two rollouts are both wrong (equal rewards: dropped); the reserve q1 is then rolled out
+    first = [[ANSWER.format("Boston")]] * 2
+    second = [[ANSWER.format("Cincinnati")], [ANSWER.format("no")]]
+    groups = [GroupRequest(0, 2), GroupRequest(1, 2, reserve=True)]
+    result, moved = run_step([first, second], groups, keep=varied, rounds=True)
+    assert moved
+    assert [it.id for it in result.items] == ["q1"]  # trained on the reserve group only
+    assert [t.group for t in result.trajectories] == [0, 0]
+    torch.testing.assert_close(result.scores.total, torch.tensor([1.0, 0.0]))
+    f = result.figures
+    assert (f["sampler/drawn_groups"], f["sampler/kept_groups"]) == (2.0, 1.0)
+    assert f["sampler/generated_rollouts"] == 4.0 and f["sampler/rollouts_per_kept_group"] == 4.0
+    assert f["train/rollouts"] == 2.0
+    assert f["rollout/accuracy"] == pytest.approx(0.25)  # over every rollout generated: 1 of 4
+    assert f["rollout/zero_variance_groups"] == pytest.approx(0.5)
+
+
+def test_no_reserve_is_rolled_out_when_every_group_is_kept():
+    scripts = [[ANSWER.format("Steven Spielberg")], [ANSWER.format("no")]]
+    groups = [GroupRequest(0, 2), GroupRequest(1, 2, reserve=True)]
+    result, _ = run_step(scripts, groups, keep=varied)
+    assert [it.id for it in result.items] == ["q0"]
+    assert result.figures["sampler/generated_rollouts"] == 2.0
+    # without a keep rule reserve groups are never rolled out (and no sampler figures appear)
+    result, _ = run_step(scripts, groups)
+    assert [it.id for it in result.items] == ["q0"] and "sampler/kept_groups" not in result.figures
+
+
+def test_a_step_that_keeps_no_group_changes_no_weight():
+    rounds = [[[ANSWER.format("no")]] * 2] * 2
+    groups = [GroupRequest(0, 2), GroupRequest(1, 2, reserve=True)]
+    result, moved = run_step(rounds, groups, keep=varied, rounds=True)
+    assert not moved
+    assert result.trajectories == [] and result.figures["train/rollouts"] == 0.0
+    assert result.figures["sampler/kept_groups"] == 0.0
+    assert "sampler/rollouts_per_kept_group" not in result.figures
+    assert result.figures["loss/trained_rollouts"] == 0.0
