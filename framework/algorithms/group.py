@@ -60,6 +60,22 @@ def group_min(values: Tensor, group_index: Tensor) -> Tensor:
     return _group_reduce(values, group_index, "amin")
 
 
+def group_median(values: Tensor, group_index: Tensor) -> Tensor:
+    """``[N]`` lower median of ``values`` over each rollout's group.
+
+    An odd group's median is its middle value; an even group has no unique median and gets the
+    lower of the two middle values (``torch.median``'s convention), so the result is always one of
+    the group's own values and ``values - group_median(values)`` is exactly 0 at the median.
+    """
+    inv, k = _dense(group_index)
+    order = torch.argsort(values, stable=True)  # by value ...
+    order = order[torch.argsort(inv[order], stable=True)]  # ... within each group, groups in turn
+    counts = torch.bincount(inv, minlength=k)
+    starts = torch.cumsum(counts, 0) - counts
+    medians = values[order][starts + (counts - 1) // 2]  # [K]
+    return medians[inv]
+
+
 def group_center(values: Tensor, group_index: Tensor) -> Tensor:
     """``[N]`` ``values - group_mean(values)``, exactly 0 in groups whose values are all equal.
 

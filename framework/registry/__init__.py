@@ -35,6 +35,7 @@ from framework.registry.kinds import (
 #: an unknown-name error for a component defined in such a module says to add it here.
 BUILTIN_MODULES = (
     "framework.algorithms.advantages",
+    "framework.algorithms.group_advantages",
     "framework.algorithms.losses",
     "framework.algorithms.kl",
     "framework.rewards.outcome",

@@ -122,7 +122,7 @@ def test_check_catches_an_undeclared_shared_parameter():
     with pytest.raises(AssertionError, match="returns"):
         _check_call("dataset", "f(split, *, cfg) -> list[dict]", _targets("dataset"))
     with pytest.raises(AssertionError, match="takes 'seed'"):
-        _check_call("sampler", "cls(num_questions, *, cfg, seed)", _targets("sampler"))
+        _check_call("sampler", "cls(questions, *, cfg, seed)", _targets("sampler"))
 
 
 def test_readme_table_is_generated_from_the_registries():
