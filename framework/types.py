@@ -120,6 +120,11 @@ class PolicyLossInputs:
         token_mask: ``[N, L]`` 1 on tokens the policy generated (tool responses and padding are 0).
         sample_mask: ``[N]`` optional; 0 drops a whole rollout from the loss (over-budget rollouts)
             without touching the group statistics its reward took part in.
+        group_index: ``[N]`` int, optional; rollouts with equal values belong to one group (one
+            question), as in :class:`AdvantageInputs`. The trainer always fills it (each
+            trajectory's ``group``); losses whose config sets ``needs_groups`` read it, and the
+            trainer then keeps every group whole within one micro-batch. ``None`` where a caller
+            has no groups; the other losses ignore it.
     """
 
     logprobs: Tensor
@@ -127,6 +132,7 @@ class PolicyLossInputs:
     advantages: Tensor
     token_mask: Tensor
     sample_mask: Tensor | None = None
+    group_index: Tensor | None = None
 
     def effective_mask(self) -> Tensor:
         """``[N, L]`` bool: token mask with dropped samples removed."""
@@ -165,6 +171,9 @@ class RewardInputs:
             ``"over_budget"``; ``None`` means all ok.
         think_texts: the concatenated ``<think>`` contents per rollout; ``None`` lets the reward
             extract them from ``completions``.
+        generated_tokens: per rollout the number of response tokens the policy generated (loss
+            mask 1: its thinking, tool calls and answer; tool responses and the prompt excluded);
+            ``None`` when unknown (length-based rewards then refuse the batch).
     """
 
     group_index: Tensor
@@ -172,6 +181,7 @@ class RewardInputs:
     columns: Mapping[str, Sequence[Any]] = field(default_factory=dict)
     status: Sequence[str] | None = None
     think_texts: Sequence[str] | None = None
+    generated_tokens: Sequence[int] | None = None
 
     def __len__(self) -> int:
         return len(self.completions)

@@ -8,6 +8,7 @@ padding, dropped rollouts) neither change the loss nor receive gradient.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -26,7 +27,17 @@ class PolicyLossConfig(ComponentConfig):
     term), so a loss's aggregation and the trainer's always agree. A loss subclasses this config,
     reduces its per-token losses with ``aggregate(..., cfg.agg, cfg.norm_constant)`` and calls
     ``super().problems()`` if it overrides :meth:`problems`.
+
+    Two class-level flags tell the trainer what a loss needs of the micro-batching:
+    ``needs_groups`` (the loss reads ``PolicyLossInputs.group_index`` and statistics of whole
+    groups, so every group must sit in one micro-batch) and ``zero_advantage_inert`` (a rollout
+    whose advantage is 0 adds exactly nothing to the loss, so it may be skipped).
     """
+
+    #: the loss computes statistics over each rollout's group: keep every group in one micro-batch
+    needs_groups: ClassVar[bool] = False
+    #: a rollout with advantage 0 contributes exactly nothing (the trainer may leave it out)
+    zero_advantage_inert: ClassVar[bool] = True
 
     agg: str = field(default="seq_mean_token_mean", metadata={"help": f"one of {tuple(AGG_MODES)}"})
     norm_constant: float | None = field(

@@ -31,3 +31,29 @@ def entity_shaped_reward(
     gamma_hat = group_max_normalize(match_rate.to(torch.get_default_dtype()), group_index)
     shaped = torch.where(correct.bool(), torch.ones_like(gamma_hat), alpha * gamma_hat)
     return torch.where(valid.bool(), shaped, torch.zeros_like(shaped))
+
+
+def overlong_penalty(lengths: Tensor, max_length: int, cache_length: int) -> Tensor:
+    """DAPO's soft overlong punishment (Yu et al. 2025, arXiv 2503.14476, eq. 13).
+
+    With ``L_max = max_length`` and ``L_cache = cache_length``::
+
+        R(|y|) = 0                                  if |y| <= L_max - L_cache
+               = ((L_max - L_cache) - |y|) / L_cache  if L_max - L_cache < |y| <= L_max
+               = -1                                 if |y| > L_max
+
+    The penalty falls linearly from 0 to -1 across the cache window and is continuous at both
+    ends (``|y| = L_max`` gives exactly -1).
+
+    Args:
+        lengths: ``[N]`` response lengths ``|y|`` in tokens.
+        max_length: ``L_max``, positive.
+        cache_length: ``L_cache``, in ``[1, L_max]``.
+
+    Returns:
+        ``[N]`` float penalties in ``[-1, 0]``.
+    """
+    y = lengths.to(torch.get_default_dtype())
+    start = float(max_length - cache_length)
+    inside = (start - y) / float(cache_length)
+    return inside.clamp(min=-1.0, max=0.0)

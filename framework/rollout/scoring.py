@@ -53,13 +53,15 @@ def _plain(value: Any) -> Any:
 
 def reward_inputs(trajectories: Sequence[Trajectory], items: Sequence[QAItem]) -> RewardInputs:
     """The reward batch of ``trajectories``; ``items[t.group]`` is each rollout's question, whose
-    columns (:func:`dataset_columns`) the batch carries."""
+    columns (:func:`dataset_columns`) the batch carries. ``generated_tokens`` counts each
+    response's trained tokens (loss mask 1), so tool responses are not part of a rollout's length."""
     return RewardInputs(
         group_index=torch.tensor([t.group for t in trajectories], dtype=torch.long),
         completions=[t.response_text for t in trajectories],
         columns=dataset_columns([items[t.group] for t in trajectories]),
         status=[t.status for t in trajectories],
         think_texts=[t.think_text for t in trajectories],
+        generated_tokens=[sum(t.loss_mask[t.prompt_len :]) for t in trajectories],
     )
 
 

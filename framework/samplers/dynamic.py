@@ -86,7 +86,9 @@ class RejectionSampler(_FilteringSampler):
 
 @dataclass
 class HopCurriculumConfig(UniformSamplerConfig):
-    start_hops: int = field(default=1, metadata={"help": "the largest hop count of the first stage"})
+    start_hops: int = field(
+        default=1, metadata={"help": "the largest hop count of the first stage"}
+    )
     steps_per_stage: int = field(
         default=8, metadata={"help": "steps before the largest hop count allowed rises by one"}
     )

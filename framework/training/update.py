@@ -40,6 +40,7 @@ def plan_update(
     agg: str,
     skip_zero: bool,
     max_tokens: int = 0,
+    whole_groups: bool = False,
 ) -> UpdatePlan:
     """Micro-batches of similar length (less padding) and their accumulation weights.
 
@@ -50,27 +51,44 @@ def plan_update(
     With ``skip_zero``, rollouts whose advantage is exactly 0 or that are masked out are left out:
     their loss terms are 0 (no KL term is configured then), and :func:`chunk_weights` keeps them in
     the batch totals, so loss and gradient equal the full batch's.
+
+    With ``whole_groups`` (a loss that reads group statistics, ``needs_groups``), the unit packed
+    into micro-batches is a group (the rollouts sharing ``Trajectory.group``) instead of a rollout:
+    every group lies in exactly one micro-batch, so the loss sees each group complete. A group
+    larger than ``micro_batch_size`` (or ``max_tokens``) gets a micro-batch of its own; ``skip_zero``
+    leaves out only groups none of whose rollouts would be trained.
     """
     n = len(trajectories)
     mask = _row_token_mask(trajectories, sample_mask)
     adv_rows = advantages.reshape(n, -1).abs().sum(-1) if n else advantages
-    keep = [
-        i for i in range(n) if not skip_zero or (bool(sample_mask[i]) and float(adv_rows[i]) != 0.0)
+    trained = [
+        not skip_zero or (bool(sample_mask[i]) and float(adv_rows[i]) != 0.0) for i in range(n)
     ]
-    keep.sort(key=lambda i: len(trajectories[i].token_ids))
+    units: list[list[int]]
+    if whole_groups:
+        by_group: dict[int, list[int]] = {}
+        for i, t in enumerate(trajectories):
+            by_group.setdefault(t.group, []).append(i)
+        units = [rows for rows in by_group.values() if any(trained[i] for i in rows)]
+    else:
+        units = [[i] for i in range(n) if trained[i]]
+    length = [len(t.token_ids) for t in trajectories]
+    longest = [max(length[i] for i in unit) for unit in units]
+    order = sorted(range(len(units)), key=lambda u: longest[u])
     groups: list[list[int]] = []
-    for i in keep:
-        length = len(trajectories[i].token_ids)  # ascending, so this row is the longest so far
+    for u in order:  # ascending, so this unit holds the longest row so far
+        unit = units[u]
         cur = groups[-1] if groups else None
-        fits = cur is not None and len(cur) < micro_batch_size
-        if fits and max_tokens and (len(cur) + 1) * length > max_tokens:
+        fits = cur is not None and len(cur) + len(unit) <= micro_batch_size
+        if fits and max_tokens and (len(cur) + len(unit)) * longest[u] > max_tokens:
             fits = False
         if fits:
-            cur.append(i)
+            cur.extend(unit)
         else:
-            groups.append([i])
+            groups.append(list(unit))
     chunks = [torch.tensor(g, dtype=torch.long) for g in groups]
-    return UpdatePlan(chunks, chunk_weights(mask, chunks, agg), skipped=n - len(keep))
+    kept = sum(len(g) for g in groups)
+    return UpdatePlan(chunks, chunk_weights(mask, chunks, agg), skipped=n - kept)
 
 
 def _row_token_mask(trajectories: Sequence[Trajectory], sample_mask: Tensor) -> Tensor:
@@ -87,13 +105,18 @@ class LossSpec:
     norm_constant: float | None = None
     kl: Callable[..., Tensor] | None = None
     kl_coef: float = 0.0
+    #: the loss reads group statistics: every group goes into one micro-batch
+    whole_groups: bool = False
+    #: rollouts with advantage 0 add nothing to the loss, so they may be skipped
+    zero_advantage_inert: bool = True
 
 
 def loss_spec(loss: PolicyLossConfig, kl: Any) -> LossSpec:
     """The objective of the ``loss`` and ``kl`` config sections, bound through the registries.
 
     The aggregation is the loss config's own (every loss config is a :class:`PolicyLossConfig`,
-    which ``POLICY_LOSSES`` checks when the loss registers).
+    which ``POLICY_LOSSES`` checks when the loss registers), and so are its micro-batching needs
+    (``needs_groups``, ``zero_advantage_inert``).
     """
     from framework.registry import KL_ESTIMATORS, POLICY_LOSSES
 
@@ -104,6 +127,8 @@ def loss_spec(loss: PolicyLossConfig, kl: Any) -> LossSpec:
         norm_constant=loss.norm_constant,
         kl=KL_ESTIMATORS.bind(kl) if use_kl else None,
         kl_coef=kl.coef,
+        whole_groups=loss.needs_groups,
+        zero_advantage_inert=loss.zero_advantage_inert,
     )
 
 
@@ -153,6 +178,7 @@ def chunk_loss(
         advantages=adv.to(device),
         token_mask=batch.loss_mask,
         sample_mask=sample_mask[rows].to(device),
+        group_index=torch.tensor([t.group for t in chunk], dtype=torch.long, device=device),
     )
     out = spec.policy_loss(inputs)
     if spec.kl is not None and spec.kl_coef > 0 and reference is not None:
@@ -307,8 +333,9 @@ def policy_update(
         sample_mask,
         micro_batch_size=o.micro_batch_size,
         agg=spec.agg,
-        skip_zero=o.skip_zero_advantage and spec.kl is None,
+        skip_zero=o.skip_zero_advantage and spec.kl is None and spec.zero_advantage_inert,
         max_tokens=o.micro_batch_tokens,
+        whole_groups=spec.whole_groups,
     )
     extra = pad_passes(len(plan.chunks)) if pad_passes is not None else 0
     old = None

@@ -33,8 +33,16 @@ PAD = 0
 LR = 1e-2
 
 # the shipped options of the two groups (conf/advantage, conf/loss and the registered names)
-ADVANTAGE_OPTIONS = ["grpo", "dr_grpo", "rloo", "reinforce_pp_baseline"]
-LOSS_OPTIONS = ["ppo_clip", "gspo", "dr_grpo"]
+ADVANTAGE_OPTIONS = [
+    "grpo",
+    "dr_grpo",
+    "rloo",
+    "reinforce_pp_baseline",
+    "mc_grpo",
+    "ngrpo",
+    "a_grae",
+]
+LOSS_OPTIONS = ["ppo_clip", "gspo", "dr_grpo", "ngrpo", "nsr", "etr", "cispo", "disco"]
 
 
 def _rollouts(model, prompts: list[list[int]], gen: torch.Generator) -> list[Trajectory]:
@@ -84,7 +92,10 @@ def _policy() -> torch.nn.Module:
 
 def _learn(overrides: list[str], sign: float = 1.0) -> list[float]:
     """Mean reward per step of a short run with the composed config's advantage and loss."""
-    cfg = load_config("train", [f"optim.lr={LR}", *overrides])
+    # one micro-batch per step (the accumulation over micro-batches has its own tests)
+    cfg = load_config(
+        "train", [f"optim.lr={LR}", f"optim.micro_batch_size={PROMPTS * GROUP}", *overrides]
+    )
     model = _policy()
     reference = None
     if cfg.kl.coef > 0:
@@ -143,9 +154,25 @@ def test_update_learns_the_toy_task(overrides):
     assert end > TARGET, f"mean reward {start:.2f} -> {end:.2f}; expected > {TARGET}"
 
 
-@pytest.mark.parametrize("overrides", [["algorithm=grpo"], ["advantage=rloo", "loss=gspo"]])
+@pytest.mark.parametrize(
+    "overrides",
+    [["algorithm=grpo"], ["advantage=rloo", "loss=gspo"], ["advantage=grpo", "loss=disco"]],
+)
 def test_flipped_advantage_unlearns(overrides):
     """The control: the same run with the advantage's sign flipped drives the reward to 0."""
     start, end = _start_and_end(_learn(overrides, sign=-1.0))
     assert 0.35 < start < 0.65
     assert end < 1 - TARGET, f"mean reward {start:.2f} -> {end:.2f} with the sign flipped"
+
+
+def test_every_shipped_option_is_covered():
+    """A new registered estimator or loss (or loss preset) must join the lists above."""
+    from framework.paths import config_dir
+    from framework.registry import POLICY_LOSSES
+
+    def shipped(names: list[str]) -> set[str]:  # not the components other tests register
+        return {n for n in names if not n.startswith("test_")}
+
+    assert set(ADVANTAGE_OPTIONS) >= shipped(ADVANTAGES.names())
+    presets = {p.stem for p in (config_dir() / "loss").glob("*.yaml")}
+    assert set(LOSS_OPTIONS) >= shipped(POLICY_LOSSES.names()) | presets
