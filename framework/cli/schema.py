@@ -165,16 +165,31 @@ class EvalConfig:
     rollout: Any = MISSING
     retriever: Any = MISSING
     agent: AgentConfig = field(default_factory=AgentConfig)
-    compare: list[str] = field(
+    # Any, not list[str]: compare=<dir> (one directory, e.g. a sweep's) is taken as a list of one
+    compare: Any = field(
         default_factory=list,
-        metadata={"help": "evaluation run directories to put side by side (no new rollouts)"},
+        metadata={
+            "help": "evaluation run directories, or sweep directories (seekrl-eval -m or "
+            "seekrl-train -m), to put side by side (no new rollouts); one or a list"
+        },
     )
     labels: list[str] = field(
         default_factory=list, metadata={"help": "one label per compare entry; equal labels pool"}
     )
 
+    def __post_init__(self) -> None:
+        if isinstance(self.compare, str | Path):
+            self.compare = [str(self.compare)]
+
     def problems(self) -> list[Problem]:
-        out = check_range(self.samples_per_question, "samples_per_question", low=1)
+        out = check(
+            isinstance(self.compare, list) and all(isinstance(c, str) for c in self.compare),
+            "compare",
+            self.compare,
+            "a directory or a list of directories",
+            "pass compare=<dir> or compare=[<dir>,<dir>]",
+        )
+        out += check_range(self.samples_per_question, "samples_per_question", low=1)
         out += check_range(self.questions, "questions", low=0)
         out += check_range(self.batch_questions, "batch_questions", low=1)
         out += check_choice(self.split, "split", ("train", "validation", "test"))

@@ -18,12 +18,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from framework.cli.app import run_app
+from framework.cli.app import run_app, sweep_job
 from framework.cli.schema import TrainConfig
 from framework.lightning.run_info import save_run_info
 from framework.lightning.trainer import (
     INTERRUPTED,
     announce_precision,
+    apply_threads,
     log_progress,
     quiet_lightning,
 )
@@ -158,6 +159,7 @@ def train(cfg: TrainConfig) -> float | None:
         return None
     clock = time.perf_counter()
     quiet_lightning()
+    threads = apply_threads(cfg.trainer)
     run_dir = Path(cfg.run_dir)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     announce_precision(cfg.trainer)
@@ -211,11 +213,13 @@ def train(cfg: TrainConfig) -> float | None:
             "steps": module.rl_step,
             "seconds": round(time.perf_counter() - clock, 1),
             "interrupted": checkpoints.interrupted,
+            "threads": threads,
             "last_checkpoint": str(run_dir / "checkpoints"),
             "last_step": {f"rollout/{k}": v for k, v in module.last_rollout.items()},
             "metrics": metrics,
         }
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        record_sweep_job(cfg, run_dir, summary)
         report(cfg, run_dir, module, metrics, checkpoints)
     if checkpoints.interrupted:
         raise SystemExit(INTERRUPTED)
@@ -227,6 +231,42 @@ def train(cfg: TrainConfig) -> float | None:
             file=sys.stderr,
         )
     return value
+
+
+def record_sweep_job(cfg: TrainConfig, run_dir: Path, summary: dict[str, Any]) -> None:
+    """In a multirun, add this job's row to the sweep table (``<sweep dir>/sweep.jsonl``, ``.md``,
+    ``.csv``); a single run has none."""
+    from framework.eval.sweep import append
+
+    job = sweep_job()
+    if job is None:
+        return
+    metrics = {**summary["last_step"], **summary["metrics"]}
+    row = {
+        "app": "train",
+        "job": job.num,
+        "overrides": list(job.overrides),
+        "status": "interrupted" if summary["interrupted"] else "finished",
+        "steps": summary["steps"],
+        "seconds": summary["seconds"],
+        "threads": summary["threads"],
+        "optimized_metric": cfg.optimized_metric,
+        "value": summary["metrics"].get(cfg.optimized_metric),  # what the sweeper received
+        "metrics": metrics,
+        "run_dir": str(run_dir.resolve()),
+        "summary": str((run_dir / "summary.json").resolve()),
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+    try:
+        append(job.sweep_dir, row)
+    except OSError as exc:  # the run itself is saved: say so, and let the sweeper have its value
+        print(
+            f"seekrl-train: job {job.num} could not be added to the sweep table in "
+            f"{job.sweep_dir} ({exc}); its summary is {row['summary']}",
+            file=sys.stderr,
+        )
+        return
+    print(f"seekrl-train: job {job.num} added to the sweep table {job.sweep_dir / 'sweep.md'}")
 
 
 def report(

@@ -217,21 +217,73 @@ def _tensorboard(run_dir: Path, results: dict[str, Any], plots: list[Path]) -> N
         writer.close()
 
 
+class CompareError(ValueError):
+    """Inputs of ``compare`` that cannot be put side by side."""
+
+
+def compare_inputs(
+    runs: Sequence[Path], labels: Sequence[str] | None
+) -> tuple[str, list[tuple[str, Path]]]:
+    """What ``compare`` puts side by side: ``("eval", [(label, evaluation dir), ...])`` or
+    ``("train_sweep", [(label, sweep dir), ...])``.
+
+    Each entry is an evaluation directory (``results.json``), a sweep directory whose jobs are
+    evaluations (``seekrl-eval -m``: every numbered job directory with ``results.json`` is one run,
+    labelled by the given label, so a sweep's seeds pool, or else by the overrides that differ
+    between its jobs), or the sweep directory of a training sweep (``seekrl-train -m``: its sweep
+    table, ``sweep.jsonl``).
+
+    Raises:
+        FileNotFoundError: an entry that is none of these.
+        CompareError: training sweeps mixed with evaluations.
+    """
+    from framework.eval.sweep import TABLE, job_dirs, job_overrides, varying
+
+    evals: list[tuple[str, Path]] = []
+    sweeps: list[tuple[str, Path]] = []
+    for i, run in enumerate(map(Path, runs)):
+        label = labels[i] if labels else None
+        if (run / "results.json").is_file():
+            evals.append((label or run.name, run))
+            continue
+        jobs = [j for j in job_dirs(run) if (j / "results.json").is_file()] if run.is_dir() else []
+        if jobs:
+            _, own = varying([job_overrides(j) for j in jobs])
+            for job, mine in zip(jobs, own):
+                evals.append((label or " ".join(mine) or f"{run.name}/{job.name}", job))
+        elif (run / TABLE).is_file():
+            sweeps.append((label or run.name, run))
+        else:
+            what = "a missing path" if not run.exists() else "a directory with neither"
+            raise FileNotFoundError(
+                f"[compare] got {str(run)!r} ({what}); expected an evaluation directory with "
+                "results.json, a seekrl-eval -m sweep directory whose job directories have "
+                f"results.json, or a seekrl-train -m sweep directory with {TABLE}. Fix: run "
+                "seekrl-eval on each policy first and pass those run directories (or their sweep "
+                "directory), or pass a training sweep whose jobs have finished."
+            )
+    if evals and sweeps:
+        raise CompareError(
+            f"[compare] got training sweeps ({', '.join(str(p) for _, p in sweeps)}) beside "
+            "evaluations; expected one kind. Fix: compare training sweeps and evaluations in "
+            "separate seekrl-eval compare=... runs (or evaluate the sweep's policies first)."
+        )
+    return ("train_sweep", sweeps) if sweeps else ("eval", evals)
+
+
 def compare(runs: Sequence[Path], labels: Sequence[str] | None, out: Path) -> dict[str, Any]:
     """Side-by-side table of several evaluations; runs sharing a label (e.g. seeds of one
-    algorithm) are also pooled: mean Pass@1 over runs with a 95% CI across runs."""
+    algorithm) are also pooled: mean Pass@1 over runs with a 95% CI across runs.
+
+    ``runs`` may name sweep directories (see :func:`compare_inputs`); training sweeps are
+    rendered from their sweep tables (:func:`compare_train_sweeps`).
+    """
     from framework.eval.metrics import mean_ci
 
-    loaded = []
-    for i, run in enumerate(runs):
-        path = Path(run) / "results.json"
-        if not path.is_file():
-            raise FileNotFoundError(
-                f"[compare] got {str(run)!r}; expected an evaluation directory with results.json. "
-                "Fix: run seekrl-eval on each policy first and pass those run directories."
-            )
-        label = labels[i] if labels else Path(run).name
-        loaded.append((label, json.loads(path.read_text())))
+    kind, found = compare_inputs(runs, labels)
+    if kind == "train_sweep":
+        return compare_train_sweeps(found, out)
+    loaded = [(label, json.loads((run / "results.json").read_text())) for label, run in found]
     rows = []
     for label, res in loaded:
         for d, s in res["datasets"].items():
@@ -278,6 +330,30 @@ def compare(runs: Sequence[Path], labels: Sequence[str] | None, out: Path) -> di
     lines += ["", "![comparison](comparison.png)"]
     (out / "comparison.md").write_text("\n".join(lines) + "\n")
     result = {"rows": rows, "pooled": pooled}
+    (out / "comparison.json").write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def compare_train_sweeps(sweeps: Sequence[tuple[str, Path]], out: Path) -> dict[str, Any]:
+    """The sweep tables of training sweeps, one row per job (``comparison.md``, ``.csv``,
+    ``.json``); a sweep's policies are compared on held-out questions by evaluating them."""
+    from framework.eval.sweep import read, render_csv, render_markdown
+
+    rows = []
+    for label, sweep in sweeps:
+        rows += [{"sweep": label, **r} for r in read(sweep)]
+    out.mkdir(parents=True, exist_ok=True)
+    lines = ["# Comparison of training sweeps", ""]
+    for label in dict.fromkeys(label for label, _ in sweeps):  # equal labels: one table
+        table = render_markdown([r for r in rows if r["sweep"] == label], title=label, level=2)
+        lines += [table, ""]
+    lines.append(
+        "Training metrics; for held-out Pass@1 evaluate each job's policy/ "
+        "(seekrl-eval -m checkpoint=<job dir>,<job dir>,...) and compare that sweep directory."
+    )
+    (out / "comparison.md").write_text("\n".join(lines) + "\n")
+    (out / "comparison.csv").write_text(render_csv(rows, lead=("sweep",)))
+    result = {"kind": "train_sweep", "rows": rows}
     (out / "comparison.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
 

@@ -43,6 +43,13 @@ class TrainerConfig:
     export_policy: bool = field(
         default=True, metadata={"help": "save the trained policy as a HF checkpoint (policy/)"}
     )
+    threads: int = field(
+        default=0,
+        metadata={
+            "help": "torch CPU threads per process; 0 = as found (torch's default, or "
+            "OMP_NUM_THREADS, which Hydra's joblib launcher sets to cores // n_jobs)"
+        },
+    )
 
     def problems(self) -> list[Problem]:
         out = check_choice(self.accelerator, "accelerator", ("cpu", "gpu", "cuda", "mps", "auto"))
@@ -59,6 +66,7 @@ class TrainerConfig:
         out += check_range(self.val_questions, "val_questions", low=0)
         out += check_range(self.val_samples, "val_samples", low=1)
         out += check_range(self.keep_checkpoints, "keep_checkpoints", low=1)
+        out += check_range(self.threads, "threads", low=0)
         ok = (
             self.devices == "auto"
             or (isinstance(self.devices, int) and self.devices >= 1)
@@ -85,6 +93,16 @@ def announce_precision(trainer: Any) -> None:
     """One start-up line: the precision this run trains (and rolls out) in, and why."""
     choice = trainer.precision_choice()
     print(f"seekrl: precision {choice.precision} ({choice.reason})", flush=True)
+
+
+def apply_threads(trainer: Any) -> int:
+    """Set torch's CPU threads to ``trainer.threads`` (0 leaves them as found); returns the count
+    this process runs with, for the run's summary."""
+    import torch
+
+    if trainer.threads:
+        torch.set_num_threads(trainer.threads)
+    return torch.get_num_threads()
 
 
 def log_progress(label: str, total: int, keys: tuple[str, ...], every_s: float = 0.0) -> list[Any]:

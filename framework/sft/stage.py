@@ -97,6 +97,7 @@ def run_sft(cfg: SFTConfig, *, quiet: bool = False) -> dict[str, Any]:
     from framework.lightning.trainer import (
         INTERRUPTED,
         announce_precision,
+        apply_threads,
         log_progress,
         quiet_lightning,
     )
@@ -111,6 +112,7 @@ def run_sft(cfg: SFTConfig, *, quiet: bool = False) -> dict[str, Any]:
 
     clock = time.perf_counter()
     quiet_lightning()
+    apply_threads(cfg.trainer)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     run_dir = Path(cfg.run_dir)
     if not quiet:  # inside seekrl-train the train app has said it

@@ -31,14 +31,20 @@ def _experiments():
 
 
 def _sweep_jobs(experiment: str) -> list[list[str]]:
-    """The override lists a Hydra basic-sweeper multirun of ``experiment`` launches."""
+    """The override lists a Hydra basic-sweeper multirun of ``experiment`` launches (for an
+    Optuna search's intervals: both ends)."""
     raw = OmegaConf.load(CONF / "experiment" / f"{experiment}.yaml")
     params = OmegaConf.select(raw, "hydra.sweeper.params") or {}
     parser = OverridesParser.create()
     axes = []
     for key, value in params.items():
         (override,) = parser.parse_overrides([f"{key}={value}"])
-        values = list(override.sweep_string_iterator()) if override.is_sweep_override() else [value]
+        if override.is_interval_sweep():
+            values = [override.value().start, override.value().end]
+        elif override.is_sweep_override():
+            values = list(override.sweep_string_iterator())
+        else:
+            values = [value]
         axes.append([f"{key}={v}" for v in values])
     return [list(combo) for combo in itertools.product(*axes)] if axes else [[]]
 
