@@ -99,9 +99,29 @@ class QuestionDataModule(L.LightningDataModule):
             )
         return primary[rank::world] + reserve[rank::world]
 
+    def observe(self, step: int, result: Any, reward_cfg: Any) -> None:
+        """Give an adaptive sampler (one with ``observe``) every process's trained groups of
+        ``step`` (a :class:`~framework.training.step.StepResult` of this process's share)."""
+        observe = getattr(self.sampler, "observe", None)
+        if observe is None:
+            return
+        mine = result.group_outcomes(reward_cfg)
+        parts: list[Any] = [mine]
+        trainer = self.trainer
+        if trainer is not None and trainer.world_size > 1:
+            import torch.distributed as dist
+
+            parts = [None] * trainer.world_size
+            dist.all_gather_object(parts, mine)
+        questions, rewards, correct = ([x for p in parts for x in p[i]] for i in range(3))
+        observe(step, questions, rewards, correct)
+
     def mark_trained(self, batch: StepBatch) -> None:
-        """Record that ``batch`` was trained (what a checkpoint resumes after)."""
-        self.consumed = dict(batch.sampler_state)
+        """Record that ``batch`` was trained (what a checkpoint resumes after). An adaptive
+        sampler adds the observations received up to this step (``state_after``)."""
+        state = dict(batch.sampler_state)
+        after = getattr(self.sampler, "state_after", None)
+        self.consumed = after(state) if after is not None else state
 
     def train_dataloader(self) -> DataLoader:
         self.sampler.load_state_dict(self.consumed)

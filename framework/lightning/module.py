@@ -113,6 +113,7 @@ class SearchAgentRL(L.LightningModule):
             backward=self.manual_backward,
             pad_passes=self._missing_passes,
         )
+        self.trainer.datamodule.observe(self.rl_step, result, self.cfg.reward)
         self.trainer.datamodule.mark_trained(batch)
         self.rl_step += 1
         figures = dict(result.figures, **{"train/step": float(self.rl_step)})

@@ -45,6 +45,7 @@ BUILTIN_MODULES = (
     "framework.rewards.length",
     "framework.samplers.uniform",
     "framework.samplers.dynamic",
+    "framework.samplers.adaptive",
     "framework.retrieval.dense",
     "framework.retrieval.bm25",
     "framework.retrieval.hybrid",

@@ -37,7 +37,8 @@ SAMPLERS: Registry = Registry(
     "sampler",
     signature="cls(questions, seed, *, cfg)",
     methods=("next_groups() -> list[GroupRequest]", "state_dict()", "load_state_dict(state)"),
-    # optional: keep_group(rewards, correct) -> bool, which groups of a step are trained
+    # optional: keep_group(rewards, correct) -> bool, which groups of a step are trained;
+    # observe(step, questions, rewards, correct) and state_after(state): adaptive samplers
 )
 RETRIEVERS: Registry = Registry(
     "retriever",

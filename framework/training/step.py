@@ -92,6 +92,21 @@ class StepResult:
             r["step"] = step
         return records
 
+    def group_outcomes(
+        self, reward_cfg: Any = None
+    ) -> tuple[list[int], list[list[float]], list[list[bool]]]:
+        """Per trained group: its question (dataset row), its rollouts' total rewards and whether
+        each is correct by the reward's answer metric (what an adaptive sampler observes)."""
+        ok = correct(self.trajectories, self.items, correctness_metric(reward_cfg))
+        questions: list[int] = [-1] * len(self.items)
+        rewards: list[list[float]] = [[] for _ in self.items]
+        right: list[list[bool]] = [[] for _ in self.items]
+        for t, r, c in zip(self.trajectories, self.scores.total.tolist(), ok, strict=True):
+            questions[t.group] = t.question
+            rewards[t.group].append(float(r))
+            right[t.group].append(bool(c))
+        return questions, rewards, right
+
     def advantage_values(self) -> Tensor:
         """Every advantage the loss sees: ``[N]``, or those of generated tokens for ``[N, L]``."""
         adv = self.advantages

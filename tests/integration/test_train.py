@@ -165,6 +165,16 @@ def test_dynamic_sampling_drops_groups_without_signal_end_to_end(tmp_path):
     assert scalars["sampler/rollouts_per_kept_group"] == [3.0, 3.0]
 
 
+def test_adaptive_sampler_observes_every_step_and_its_checkpoint_keeps_the_log(tmp_path):
+    run = tmp_path / "run"
+    train_in_process(run, "sampler=vade", "reward=test_length_mod", "trainer.val_at_end=false")
+    ckpt = torch.load(run / "checkpoints" / "step-000002.ckpt", weights_only=False)
+    (state,) = [v for k, v in ckpt.items() if k.endswith("QuestionDataModule")]
+    log = state["sampler"]["log"]
+    assert [e["step"] for e in log] == [0, 1] and state["sampler"]["draws"] == 2
+    assert all(len(e["questions"]) == 2 and all(len(r) == 3 for r in e["rewards"]) for e in log)
+
+
 def _scalars(run_dir: Path) -> dict[str, list[float]]:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
