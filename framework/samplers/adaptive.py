@@ -136,8 +136,8 @@ class VadeSampler(_ObservingSampler):
     rollouts (correct by the reward's answer metric), and after every observed step each question's
     evidence decays towards the prior, ``a_q <- a0 + decay * (a_q - a0)`` (likewise ``b_q``), as the
     policy drifts. Unseen questions keep the prior (Beta(1, 1) is uniform, so they are explored).
-    Choices made here where the paper's constants are loose: the prior, ``decay`` 0.9 per step,
-    top-k by sampled variance without replacement.
+    Choices made here where the paper's constants are loose: the prior, one decay (the paper has
+    a two-scale prior decay) of 0.9 per observed step, top-k by sampled variance.
     """
 
     cfg: VadeSamplerConfig
@@ -222,8 +222,10 @@ class XrpoSampler(_ObservingSampler):
     With ``n`` rollouts of the question so far (observed earlier plus those already given it this
     step) and its observed reward std ``s`` (``prior_std`` below two observations), one more rollout
     shrinks the half-width ``s / sqrt(n)`` by ``s * (1/sqrt(n) - 1/sqrt(n + 1))``; ties go to the
-    earlier question of the step. Only the allocation is here; XRPO's advantage sharpening of correct
-    low-likelihood rollouts is not.
+    earlier question of the step. The paper's half-width is Student's ``t_{1-a/2, n-1} s / sqrt(n)``
+    plus an exploration bonus; here the quantile is taken as constant (it only rescales every gain
+    at large ``n``) and there is no bonus, so the allocation is the paper's at large ``n``. Only the
+    allocation is here: XRPO's in-context seeding and its advantage sharpening are not.
     """
 
     cfg: XrpoSamplerConfig
