@@ -13,6 +13,9 @@ from framework.retrieval.corpus import CorpusConfig, read_wiki_offline, wiki_off
 from framework.retrieval.dense import FaissRetriever, FaissRetrieverConfig
 from framework.retrieval.hybrid import HybridRetriever, HybridRetrieverConfig
 
+# the real assets: MiniLM embeddings of a Wikipedia slice, about 20 s to build
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 LIMIT = 300
 

@@ -93,6 +93,7 @@ def _observations(tok, t):
     return [tok.decode(t.token_ids[a:b]) for a, b in _spans(t, 0)]
 
 
+@pytest.mark.slow  # expert trajectories and an SFT run: about 25 s
 def test_tiny_sft_run_lowers_its_loss_and_writes_a_loadable_policy(tmp_path):
     from framework.cli.app import run_app
     from framework.cli.sft import sft

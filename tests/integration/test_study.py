@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 TRAIN = [
     "warm_start.sft=false",
     "dataset=synth_small",
@@ -41,6 +43,7 @@ def study_in_process(out: Path, *overrides: str):
     return run_app("study", study, argv=args)
 
 
+@pytest.mark.slow  # several tiny train and eval runs: about 25 s
 def test_study_runs_arms_evaluates_reports_and_resumes(tmp_path):
     out = tmp_path / "study"
     result = study_in_process(out, "seeds=[0]")
@@ -72,6 +75,7 @@ def test_study_runs_arms_evaluates_reports_and_resumes(tmp_path):
     assert (out / "runs" / "grpo" / "seed0" / "train.log").read_text() == logs
 
 
+@pytest.mark.slow  # several tiny train and eval runs: about 25 s
 def test_a_crashed_run_is_reported_and_the_others_go_on(tmp_path):
     out = tmp_path / "study"
     # study=learn_cpu has one arm (e_grpo); '+arms.<label>=[...]' adds one

@@ -18,6 +18,8 @@ from omegaconf import OmegaConf
 
 from framework.eval import sweep
 
+pytestmark = pytest.mark.slow  # parallel and launcher sweeps of tiny runs: 15-20 s per test
+
 REPO = Path(__file__).resolve().parents[2]
 
 pytest.importorskip("hydra_plugins.hydra_joblib_launcher", reason="needs the sweep extra")

@@ -111,6 +111,7 @@ def test_train_app_reads_the_synthesized_splits(synth_dir, tmp_path):
     assert "dataset    files" in proc.stdout and "data               train " in proc.stdout
 
 
+@pytest.mark.slow  # a synthesis and a train start: about 14 s
 def test_entity_reward_refuses_a_dataset_without_entities(tmp_path):
     plain = [
         QAItem(f"nq-{i}", f"who wrote book {i}?", (f"author {i}",), None, None, None, "nq")

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -243,6 +244,7 @@ def test_resume_refuses_a_checkpoint_of_another_policy(tmp_path):
     assert "[resume] got a checkpoint of policy" in proc.stderr
 
 
+@pytest.mark.slow  # subprocess runs: 10-15 s
 def test_two_job_multirun_returns_one_directory_per_job(tmp_path):
     proc = cli("-m", "seed=0,1", "trainer.max_steps=1", f"hydra.sweep.dir={tmp_path}/sweep")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -253,6 +255,7 @@ def test_two_job_multirun_returns_one_directory_per_job(tmp_path):
     assert all((j / "checkpoints" / "step-000001.ckpt").is_file() for j in jobs)
 
 
+@pytest.mark.slow  # subprocess runs: 10-15 s
 def test_ddp_with_two_cpu_processes(tmp_path):
     run = tmp_path / "run"
     proc = cli(
@@ -269,6 +272,7 @@ def test_ddp_with_two_cpu_processes(tmp_path):
     assert (run / "checkpoints" / "step-000001.ckpt").is_file()
 
 
+@pytest.mark.slow  # subprocess runs: 10-15 s
 def test_ctrl_c_saves_a_checkpoint_and_the_run_resumes(tmp_path):
     run = tmp_path / "run"
     proc = subprocess.Popen(
@@ -313,6 +317,7 @@ def test_ctrl_c_saves_a_checkpoint_and_the_run_resumes(tmp_path):
     assert os.path.isdir(tmp_path / "more" / "policy")
 
 
+@pytest.mark.slow  # subprocess runs: 10-15 s
 def test_warm_start_sft_runs_the_warm_start_once_and_reuses_it(tmp_path, capsys):
     stage = [
         "warm_start.sft=true",
