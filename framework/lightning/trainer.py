@@ -82,6 +82,17 @@ class TrainerConfig:
                     "use trainer.precision=auto, bf16-mixed or 32-true (fp16 needs a GPU)",
                 )
             ]
+        sharded = str(self.strategy).startswith(("fsdp", "deepspeed"))
+        if sharded and self.accelerator == "cpu":  # Lightning refuses both on CPU, with a traceback
+            out += [
+                Problem(
+                    "strategy",
+                    self.strategy,
+                    "ddp or auto on CPU (Lightning runs FSDP and DeepSpeed only on GPUs)",
+                    "use trainer=fsdp or trainer=deepspeed on a GPU machine, or trainer.strategy=ddp "
+                    "trainer.devices=2 for data parallelism over CPU processes",
+                )
+            ]
         return out
 
     def precision_choice(self) -> PrecisionChoice:
