@@ -74,9 +74,7 @@ class _ObservingSampler(UniformSampler):
 
     def next_groups(self) -> list[GroupRequest]:
         d = self.draws
-        while self._applied < len(self.log) and self.log[self._applied]["step"] <= d - LAG:
-            self.apply(self.log[self._applied])
-            self._applied += 1
+        self._catch_up(d - LAG)
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + 7_777 + d)
         groups = self.choose(gen)
         self.draws += 1
@@ -97,11 +95,11 @@ class _ObservingSampler(UniformSampler):
         self.log = [dict(e) for e in state.get("log", [])]
         self.reset_statistics()
         self._applied = 0
-        # the statistics as they stood after the last draw: observations of steps <= draws-1-LAG
-        while (
-            self._applied < len(self.log)
-            and self.log[self._applied]["step"] <= self.draws - 1 - LAG
-        ):
+        self._catch_up(self.draws - 1 - LAG)  # the statistics as they stood after the last draw
+
+    def _catch_up(self, last_step: int) -> None:
+        """Fold the logged observations of steps ``<= last_step`` not folded in yet."""
+        while self._applied < len(self.log) and self.log[self._applied]["step"] <= last_step:
             self.apply(self.log[self._applied])
             self._applied += 1
 

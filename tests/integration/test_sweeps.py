@@ -17,6 +17,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from framework.eval import sweep
+from tests.integration.test_train import TINY as TRAIN_TINY
 
 pytestmark = pytest.mark.slow  # parallel and launcher sweeps of tiny runs: 15-20 s per test
 
@@ -24,20 +25,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 pytest.importorskip("hydra_plugins.hydra_joblib_launcher", reason="needs the sweep extra")
 
-# one step, two questions x three rollouts of twelve tokens, validation on two questions
-TINY = [
-    "warm_start.sft=false",
-    "dataset=synth_small",
-    "retriever=bm25",
-    "rollout.policy.source=tiny",
-    "trainer.max_steps=1",
-    "sampler.questions_per_step=2",
-    "sampler.group_size=3",
-    "agent.max_turns=1",
-    "agent.max_new_tokens_per_turn=12",
-    "trainer.val_questions=2",
-    "optim.micro_batch_size=4",
-]
+# the train tests' tiny run (two questions x three rollouts of twelve tokens), one step, and the
+# learning rate left to the config (the Optuna preset searches it)
+TINY = [*(o for o in TRAIN_TINY if not o.startswith("optim.lr=")), "trainer.max_steps=1"]
 
 #: what joblib's loky backend reads to cap the threads of its workers (a value here wins)
 THREAD_VARS = (
