@@ -12,6 +12,7 @@ randomness is seeded by ``(seed, d)``, so a resumed run draws what the uninterru
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +27,7 @@ from framework.types import GroupRequest
 LAG = 2  # the draw of step d uses observations of steps <= d - LAG
 
 
-class _ObservingSampler(UniformSampler):
+class _ObservingSampler(UniformSampler, ABC):
     """Shared machinery: the observation log, the lag rule, replay on load."""
 
     def __init__(self, questions: Sequence[Any], seed: int, *, cfg: Any) -> None:
@@ -37,15 +38,17 @@ class _ObservingSampler(UniformSampler):
         self.reset_statistics()
 
     # -- what subclasses define -------------------------------------------------------------------
+    @abstractmethod
     def reset_statistics(self) -> None:
-        raise NotImplementedError
+        """Empty statistics (before any observation)."""
 
+    @abstractmethod
     def apply(self, entry: dict[str, Any]) -> None:
         """Fold one step's observations into the statistics."""
-        raise NotImplementedError
 
+    @abstractmethod
     def choose(self, gen: torch.Generator) -> list[GroupRequest]:
-        raise NotImplementedError
+        """This step's groups, from the statistics and ``gen`` (seeded by the draw)."""
 
     # -- the protocol -------------------------------------------------------------------------------
     def observe(
