@@ -125,6 +125,9 @@ class PolicyLossInputs:
             trajectory's ``group``); losses whose config sets ``needs_groups`` read it, and the
             trainer then keeps every group whole within one micro-batch. ``None`` where a caller
             has no groups; the other losses ignore it.
+        token_weights: ``[N, L]`` detached non-negative weights of each token's policy-gradient
+            term (rollout correction's importance weights); ``None`` = 1. Every loss applies them
+            (the built-ins through ``_masked_inputs``, which folds them into the advantages).
     """
 
     logprobs: Tensor
@@ -133,6 +136,7 @@ class PolicyLossInputs:
     token_mask: Tensor
     sample_mask: Tensor | None = None
     group_index: Tensor | None = None
+    token_weights: Tensor | None = None
 
     def effective_mask(self) -> Tensor:
         """``[N, L]`` bool: token mask with dropped samples removed."""

@@ -173,9 +173,12 @@ def etr_clip_scale(inputs: PolicyLossInputs, cfg: ETRLossConfig) -> Tensor:
 
     ``(1 + α·tanh|A_{i,t}|) · (1 + κ·4·p̂_g(1 - p̂_g))`` with ``p̂_g`` the share of rollouts of
     rollout ``i``'s group ``g`` whose advantage is positive; every rollout of the group counts,
-    dropped (over-budget) ones included. Entries outside the effective mask are 1.
+    dropped (over-budget) ones included. Entries outside the effective mask are 1. The advantages
+    are the unweighted ones: rollout correction's ``token_weights`` scale the loss terms, not the
+    trust region.
     """
-    mask, _, _, adv = _masked_inputs(inputs)
+    mask = inputs.effective_mask()
+    adv = inputs.token_advantages().detach().masked_fill(~mask, 0.0)
     groups = _group_index(inputs, "etr")
     row_adv = _row_advantage(inputs).to(adv.dtype)
     share = group_mean((row_adv > 0).to(adv.dtype), groups)  # [N] p̂_g
@@ -398,6 +401,9 @@ def disco_loss(inputs: PolicyLossInputs, *, cfg: DisCOLossConfig) -> LossOutput:
       with ``optim.policy_epochs > 1``.
     * Needs whole groups (``needs_groups``) and is not skipped at zero advantage: the KL term covers
       every trained token.
+    * Rollout correction's ``token_weights`` multiply the discriminative term's per-token
+      ``f_{i,t}`` (the policy-gradient part); the softmax weights, labels and KL constraint are
+      computed without them.
 
     Args:
         inputs: log-probabilities, masks, advantages and ``group_index`` (required).
@@ -425,6 +431,8 @@ def disco_loss(inputs: PolicyLossInputs, *, cfg: DisCOLossConfig) -> LossOutput:
     coef = disco_coefficients(scores, labels, trained, groups, cfg)  # [N]
     size = group_sum(trained.to(lp.dtype), groups)  # [N] G_g
     weight = (size * coef).unsqueeze(-1)  # [N, 1]
+    if inputs.token_weights is not None:  # [N, L] rollout correction on the gradient terms
+        weight = weight * inputs.token_weights.detach().to(lp.dtype).masked_fill(~mask, 0.0)
     discriminative = aggregate(-weight * f, mask, cfg.agg, cfg.norm_constant)
     k3 = cfg.kl_estimator == "k3"
     kl_tokens = log_ratio.exp() - 1.0 - log_ratio if k3 else -log_ratio  # [N, L]

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from framework.algorithms.aggregation import AGG_MODES, aggregate, masked_mean
+from framework.algorithms.rollout_correction import CORRECTION_LEVELS, CORRECTION_MODES
 from framework.config import ComponentConfig, Problem, check, check_choice, check_range
 from framework.registry.kinds import POLICY_LOSSES
 from framework.types import LossOutput, PolicyLossInputs
@@ -32,6 +33,11 @@ class PolicyLossConfig(ComponentConfig):
     ``needs_groups`` (the loss reads ``PolicyLossInputs.group_index`` and statistics of whole
     groups, so every group must sit in one micro-batch) and ``zero_advantage_inert`` (a rollout
     whose advantage is 0 adds exactly nothing to the loss, so it may be skipped).
+
+    The ``rollout_correction*`` fields correct for the mismatch between the rollout backend's and
+    the trainer's log-probs (:mod:`framework.algorithms.rollout_correction`): the trainer computes
+    the weights and passes them as ``PolicyLossInputs.token_weights``, which every loss applies to
+    its per-token policy-gradient terms (:func:`_masked_inputs` folds them into the advantages).
     """
 
     #: the loss computes statistics over each rollout's group: keep every group in one micro-batch
@@ -43,9 +49,38 @@ class PolicyLossConfig(ComponentConfig):
     norm_constant: float | None = field(
         default=None, metadata={"help": "divisor for agg=token_sum_norm (max response tokens)"}
     )
+    rollout_correction: str = field(
+        default="none",
+        metadata={
+            "help": "rollout/trainer log-prob mismatch: none, tis (truncated importance weights "
+            "min(rho, C)) or mis (masked: rho, or 0 where rho > C)"
+        },
+    )
+    rollout_correction_level: str = field(
+        default="token",
+        metadata={"help": "token (per-token ratio) or sequence (product over the rollout)"},
+    )
+    rollout_correction_threshold: float = field(
+        default=2.0,
+        metadata={
+            "help": "C (> 1): weight cap (tis) or mask bound (mis); the mismatch figure "
+            "frac_beyond counts tokens whose ratio is outside [1/C, C]"
+        },
+    )
 
     def problems(self) -> list[Problem]:
-        out = check_choice(self.agg, "agg", AGG_MODES)
+        out = check_choice(self.rollout_correction, "rollout_correction", CORRECTION_MODES)
+        out += check_choice(
+            self.rollout_correction_level, "rollout_correction_level", CORRECTION_LEVELS
+        )
+        out += check_range(
+            self.rollout_correction_threshold,
+            "rollout_correction_threshold",
+            low=1.0,
+            low_inclusive=False,
+            fix="set rollout_correction_threshold above 1, e.g. 2 (Yao et al.'s C)",
+        )
+        out += check_choice(self.agg, "agg", AGG_MODES)
         agg = AGG_MODES.get(self.agg) if isinstance(self.agg, str) else None
         if agg is not None and agg.needs_norm_constant:
             out += check(
@@ -72,11 +107,20 @@ class ClipLossConfig(PolicyLossConfig):
 
 
 def _masked_inputs(inputs: PolicyLossInputs) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """``(mask, logprobs, old_logprobs, advantages)`` with masked entries zeroed (no NaN/inf)."""
+    """``(mask, logprobs, old_logprobs, advantages)`` with masked entries zeroed (no NaN/inf).
+
+    The advantages are weighted by ``inputs.token_weights`` (rollout correction), when given.
+    For a loss whose per-token term is ``A_t · f(ρ_t)`` or ``min``/``max`` of such terms (every
+    clipped surrogate here), a weight ``w_t >= 0`` on ``A_t`` is exactly a weight on the term:
+    ``-min(ρ w A, clip(ρ) w A) = w · -min(ρ A, clip(ρ) A)``.
+    """
     mask = inputs.effective_mask()
     lp = inputs.logprobs.masked_fill(~mask, 0.0)
     old = inputs.old_logprobs.detach().masked_fill(~mask, 0.0)
-    adv = inputs.token_advantages().detach().masked_fill(~mask, 0.0)
+    adv = inputs.token_advantages().detach()
+    if inputs.token_weights is not None:
+        adv = adv * inputs.token_weights.detach().to(adv.dtype)
+    adv = adv.masked_fill(~mask, 0.0)
     return mask, lp, old, adv
 
 

@@ -22,9 +22,11 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from framework.algorithms.rollout_correction import rollout_source_problems
 from framework.config.app import RUN_DIR, schedule_problems, target_problems
 from framework.config.problems import Problem, check, check_choice, check_range
 from framework.config.study import StudyConfig
+from framework.health.config import HealthConfig
 from framework.lightning.trainer import TrainerConfig
 from framework.rollout.engine import AgentConfig
 from framework.sft.config import SFTConfig, WarmStartConfig
@@ -107,6 +109,7 @@ class TrainConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     logger: Any = None
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    health: HealthConfig = field(default_factory=HealthConfig)
     resume: str | None = field(
         default=None,
         metadata={"help": "a .ckpt file, or a run directory whose newest checkpoint is resumed"},
@@ -124,6 +127,8 @@ class TrainConfig:
         from framework.training.checkpoints import latest_checkpoint
 
         out = target_problems(self.logger, "logger")
+        correction = getattr(self.loss, "rollout_correction", "none")
+        out += rollout_source_problems(correction, self.rollout)
         if self.resume is not None:
             try:
                 latest_checkpoint(self.resume)

@@ -111,12 +111,15 @@ def dry_run(cfg: TrainConfig) -> None:
 RL_PROGRESS_KEYS = ("rollout/reward", "rollout/accuracy", "rollout/format_valid", "loss/entropy")
 
 
-def build_trainer(cfg: TrainConfig, run_dir: Path, checkpoint: Any) -> Any:
-    """The Lightning trainer of a run (loggers, checkpoint callback, validation schedule)."""
+def build_trainer(cfg: TrainConfig, run_dir: Path, checkpoint: Any, health: Any = None) -> Any:
+    """The Lightning trainer of a run (loggers, health monitors, checkpoint callback, validation
+    schedule). The health callback runs before the checkpoint callback, so a checkpoint holds the
+    monitors' state after the step it was written at."""
     import lightning as L
     from hydra.utils import instantiate
 
     t = cfg.trainer
+    first = [health] if health is not None else []
     logger = instantiate(cfg.logger) if cfg.logger is not None else False
     return L.Trainer(
         accelerator=t.accelerator,
@@ -127,7 +130,7 @@ def build_trainer(cfg: TrainConfig, run_dir: Path, checkpoint: Any) -> Any:
         max_steps=t.max_steps * cfg.optim.policy_epochs,  # Lightning counts optimiser steps
         max_epochs=1,  # one pass over the step stream, whose length is max_steps
         logger=logger,
-        callbacks=[checkpoint, *log_progress("rl", t.max_steps, RL_PROGRESS_KEYS)],
+        callbacks=[*first, checkpoint, *log_progress("rl", t.max_steps, RL_PROGRESS_KEYS)],
         log_every_n_steps=t.log_every_n_steps,
         val_check_interval=t.val_every_n_steps or 10**9,
         check_val_every_n_epoch=None,
@@ -145,8 +148,10 @@ def train(cfg: TrainConfig) -> float | None:
     import lightning as L
 
     from framework.data.schema import DatasetError
+    from framework.health.config import build_monitors
     from framework.lightning.callbacks import StepCheckpoint
     from framework.lightning.data import QuestionDataModule
+    from framework.lightning.health import HEALTH_STOPPED, HealthCallback
     from framework.lightning.module import CheckpointMismatch, SearchAgentRL
     from framework.registry import SAMPLERS
     from framework.retrieval.types import RetrievalError
@@ -186,7 +191,8 @@ def train(cfg: TrainConfig) -> float | None:
         cfg.trainer.keep_checkpoints,
         cfg.trainer.max_steps,
     )
-    trainer = build_trainer(cfg, run_dir, checkpoints)
+    health = HealthCallback(build_monitors(cfg.health), checkpoints, run_facts(cfg))
+    trainer = build_trainer(cfg, run_dir, checkpoints, health)
     if trainer.is_global_zero:
         save_run_info(cfg, run_dir)
     ckpt = str(latest_checkpoint(cfg.resume)) if cfg.resume else None
@@ -195,7 +201,7 @@ def train(cfg: TrainConfig) -> float | None:
         t = cfg.trainer
         just_validated = t.val_every_n_steps and module.rl_step % t.val_every_n_steps == 0
         validate = t.val_at_end and data.val_rows and not checkpoints.interrupted
-        validate = validate and not just_validated
+        validate = validate and not just_validated and health.stopped is None
         if validate:
             trainer.validate(module, datamodule=data, verbose=False)
     except (CheckpointMismatch, CheckpointWriteError, RetrievalError, PolicyError) as exc:
@@ -205,7 +211,7 @@ def train(cfg: TrainConfig) -> float | None:
         module.close()
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     if trainer.is_global_zero:
-        if cfg.trainer.export_policy and not checkpoints.interrupted:
+        if cfg.trainer.export_policy and not checkpoints.interrupted and health.stopped is None:
             export_policy(module.policy, module.tokenizer, run_dir / "policy")
         summary = {
             "algorithm": cfg.algorithm,
@@ -213,6 +219,7 @@ def train(cfg: TrainConfig) -> float | None:
             "steps": module.rl_step,
             "seconds": round(time.perf_counter() - clock, 1),
             "interrupted": checkpoints.interrupted,
+            "stopped_by": None if health.stopped is None else vars(health.stopped),
             "threads": threads,
             "last_checkpoint": str(run_dir / "checkpoints"),
             "last_step": {f"rollout/{k}": v for k, v in module.last_rollout.items()},
@@ -220,9 +227,12 @@ def train(cfg: TrainConfig) -> float | None:
         }
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         record_sweep_job(cfg, run_dir, summary)
-        report(cfg, run_dir, module, metrics, checkpoints)
+        report(cfg, run_dir, module, metrics, checkpoints, health.stopped)
     if checkpoints.interrupted:
         raise SystemExit(INTERRUPTED)
+    if health.stopped is not None and sweep_job() is None:
+        # a single run fails loudly; in a sweep the job's row says "stopped" and the others go on
+        raise SystemExit(HEALTH_STOPPED)
     value = metrics.get(cfg.optimized_metric)
     if value is None and trainer.is_global_zero:
         print(
@@ -246,7 +256,9 @@ def record_sweep_job(cfg: TrainConfig, run_dir: Path, summary: dict[str, Any]) -
         "app": "train",
         "job": job.num,
         "overrides": list(job.overrides),
-        "status": "interrupted" if summary["interrupted"] else "finished",
+        "status": "interrupted"
+        if summary["interrupted"]
+        else ("stopped" if summary.get("stopped_by") else "finished"),
         "steps": summary["steps"],
         "seconds": summary["seconds"],
         "threads": summary["threads"],
@@ -269,12 +281,28 @@ def record_sweep_job(cfg: TrainConfig, run_dir: Path, summary: dict[str, Any]) -
     print(f"seekrl-train: job {job.num} added to the sweep table {job.sweep_dir / 'sweep.md'}")
 
 
+def run_facts(cfg: TrainConfig) -> dict[str, str]:
+    """What the health monitors' alarms name: the retriever (and its server, if it has one)."""
+    r = cfg.retriever
+    where = f" at {r.url}" if isinstance(getattr(r, "url", None), str) else ""
+    return {"retriever": f"'{r.name}'{where}", "algorithm": str(cfg.algorithm)}
+
+
 def report(
-    cfg: TrainConfig, run_dir: Path, module: Any, metrics: dict[str, float], ckpt: Any
+    cfg: TrainConfig,
+    run_dir: Path,
+    module: Any,
+    metrics: dict[str, float],
+    ckpt: Any,
+    stopped: Any = None,
 ) -> None:
     """Where everything is, and the headline figures."""
     last = module.last_rollout
-    print(f"\nseekrl-train: {cfg.algorithm} finished {module.rl_step} steps in {run_dir}")
+    verb = "was stopped by a health monitor after" if stopped is not None else "finished"
+    print(f"\nseekrl-train: {cfg.algorithm} {verb} {module.rl_step} steps in {run_dir}")
+    if stopped is not None:
+        print(f"  {stopped}")
+        print(f"  resume after a fix with  seekrl-train resume={run_dir}")
     if last:
         print(
             f"  last step: reward {last['reward']:.3f}, accuracy {last['accuracy']:.3f}, "
@@ -287,7 +315,7 @@ def report(
     if ckpt.interrupted:
         print(f"  interrupted: resume with  seekrl-train resume={run_dir}")
     print(f"  checkpoints: {run_dir / 'checkpoints'}")
-    if cfg.trainer.export_policy and not ckpt.interrupted:
+    if cfg.trainer.export_policy and not ckpt.interrupted and stopped is None:
         print(
             f"  policy:      {run_dir / 'policy'}  (rollout.policy.source=path "
             f"rollout.policy.path={run_dir / 'policy'})"

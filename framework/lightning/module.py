@@ -62,6 +62,7 @@ class SearchAgentRL(L.LightningModule):
         self.rl_step = 0
         self._restored_calls: int | None = None
         self.last_rollout: dict[str, float] = {}
+        self.last_figures: dict[str, float] = {}  # every figure of the last step (health monitors)
 
     # -- setup ------------------------------------------------------------------------------------
     def setup(self, stage: str) -> None:
@@ -124,6 +125,7 @@ class SearchAgentRL(L.LightningModule):
         for name, key in (("reward", "reward"), ("acc", "accuracy")):
             self.log(name, rollout[key], prog_bar=True, logger=False, batch_size=n)
         self.last_rollout = rollout
+        self.last_figures = figures
         self.record(result)
 
     def _missing_passes(self, mine: int) -> int:

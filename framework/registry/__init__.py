@@ -15,6 +15,7 @@ from framework.registry.kinds import (
     ADVANTAGES,
     ALL,
     DATASETS,
+    HEALTH_MONITORS,
     JUDGES,
     KL_ESTIMATORS,
     POLICY_LOSSES,
@@ -54,6 +55,7 @@ BUILTIN_MODULES = (
     "framework.rollout.hf_backend",
     "framework.rollout.vllm_backend",
     "framework.eval.judge",
+    "framework.health.monitors",
 )
 
 _loaded = False
@@ -81,6 +83,7 @@ __all__ = [
     "ALL",
     "BUILTIN_MODULES",
     "DATASETS",
+    "HEALTH_MONITORS",
     "JUDGES",
     "KL_ESTIMATORS",
     "POLICY_LOSSES",

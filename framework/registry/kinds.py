@@ -67,6 +67,16 @@ JUDGES: Registry = Registry(
     signature="cls(*, cfg, backend=None)",
     methods=("__call__(inputs: JudgeInputs) -> list[bool]",),
 )
+HEALTH_MONITORS: Registry = Registry(
+    "health_monitor",
+    signature="cls(*, cfg)",
+    methods=(
+        "check(step, figures, run) -> Reading",
+        "state_dict()",
+        "load_state_dict(state)",
+    ),
+    config_base="framework.health.monitors:MonitorConfig",
+)
 
 ALL: dict[str, Registry] = {
     r.group: r
@@ -80,5 +90,6 @@ ALL: dict[str, Registry] = {
         ROLLOUT_BACKENDS,
         DATASETS,
         JUDGES,
+        HEALTH_MONITORS,
     )
 }

@@ -63,13 +63,26 @@ def sample_tokens(
     probability 0 is never drawn. (``torch.multinomial`` draws an exponential variate for every
     vocabulary entry, which took 12 % of SmolLM2's decode time on a CPU.)
     """
+    return sample_with_logprobs(logits, temperature, top_k, top_p)[0]
+
+
+def sample_with_logprobs(
+    logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`sample_tokens` (the same draw) and each drawn token's log-probability ``[B]`` under
+    the distribution it was drawn from: ``log_softmax(filtered logits / temperature)`` (the
+    unprocessed ``log_softmax(logits)`` at temperature 0), in float32."""
     if temperature == 0:
-        return logits.argmax(dim=-1)
-    scaled = filter_logits(logits.float() / temperature, top_k, top_p)
-    cdf = torch.cumsum(torch.softmax(scaled, dim=-1), dim=-1)
-    u = torch.rand((cdf.shape[0], 1), device=cdf.device) * cdf[:, -1:]
-    picked = torch.searchsorted(cdf, u, right=True).squeeze(-1)
-    return picked.clamp_(max=cdf.shape[-1] - 1)
+        picked = logits.argmax(dim=-1)
+        scaled = logits.float()
+    else:
+        scaled = filter_logits(logits.float() / temperature, top_k, top_p)
+        cdf = torch.cumsum(torch.softmax(scaled, dim=-1), dim=-1)
+        u = torch.rand((cdf.shape[0], 1), device=cdf.device) * cdf[:, -1:]
+        picked = torch.searchsorted(cdf, u, right=True).squeeze(-1)
+        picked = picked.clamp_(max=cdf.shape[-1] - 1)
+    chosen = scaled.gather(-1, picked.unsqueeze(-1)).squeeze(-1)
+    return picked, chosen - torch.logsumexp(scaled, dim=-1)
 
 
 @functools.cache
@@ -200,12 +213,44 @@ def decode(
     ``token_text`` decodes token ids (used on a short tail for stop strings). With
     ``prefix_cache``, kept prefixes are reused and every row's entries are kept afterwards.
     """
+    return decode_with_logprobs(
+        model,
+        seqs,
+        limits,
+        stop=stop,
+        eos_ids=eos_ids,
+        pad_id=pad_id,
+        token_text=token_text,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        prefix_cache=prefix_cache,
+    )[0]
+
+
+def decode_with_logprobs(
+    model: Any,
+    seqs: Sequence[Sequence[int]],
+    limits: Sequence[int],
+    *,
+    stop: Sequence[str],
+    eos_ids: set[int],
+    pad_id: int,
+    token_text: Callable[[list[int]], str],
+    temperature: float,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    prefix_cache: PrefixCache | None = None,
+) -> tuple[list[list[int]], list[list[float]]]:
+    """:func:`decode`'s tokens and, aligned with them, each token's sampling log-probability
+    (:func:`sample_with_logprobs`: log-softmax of the processed logits it was drawn from)."""
     n_rows = len(seqs)
     device = next(model.parameters()).device
     out: list[list[int]] = [[] for _ in range(n_rows)]
+    logps: list[list[float]] = [[] for _ in range(n_rows)]
     rows = [i for i in range(n_rows) if limits[i] > 0]
     if not rows:
-        return out
+        return out, logps
     reuse = {i: prefix_cache.take(seqs[i]) if prefix_cache is not None else None for i in rows}
     past = {i: len(reuse[i].tokens) if reuse[i] is not None else 0 for i in rows}
     width_p = max(past[i] for i in rows)
@@ -258,12 +303,16 @@ def decode(
                 **keep_logits,
             )
             cache = result.past_key_values
-            tokens = sample_tokens(result.logits[:, -1], temperature, top_k, top_p).tolist()
+            picked, picked_logp = sample_with_logprobs(
+                result.logits[:, -1], temperature, top_k, top_p
+            )
+            tokens, token_logp = picked.tolist(), picked_logp.tolist()
             ended = []
             for slot, tok in enumerate(tokens):
                 i = rows[live[slot]]
                 gen = out[i]
                 gen.append(int(tok))
+                logps[i].append(float(token_logp[slot]))
                 if (
                     tok in eos_ids
                     or len(gen) >= limits[i]
@@ -286,7 +335,7 @@ def decode(
                 live = [live[s] for s in keep.tolist()]
             mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=-1)
             step_ids = next_ids
-    return out
+    return out, logps
 
 
 def _keep(

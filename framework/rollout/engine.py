@@ -26,7 +26,7 @@ from framework.rollout.parser import (
     parse_turn,
 )
 from framework.rollout.policy import chat_prompt_ids
-from framework.rollout.tools import TOOLS, tool_stats
+from framework.rollout.tools import TOOLS, CountingRetriever, tool_stats
 from framework.rollout.types import RolloutBackend, Segment, Trajectory
 from framework.types import TurnSpan
 
@@ -78,6 +78,9 @@ class _Rollout:
     think: list[str] = field(default_factory=list)
     pending: list[ToolCall] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    #: the backend's log-prob of every token after the prompt (0.0 on tool responses); None once a
+    #: generation came without (becomes ``Trajectory.rollout_logprobs`` when the rollout ends)
+    logprobs: list[float] | None = field(default_factory=list)
 
 
 class AgentLoop:
@@ -96,6 +99,9 @@ class AgentLoop:
         self.tok = backend.tokenizer
         #: seconds spent in the last run: generate (backend), retrieval (tools), total
         self.timings: dict[str, float] = {}
+        #: search queries of the last run (distinct per turn), and how many got no passage or failed
+        self.retrieval_counts: dict[str, int] = {}
+        self._tools_retriever = CountingRetriever(retriever)
 
     def prompt_ids(self, question: str) -> list[int]:
         """The chat-templated prompt: system message with the tools, then the question."""
@@ -120,6 +126,8 @@ class AgentLoop:
         """
         clock = time.perf_counter()
         self.timings = {"generate": 0.0, "retrieval": 0.0}
+        self._tools_retriever = CountingRetriever(self.retriever)
+        self.retrieval_counts = self._tools_retriever.counts
         qids = list(question_ids) if question_ids is not None else list(range(len(questions)))
         sizes = [group_size] * len(questions) if isinstance(group_size, int) else list(group_size)
         rollouts = []
@@ -174,14 +182,25 @@ class AgentLoop:
         )
         self.timings["generate"] += time.perf_counter() - start
         for (r, limit), gen in zip(live, outs, strict=True):
-            self._absorb(r, gen.token_ids, gen.finish, limit)
+            self._absorb(r, gen.token_ids, gen.finish, limit, gen.logprobs)
 
-    def _absorb(self, r: _Rollout, new: list[int], finish: str, limit: int) -> None:
+    def _absorb(
+        self,
+        r: _Rollout,
+        new: list[int],
+        finish: str,
+        limit: int,
+        logprobs: list[float] | None = None,
+    ) -> None:
         t = r.traj
         start = len(t.token_ids)
         text = self.tok.decode(new, skip_special_tokens=False)
         t.token_ids.extend(new)
         t.loss_mask.extend([1] * len(new))
+        if r.logprobs is not None and logprobs is not None and len(logprobs) == len(new):
+            r.logprobs.extend(float(x) for x in logprobs)
+        else:
+            r.logprobs = None
         t.segments.extend(_segments(self.tok, new, text, start))
         t.turns.append(TurnSpan(start, len(t.token_ids)))
         t.response_text += text
@@ -229,7 +248,7 @@ class AgentLoop:
         for name, tool in TOOLS.items():
             mine = [i for i, c in enumerate(calls) if c.name == name]
             if mine:
-                answers = tool.answer([calls[i] for i in mine], self.retriever, self.cfg)
+                answers = tool.answer([calls[i] for i in mine], self._tools_retriever, self.cfg)
                 for i, text in zip(mine, answers, strict=True):
                     observations[i] = text
         start = 0
@@ -253,6 +272,8 @@ class AgentLoop:
         start = len(t.token_ids)
         t.token_ids.extend(ids)
         t.loss_mask.extend([0] * len(ids))
+        if r.logprobs is not None:
+            r.logprobs.extend([0.0] * len(ids))
         t.segments.append(Segment("tool_response", start, start + len(ids)))
         t.turns[-1] = replace(t.turns[-1], observation=(start, start + len(ids)))
         t.response_text += text
@@ -263,6 +284,8 @@ class AgentLoop:
         r.traj.end_reason = reason
         r.traj.think_text = "\n".join(r.think)
         r.traj.stats["response_tokens"] = len(r.traj.token_ids) - r.traj.prompt_len
+        if r.logprobs is not None:
+            r.traj.rollout_logprobs = [0.0] * r.traj.prompt_len + r.logprobs
 
 
 _TAGGED = re.compile(

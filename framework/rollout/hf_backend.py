@@ -8,7 +8,7 @@ from typing import Any
 
 from framework.config import ComponentConfig, Problem, check_choice, check_range
 from framework.registry.kinds import ROLLOUT_BACKENDS
-from framework.rollout.decoding import PrefixCache, decode, supports_prefix_reuse
+from framework.rollout.decoding import PrefixCache, decode_with_logprobs, supports_prefix_reuse
 from framework.rollout.policy import PolicyConfig, load_policy
 from framework.rollout.types import Generation
 
@@ -55,12 +55,18 @@ class TransformersBackendConfig(ComponentConfig):
 
 
 def cut_generation(
-    new: list[int], stop: Sequence[str], eos_ids: set[int], limit: int, decode: Any
+    new: list[int],
+    stop: Sequence[str],
+    eos_ids: set[int],
+    limit: int,
+    decode: Any,
+    logprobs: Sequence[float] | None = None,
 ) -> Generation:
     """The tokens a sequence really generated: up to and including the first end-of-sequence
     token or the token that completes a stop string, at most ``limit`` tokens.
 
     ``new`` may carry padding after the sequence finished (batched generation); it is dropped.
+    ``logprobs``, aligned with ``new``, are cut to the same tokens.
     """
     end, finish = min(len(new), limit), "length"
     for i, t in enumerate(new[:end]):
@@ -80,7 +86,8 @@ def cut_generation(
             else:
                 lo = mid + 1
         end, finish = lo, "stop"
-    return Generation(list(new[:end]), finish)
+    kept = None if logprobs is None else [float(x) for x in logprobs[:end]]
+    return Generation(list(new[:end]), finish, kept)
 
 
 @ROLLOUT_BACKENDS.register("transformers", config=TransformersBackendConfig)
@@ -88,6 +95,10 @@ class TransformersBackend:
     """Batched sampling with left padding, a KV cache and stop strings, either through the
     framework's decoding loop (finished rows leave the batch; KV entries are reused across turns)
     or through ``model.generate``.
+
+    The loop records each token's sampling log-probability (:attr:`Generation.logprobs`);
+    ``decoder=generate`` does not (its generations carry ``logprobs=None``), so rollout correction
+    (``loss.rollout_correction``) needs ``decoder=loop``.
 
     Args:
         cfg: policy, sampling and batch size.
@@ -139,8 +150,9 @@ class TransformersBackend:
         self.calls += 1
         torch.manual_seed(s.seed * 1_000_003 + self.calls)
         decode_text = lambda t: self.tokenizer.decode(t, skip_special_tokens=False)  # noqa: E731
+        logps: list[list[float]] | list[None]
         if self.cfg.decoder == "loop":
-            new = decode(
+            new, logps = decode_with_logprobs(
                 self.model,
                 seqs,
                 limits,
@@ -154,10 +166,10 @@ class TransformersBackend:
                 prefix_cache=self.prefix_cache,
             )
         else:
-            new = self._model_generate(seqs, limits, stop)
+            new, logps = self._model_generate(seqs, limits, stop), [None] * len(seqs)
         return [
-            cut_generation(n, stop, self.eos_ids, lim, decode_text)
-            for n, lim in zip(new, limits, strict=True)
+            cut_generation(n, stop, self.eos_ids, lim, decode_text, lp)
+            for n, lim, lp in zip(new, limits, logps, strict=True)
         ]
 
     def _model_generate(

@@ -13,7 +13,11 @@ from framework.rollout.types import Trajectory
 def trajectory_records(
     trajectories: Sequence[Trajectory], items: Sequence[QAItem], scores: Scores
 ) -> list[dict[str, Any]]:
-    """One JSON-ready dict per trajectory: question, gold, outcome, rewards, stats and full text."""
+    """One JSON-ready dict per trajectory: question, gold, outcome, rewards, stats and full text.
+
+    Per-token data (``token_ids``, ``loss_mask``, ``rollout_logprobs``) is left out: it would
+    multiply the size of every dump, and the step's mismatch figures summarise the log-probs.
+    """
     out = []
     for i, t in enumerate(trajectories):
         item = items[t.group]

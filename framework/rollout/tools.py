@@ -100,7 +100,35 @@ def answer_search(calls: Sequence[ToolCall], retriever: Retriever, cfg: AgentCon
                     raise
                 except (QueryError, RetrievalError) as exc:
                     results[q] = f"search failed: {first_line(exc)}"
+    if isinstance(retriever, CountingRetriever):
+        retriever.record(results)
     return [_search_observation(c, results, cfg) for c in calls]
+
+
+class CountingRetriever:
+    """A retriever as the tools see it during one agent-loop run: every call goes to ``inner``,
+    and :func:`answer_search` records the outcome of each distinct query of a turn here (found
+    passages, no passage, or failed), which the run reports as ``retrieval/queries``,
+    ``retrieval/empty`` and ``retrieval/failed`` (the health monitor ``retrieval_empty`` reads
+    them)."""
+
+    def __init__(self, inner: Retriever) -> None:
+        self.inner = inner
+        self.counts = {"queries": 0, "empty": 0, "failed": 0}
+
+    def record(self, results: dict[str, list | str]) -> None:
+        self.counts["queries"] += len(results)
+        self.counts["failed"] += sum(isinstance(r, str) for r in results.values())
+        self.counts["empty"] += sum(isinstance(r, list) and not r for r in results.values())
+
+    def search(self, queries: Sequence[str], k: int) -> list:
+        return self.inner.search(queries, k)
+
+    def document(self, *, doc_id: str | None = None, title: str | None = None) -> Any:
+        return self.inner.document(doc_id=doc_id, title=title)
+
+    def close(self) -> None:
+        self.inner.close()
 
 
 def _search_observation(call: ToolCall, results: dict[str, list | str], cfg: AgentConfig) -> str:

@@ -23,10 +23,20 @@ class Segment:
 
 @dataclass(frozen=True)
 class Generation:
-    """New tokens for one sequence and why generation stopped: ``stop``, ``eos`` or ``length``."""
+    """New tokens for one sequence and why generation stopped: ``stop``, ``eos`` or ``length``.
+
+    ``logprobs``, when the backend records them, holds one entry per new token: the log-probability
+    of that token under the distribution it was drawn from, i.e. the log-softmax of the *processed*
+    logits (after temperature, top-k and top-p; the unprocessed log-softmax at temperature 0).
+    They are the behaviour policy's log-probs that rollout correction compares with the trainer's
+    (:mod:`framework.algorithms.rollout_correction`). ``None`` where a backend does not record them
+    (``rollout.decoder=generate``). They take no part in equality: two generations are equal when
+    their tokens and finish are.
+    """
 
     token_ids: list[int]
     finish: str
+    logprobs: list[float] | None = field(default=None, compare=False)
 
 
 @runtime_checkable
@@ -77,6 +87,10 @@ class Trajectory:
         response_text: the decoded response (model output and tool responses).
         stats: turns, tool_calls, queries, visits, invalid_calls, truncated_turns, response_tokens,
             generated_tokens.
+        end_reason: why the rollout ended (``answer``, ``max_turns``, a format error, ...).
+        rollout_logprobs: aligned with ``token_ids``: the rollout backend's log-probability of each
+            generated token (:attr:`Generation.logprobs`), 0.0 on the prompt and on tool responses;
+            ``None`` when some generation of the rollout came without log-probs.
     """
 
     question: int
@@ -92,6 +106,7 @@ class Trajectory:
     response_text: str = ""
     stats: dict[str, int] = field(default_factory=dict)
     end_reason: str = ""
+    rollout_logprobs: list[float] | None = None
 
     @property
     def completion(self) -> str:

@@ -80,7 +80,7 @@ class VLLMBackend:
         self.cfg = cfg
         self._vllm = vllm
         self.tokenizer = load_tokenizer(cfg.policy)
-        self.llm = vllm.LLM(
+        engine_args: dict[str, Any] = dict(
             model=str(_checkpoint_dir(cfg.policy)),
             dtype=cfg.policy.dtype,
             tensor_parallel_size=cfg.tensor_parallel_size,
@@ -89,6 +89,13 @@ class VLLMBackend:
             enable_prefix_caching=cfg.enable_prefix_caching,
             seed=cfg.sampling.seed,
         )
+        #: whether the engine reports log-probs of the processed (sampling) distribution
+        self.processed_logprobs = True
+        try:  # vLLM >= 0.10.2: log-probs after temperature / top-k / top-p, as they were sampled
+            self.llm = vllm.LLM(**engine_args, logprobs_mode="processed_logprobs")
+        except TypeError:  # older engines report the raw model's log-probs only
+            self.processed_logprobs = False
+            self.llm = vllm.LLM(**engine_args)
         self.calls = 0
         if model is not None:
             self.update_weights(model)
@@ -96,7 +103,9 @@ class VLLMBackend:
     def generate(
         self, sequences: Sequence[Sequence[int]], max_new_tokens: Sequence[int], stop: Sequence[str]
     ) -> list[Generation]:
-        """New tokens for each sequence, stop strings included (see the RolloutBackend protocol)."""
+        """New tokens for each sequence, stop strings included (see the RolloutBackend protocol),
+        with each sampled token's log-probability (``SamplingParams(logprobs=0)``: the sampled
+        token only; of the processed distribution where the engine supports ``logprobs_mode``)."""
         from vllm.inputs import TokensPrompt
 
         s = self.cfg.sampling
@@ -110,6 +119,7 @@ class VLLMBackend:
                 stop=list(stop),
                 include_stop_str_in_output=True,
                 seed=s.seed * 1_000_003 + self.calls * 8191 + i,
+                logprobs=0,
             )
             for i, n in enumerate(max_new_tokens)
         ]
@@ -121,7 +131,7 @@ class VLLMBackend:
             finish = {"stop": "stop", "length": "length"}.get(c.finish_reason, "eos")
             if c.finish_reason == "stop" and c.stop_reason is None:
                 finish = "eos"  # stopped on the end-of-sequence token, not a stop string
-            result.append(Generation(list(c.token_ids), finish))
+            result.append(Generation(list(c.token_ids), finish, sampled_logprobs(c)))
         return result
 
     def update_weights(self, model: Any) -> None:
@@ -158,3 +168,20 @@ class VLLMBackend:
                 continue
             return obj
         return None
+
+
+def sampled_logprobs(completion: Any) -> list[float] | None:
+    """The log-probability of each token of a vLLM ``CompletionOutput``, read from its
+    ``logprobs`` (one mapping per token, token id -> ``Logprob``); None when the engine returned
+    none or a token's entry is missing."""
+    steps = getattr(completion, "logprobs", None)
+    ids = list(completion.token_ids)
+    if steps is None or len(steps) < len(ids):
+        return None
+    out = []
+    for tid, step in zip(ids, steps, strict=False):
+        entry = step.get(int(tid)) if step is not None else None
+        if entry is None:
+            return None
+        out.append(float(entry.logprob))
+    return out

@@ -213,6 +213,8 @@ def draw_groups(
         for k, v in parts.loop.timings.items():
             if k != "total":
                 timings[f"timing/{k}"] += v
+        for k, n in getattr(parts.loop, "retrieval_counts", {}).items():
+            timings[f"retrieval/{k}"] += float(n)  # queries, empty, failed (summed over rounds)
         timings["timing/rollout"] += time.perf_counter() - clock
         mark = time.perf_counter()
         batch = Drawn(trajs, items, score(trajs, items, parts.reward))

@@ -87,6 +87,27 @@ def right_aligned(values: Tensor, trajectories: Sequence[Trajectory], width: int
     return out
 
 
+def packed_rollout_logprobs(trajectories: Sequence[Trajectory], width: int) -> Tensor | None:
+    """The rollout backend's log-probs (``Trajectory.rollout_logprobs``) in :func:`pack`'s
+    response layout: ``[n, width]`` float32, each row's last tokens in the last columns, 0 before.
+
+    Returns:
+        ``None`` when a trajectory with generated tokens (loss mask 1) has no rollout log-probs;
+        trajectories without generated tokens need none (their row is 0).
+    """
+    out = torch.zeros((len(trajectories), width), dtype=torch.float32)
+    for k, t in enumerate(trajectories):
+        logps = t.rollout_logprobs
+        if logps is None or len(logps) != len(t.token_ids):
+            if any(t.loss_mask):
+                return None
+            continue
+        take = min(width, len(logps))
+        if take:
+            out[k, width - take :] = torch.tensor(logps[len(logps) - take :], dtype=torch.float32)
+    return out
+
+
 def token_logprobs(
     model: Any, batch: TokenBatch, *, entropy: bool = False
 ) -> tuple[Tensor, Tensor | None]:

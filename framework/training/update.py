@@ -17,8 +17,19 @@ from torch import Tensor
 from framework.algorithms.aggregation import chunk_weights, masked_mean
 from framework.algorithms.losses import PolicyLossConfig
 from framework.algorithms.objective import add_kl_penalty
+from framework.algorithms.rollout_correction import (
+    MismatchStats,
+    correction_weights,
+    mismatch_stats,
+)
 from framework.rollout.types import Trajectory
-from framework.training.tokens import pack, response_mask, right_aligned, token_logprobs
+from framework.training.tokens import (
+    pack,
+    packed_rollout_logprobs,
+    response_mask,
+    right_aligned,
+    token_logprobs,
+)
 from framework.types import LossOutput, PolicyLossInputs
 
 
@@ -109,6 +120,10 @@ class LossSpec:
     whole_groups: bool = False
     #: rollouts with advantage 0 add nothing to the loss, so they may be skipped
     zero_advantage_inert: bool = True
+    #: rollout correction (``loss.rollout_correction*``): none, tis or mis; token or sequence; C
+    rollout_correction: str = "none"
+    rollout_correction_level: str = "token"
+    rollout_correction_threshold: float = 2.0
 
 
 def loss_spec(loss: PolicyLossConfig, kl: Any) -> LossSpec:
@@ -129,6 +144,9 @@ def loss_spec(loss: PolicyLossConfig, kl: Any) -> LossSpec:
         kl_coef=kl.coef,
         whole_groups=loss.needs_groups,
         zero_advantage_inert=loss.zero_advantage_inert,
+        rollout_correction=loss.rollout_correction,
+        rollout_correction_level=loss.rollout_correction_level,
+        rollout_correction_threshold=loss.rollout_correction_threshold,
     )
 
 
@@ -141,6 +159,7 @@ class ChunkResult:
     metrics: dict[str, float] = field(default_factory=dict)
     entropy_sum: float = 0.0
     entropy_tokens: int = 0
+    mismatch: MismatchStats | None = None
 
 
 def chunk_loss(
@@ -155,14 +174,25 @@ def chunk_loss(
     old_logprobs: Tensor | None = None,
     reference: Any = None,
     entropy: bool = False,
-) -> tuple[LossOutput, Tensor | None, Tensor]:
-    """Loss of one micro-batch: ``(loss output, entropy [n, R] or None, token mask [n, R])``.
+) -> tuple[LossOutput, Tensor | None, Tensor, MismatchStats | None]:
+    """Loss of one micro-batch: ``(loss output, entropy [n, R] or None, token mask [n, R],
+    rollout mismatch or None)``.
 
     ``advantages`` are ``[N]`` or ``[N, L]`` of the whole batch (per token in
     :func:`~framework.training.tokens.response_mask`'s layout). ``old_logprobs`` ``[n, R]`` are the
     behaviour policy's; ``None`` means the batch is exactly on policy (one policy epoch, weights
     unchanged since generation) and the current log-probabilities, detached, stand in for them: the
     ratio is 1 and its gradient the policy gradient.
+
+    When the trajectories carry the rollout backend's log-probs (``rollout_logprobs``), their
+    mismatch with the trainer's pre-update log-probs (``old``) over the trained tokens is measured
+    (:func:`~framework.algorithms.rollout_correction.mismatch_stats`), and with
+    ``spec.rollout_correction`` on, the importance weights
+    (:func:`~framework.algorithms.rollout_correction.correction_weights`) go to the loss as
+    ``PolicyLossInputs.token_weights``.
+
+    Raises:
+        ValueError: a correction is configured but a trained trajectory has no rollout log-probs.
     """
     device = next(model.parameters()).device
     chunk = [trajectories[int(i)] for i in rows]
@@ -180,6 +210,7 @@ def chunk_loss(
         sample_mask=sample_mask[rows].to(device),
         group_index=torch.tensor([t.group for t in chunk], dtype=torch.long, device=device),
     )
+    mismatch = _rollout_correction(inputs, chunk, spec)
     out = spec.policy_loss(inputs)
     if spec.kl is not None and spec.kl_coef > 0 and reference is not None:
         with torch.no_grad():
@@ -192,7 +223,41 @@ def chunk_loss(
             agg=spec.agg,
             norm_constant=spec.norm_constant,
         )
-    return out, ent, inputs.effective_mask()
+    return out, ent, inputs.effective_mask(), mismatch
+
+
+def _rollout_correction(
+    inputs: PolicyLossInputs, chunk: Sequence[Trajectory], spec: LossSpec
+) -> MismatchStats | None:
+    """Measure the rollout/trainer mismatch of a micro-batch and, with a correction configured,
+    set ``inputs.token_weights``; None when the trajectories carry no rollout log-probs."""
+    mask = inputs.effective_mask()
+    behav = packed_rollout_logprobs(chunk, mask.shape[1])
+    if behav is None:
+        if spec.rollout_correction != "none":
+            missing = sum(t.rollout_logprobs is None for t in chunk)
+            raise ValueError(
+                f"[loss.rollout_correction] got {spec.rollout_correction!r}; expected the rollout "
+                f"backend's log-probs on every trained rollout, but {missing} of {len(chunk)} in "
+                "this micro-batch have none (rollout.decoder=generate records none). Fix: use "
+                "rollout.decoder=loop or rollout=vllm, or set loss.rollout_correction=none."
+            )
+        return None
+    old, behav = inputs.old_logprobs.detach(), behav.to(mask.device)
+    correction = None
+    if spec.rollout_correction != "none":
+        correction = correction_weights(
+            old,
+            behav,
+            mask,
+            mode=spec.rollout_correction,
+            level=spec.rollout_correction_level,
+            threshold=spec.rollout_correction_threshold,
+        )
+        inputs.token_weights = correction.weights.to(inputs.logprobs.dtype)
+    return mismatch_stats(
+        old, behav, mask, threshold=spec.rollout_correction_threshold, correction=correction
+    )
 
 
 @torch.no_grad()
@@ -230,11 +295,13 @@ def run_update_pass(
 
     Returns:
         The batch loss and weighted means of the loss metrics (``clip_frac``, ``approx_kl``, ``kl``,
-        ...), plus ``entropy`` (token mean over the trained tokens of the chunks seen).
+        ...), plus ``entropy`` (token mean over the trained tokens of the chunks seen) and, when the
+        trajectories carry rollout log-probs, the ``rollout_mismatch_*`` figures (and with a
+        correction ``rollout_correction_frac`` / ``_weight_mean``) over the same tokens.
     """
     results = []
     for k, (rows, w) in enumerate(zip(plan.chunks, plan.weights, strict=True)):
-        out, ent, mask = chunk_loss(
+        out, ent, mask, mismatch = chunk_loss(
             model,
             trajectories,
             rows,
@@ -247,7 +314,7 @@ def run_update_pass(
             entropy=entropy,
         )
         backward(out.loss * w)
-        res = ChunkResult(w, float(out.loss.detach()) * w)
+        res = ChunkResult(w, float(out.loss.detach()) * w, mismatch=mismatch)
         res.metrics = {k2: float(v) for k2, v in out.metrics.items()}
         if ent is not None:
             res.entropy_sum = float(ent[mask].sum())
@@ -276,6 +343,9 @@ def summarize(results: Sequence[ChunkResult]) -> dict[str, float]:
     tokens = sum(r.entropy_tokens for r in results)
     if tokens:
         out["entropy"] = sum(r.entropy_sum for r in results) / tokens
+    parts = [r.mismatch for r in results if r.mismatch is not None]
+    if parts:
+        out.update(sum(parts, MismatchStats()).figures())
     return out
 
 
@@ -323,8 +393,12 @@ def policy_update(
             passes to add (data parallelism: see :func:`run_update_pass`); None adds none.
 
     Returns:
-        The first epoch's loss figures, ``grad_norm``, ``entropy``, ``trained_rollouts`` and
-        ``advantage_abs_mean``.
+        The first epoch's loss figures, ``grad_norm`` (before clipping), ``nonfinite_grad``
+        (epochs whose non-finite gradient was skipped), ``entropy``, ``trained_rollouts`` and
+        ``advantage_abs_mean``. When the trajectories carry rollout log-probs, also the first
+        epoch's ``rollout_mismatch_kl_mean`` / ``_kl_max`` / ``_frac_beyond`` (the trainer's
+        pre-update log-probs against the rollout backend's, over the trained tokens) and, with
+        ``loss.rollout_correction`` on, ``rollout_correction_frac`` / ``_weight_mean``.
     """
     o = optim
     plan = plan_update(
@@ -344,6 +418,7 @@ def policy_update(
     params = [p for p in model.parameters() if p.requires_grad]
     model.train()
     figures: dict[str, float] = {}
+    nonfinite = 0  # epochs whose gradient was not finite (their optimiser step is skipped)
     for epoch in range(o.policy_epochs):
         optimizer.zero_grad(set_to_none=True)
         stats = run_update_pass(
@@ -363,7 +438,12 @@ def policy_update(
         grads = [p for p in params if p.grad is not None]
         limit = o.grad_clip if o.grad_clip > 0 else float("inf")
         norm = torch.nn.utils.clip_grad_norm_(grads, limit) if grads else torch.zeros(())
-        optimizer.step()
+        finite = bool(torch.isfinite(norm))
+        if finite:
+            optimizer.step()
+        else:  # a NaN/inf gradient would poison the weights: skip it (the health monitor stops)
+            optimizer.zero_grad(set_to_none=True)
+            nonfinite += 1
         scheduler.step()
         if epoch == 0:
             figures = dict(stats, grad_norm=float(norm))
@@ -373,6 +453,7 @@ def policy_update(
         ent = mean_entropy(model, trajectories, rows, pad_id=pad_id)
         if ent is not None:
             figures["entropy"] = ent
+    figures["nonfinite_grad"] = float(nonfinite)
     figures["trained_rollouts"] = float(len(trajectories) - plan.skipped)
     figures["advantage_abs_mean"] = advantage_abs_mean(advantages, trajectories)
     return figures

@@ -177,14 +177,19 @@ def test_adaptive_sampler_observes_every_step_and_its_checkpoint_keeps_the_log(t
 
 
 def _scalars(run_dir: Path) -> dict[str, list[float]]:
+    """Every scalar's values in step order."""
+    return {k: [v[s] for s in sorted(v)] for k, v in _scalars_by_step(run_dir).items()}
+
+
+def _scalars_by_step(run_dir: Path) -> dict[str, dict[int, float]]:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    out: dict[str, list[float]] = {}
+    out: dict[str, dict[int, float]] = {}
     for f in sorted((run_dir / "tensorboard").glob("events.out.tfevents.*")):
         ea = EventAccumulator(str(f), size_guidance={"scalars": 0})
         ea.Reload()
         for name in ea.Tags()["scalars"]:
-            out.setdefault(name, []).extend(e.value for e in ea.Scalars(name))
+            out.setdefault(name, {}).update({e.step: e.value for e in ea.Scalars(name)})
     return out
 
 
@@ -203,6 +208,50 @@ def test_resumed_run_equals_the_uninterrupted_one(tmp_path):
     assert (full / step2).read_text() == (resumed / step2).read_text()
     assert not (resumed / "trajectories" / "step-000001.jsonl").exists()
     assert json.loads((resumed / "summary.json").read_text())["steps"] == 2
+
+
+#: a sampler with state beyond the uniform walk (reserve draws, observation logs, curriculum stage)
+STATEFUL_SAMPLERS = [
+    pytest.param(["sampler=vade"], id="vade"),
+    pytest.param(["sampler=xrpo", "sampler.extra_rollouts=2"], id="xrpo", marks=pytest.mark.slow),
+    pytest.param(["sampler=dapo_dynamic"], id="dapo_dynamic", marks=pytest.mark.slow),
+    pytest.param(["sampler=reinforce_rej"], id="reinforce_rej", marks=pytest.mark.slow),
+    pytest.param(
+        ["sampler=hop_curriculum", "sampler.steps_per_stage=1"],
+        id="hop_curriculum",
+        marks=pytest.mark.slow,
+    ),
+]
+
+
+@pytest.mark.parametrize("sampler", STATEFUL_SAMPLERS)
+def test_resumed_run_with_a_stateful_sampler_equals_the_uninterrupted_one(tmp_path, sampler):
+    # four steps, resumed after the second: vade's and xrpo's draw of step 3 (0-based) uses the
+    # observation of step 1, which the resumed run only has from the checkpoint's log
+    common = [
+        *sampler,
+        "reward=test_length_mod",
+        "trainer.max_steps=4",
+        "trainer.val_at_end=false",
+        "trainer.keep_checkpoints=5",
+    ]
+    full, resumed = tmp_path / "full", tmp_path / "resumed"
+    train_in_process(full, *common, "trainer.checkpoint_every_n_steps=1")
+    train_in_process(resumed, *common, f"resume={full / 'checkpoints' / 'step-000002.ckpt'}")
+
+    a = load_file(full / "policy" / "model.safetensors")
+    b = load_file(resumed / "policy" / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a), [k for k in a if not torch.equal(a[k], b[k])]
+    for step in (3, 4):
+        name = f"trajectories/step-{step:06d}.jsonl"
+        assert (full / name).read_text() == (resumed / name).read_text(), name
+    # the sampler's and the health monitors' figures of the resumed steps match too
+    x, y = _scalars_by_step(full), _scalars_by_step(resumed)
+    names = [k for k in y if k.startswith(("sampler/", "health/"))]
+    assert any(k.startswith("health/") for k in names)
+    for name in names:  # every value the resumed run logged, at the step the full run logged it
+        assert y[name] == {s: v for s, v in x[name].items() if s in y[name]}, name
+        assert len(y[name]) <= 2, name  # steps 3 and 4 only
 
 
 def test_kl_lora_and_two_policy_epochs(tmp_path):

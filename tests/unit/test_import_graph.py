@@ -12,7 +12,7 @@ Layers, bottom to top; a module imports from its own layer and the layers below 
                       ``rollout/``, ``sft/``, ``training/``, ``lightning/`` or ``cli/``.
     2. algorithms     ``algorithms/``: pure tensor functions
     3. components     ``retrieval/``, ``rewards/``, ``data/``, ``samplers/``, ``rollout/``,
-                      ``training/``, ``eval/``
+                      ``training/``, ``eval/``, ``health/``
     4. glue           ``lightning/``: the Lightning modules, data module, callbacks, trainer settings
                       and run housekeeping both training stages share
     5. stages         ``sft/``: expert trajectories, the SFT module, the SFT run and RL's warm start,
@@ -44,7 +44,9 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"", "types", "paths", "progress"}),
     frozenset({"config", "registry", "plugins"}),
     frozenset({"algorithms"}),
-    frozenset({"retrieval", "rewards", "data", "samplers", "rollout", "training", "eval"}),
+    frozenset(
+        {"retrieval", "rewards", "data", "samplers", "rollout", "training", "eval", "health"}
+    ),
     frozenset({"lightning"}),
     frozenset({"sft"}),
     frozenset({"cli", "__main__"}),

@@ -12,6 +12,7 @@ EXPECTED = {
     "loss": {"ppo_clip", "gspo"},
     "kl": {"k1", "k2", "k3"},
     "sampler": {"uniform"},
+    "health_monitor": {"retrieval_empty", "gradient", "reward_collapse"},
 }
 
 
@@ -26,6 +27,7 @@ def test_every_kind_declared_once():
         "rollout",
         "dataset",
         "judge",
+        "health_monitor",
     }
     assert len({id(r) for r in ALL.values()}) == len(ALL)
 

@@ -1,0 +1,479 @@
+"""Training-health monitors: each watches the figures a training step logged and says when the run
+has gone wrong (reward collapse, entropy collapse, length blow-up, the agent giving up on its tools,
+a retriever that returns nothing, non-finite or exploding gradients, groups with no signal).
+
+A monitor is registered in ``HEALTH_MONITORS`` and built as ``cls(*, cfg)``. After every training
+step the trainer calls ``check(step, figures, run)`` with that step's flat figures
+(``rollout/reward``, ``loss/entropy``, ``retrieval/empty``, ...) and a few facts about the run
+(``run["retriever"]`` names the retriever); the :class:`Reading` it returns carries the values logged
+under ``health/<monitor>/...`` and, when the monitor trips, an :class:`Alarm`. A tripped monitor
+whose config says ``stop: true`` stops the run after a checkpoint; otherwise the alarm is printed.
+
+Monitors keep only what their rule needs (a window of recent values, a baseline, a best value);
+``state_dict`` / ``load_state_dict`` put it in the checkpoint, so a resumed run judges its steps
+as the uninterrupted one would. A step whose figures lack the watched metric (nothing was trained,
+no search was made) is skipped: it neither adds to the window nor trips the monitor.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from statistics import mean
+from typing import Any
+
+from framework.config import ComponentConfig, Problem, check_range
+from framework.registry.kinds import HEALTH_MONITORS
+
+
+@dataclass(frozen=True)
+class Alarm:
+    """What a tripped monitor reports: ``message`` says what happened, with the figures, and
+    ``fix`` what to do about it."""
+
+    monitor: str
+    message: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"[health.{self.monitor}] {self.message}. Fix: {self.fix.rstrip('.')}."
+
+
+@dataclass
+class Reading:
+    """One step's verdict of a monitor: ``values`` are logged as ``health/<monitor>/<key>``;
+    ``alarm`` is set when the monitor trips at this step."""
+
+    values: dict[str, float] = field(default_factory=dict)
+    alarm: Alarm | None = None
+
+
+@dataclass
+class MonitorConfig(ComponentConfig):
+    """The config base of every health monitor (``HEALTH_MONITORS``).
+
+    ``stop``: a tripped monitor stops the run (after a checkpoint) instead of printing a warning.
+    ``warmup_steps``: steps before the monitor may trip (it still records and logs them).
+    """
+
+    stop: bool = field(default=False, metadata={"help": "stop the run when tripped (else warn)"})
+    warmup_steps: int = field(default=0, metadata={"help": "steps before the monitor may trip"})
+
+    def problems(self) -> list[Problem]:
+        return check_range(self.warmup_steps, "warmup_steps", low=0)
+
+
+class Monitor(ABC):
+    """A monitor's bookkeeping: the config, the registry name and the window of recent values."""
+
+    def __init__(self, *, cfg: MonitorConfig) -> None:
+        self.cfg = cfg
+        self.name = cfg.name
+        self.values: list[float] = []  # the watched metric, one entry per step that had it
+
+    @abstractmethod
+    def check(self, step: int, figures: Mapping[str, float], run: Mapping[str, str]) -> Reading:
+        """Record this step's figures and say whether the run is unhealthy."""
+
+    def may_trip(self, step: int) -> bool:
+        return step > self.cfg.warmup_steps
+
+    def alarm(self, message: str, fix: str) -> Alarm:
+        return Alarm(self.name, message, fix)
+
+    def record(self, value: float, keep: int) -> None:
+        """Add ``value`` and keep the last ``keep`` values."""
+        self.values.append(float(value))
+        del self.values[:-keep]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"values": list(self.values)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.values = [float(v) for v in state.get("values", [])]
+
+
+def _window_problems(cfg: Any) -> list[Problem]:
+    return check_range(cfg.window, "window", low=1)
+
+
+# -- reward or accuracy collapse ---------------------------------------------------------------------
+@dataclass
+class CollapseConfig(MonitorConfig):
+    metric: str = field(default="rollout/reward", metadata={"help": "the figure that collapses"})
+    window: int = field(default=4, metadata={"help": "steps per moving mean"})
+    drop: float = field(
+        default=0.5, metadata={"help": "trip when the mean falls this share below its best"}
+    )
+    min_best: float = field(
+        default=0.05, metadata={"help": "no verdict until the best mean reaches this"}
+    )
+
+    def problems(self) -> list[Problem]:
+        out = _window_problems(self)
+        out += check_range(self.drop, "drop", low=0.0, high=1.0, low_inclusive=False)
+        return out + super().problems()
+
+
+@HEALTH_MONITORS.register("reward_collapse", config=CollapseConfig)
+class CollapseMonitor(Monitor):
+    """Trips when the moving mean of ``metric`` over ``window`` steps falls ``drop`` (a share)
+    below the best moving mean seen so far (which must reach ``min_best``).
+
+    Logged: ``mean`` (the current moving mean), ``best`` and ``drop`` (``1 - mean / best``).
+    """
+
+    def __init__(self, *, cfg: CollapseConfig) -> None:
+        super().__init__(cfg=cfg)
+        self.best = -math.inf
+
+    def check(self, step: int, figures: Mapping[str, float], run: Mapping[str, str]) -> Reading:
+        cfg = self.cfg
+        if cfg.metric not in figures:
+            return Reading()
+        self.record(figures[cfg.metric], cfg.window)
+        if len(self.values) < cfg.window:
+            return Reading({"mean": mean(self.values)})
+        now = mean(self.values)
+        self.best = max(self.best, now)
+        drop = 1.0 - now / self.best if self.best > 0 else 0.0
+        reading = Reading({"mean": now, "best": self.best, "drop": drop})
+        if self.may_trip(step) and self.best >= cfg.min_best and drop >= cfg.drop:
+            reading.alarm = self.alarm(
+                f"{cfg.metric} collapsed: its {cfg.window}-step mean fell from a best of "
+                f"{self.best:.3f} to {now:.3f} ({drop:.0%} down; the limit is {cfg.drop:.0%}) "
+                f"at step {step}",
+                "lower optim.lr, add a KL term (kl.coef), or resume from a checkpoint before the "
+                "fall; raise health.monitors.<name>.drop if such swings are expected",
+            )
+        return reading
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "best": self.best}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.best = float(state.get("best", -math.inf))
+
+
+# -- entropy collapse ---------------------------------------------------------------------------------
+@dataclass
+class EntropyConfig(MonitorConfig):
+    metric: str = field(default="loss/entropy", metadata={"help": "token-mean policy entropy"})
+    min_entropy: float = field(default=0.01, metadata={"help": "nats per token"})
+    patience: int = field(default=3, metadata={"help": "consecutive steps below the floor"})
+
+    def problems(self) -> list[Problem]:
+        out = check_range(self.min_entropy, "min_entropy", low=0.0)
+        out += check_range(self.patience, "patience", low=1)
+        return out + super().problems()
+
+
+@HEALTH_MONITORS.register("entropy_collapse", config=EntropyConfig)
+class EntropyMonitor(Monitor):
+    """Trips when the policy's entropy stays below ``min_entropy`` for ``patience`` steps in a
+    row: the policy has become (nearly) deterministic and its groups stop exploring.
+
+    Logged: ``entropy`` and ``steps_below``.
+    """
+
+    def check(self, step: int, figures: Mapping[str, float], run: Mapping[str, str]) -> Reading:
+        cfg = self.cfg
+        if cfg.metric not in figures:
+            return Reading()
+        self.record(figures[cfg.metric], cfg.patience)
+        below = 0
+        for v in reversed(self.values):
+            if v >= cfg.min_entropy:
+                break
+            below += 1
+        reading = Reading({"entropy": self.values[-1], "steps_below": float(below)})
+        if self.may_trip(step) and below >= cfg.patience:
+            reading.alarm = self.alarm(
+                f"entropy collapsed: {cfg.metric} stayed below {cfg.min_entropy} for {below} "
+                f"steps (now {self.values[-1]:.4f}) at step {step}",
+                "raise the sampling temperature (rollout.sampling.temperature), lower optim.lr, "
+                "or add an entropy-preserving loss (loss=etr, clip-higher via loss.clip_high)",
+            )
+        return reading
+
+
+# -- response-length blow-up ---------------------------------------------------------------------------
+@dataclass
+class LengthConfig(MonitorConfig):
+    metric: str = field(default="rollout/response_length", metadata={"help": "tokens per rollout"})
+    window: int = field(default=3, metadata={"help": "steps of the baseline and the moving mean"})
+    factor: float = field(default=3.0, metadata={"help": "trip at this multiple of the baseline"})
+
+    def problems(self) -> list[Problem]:
+        out = _window_problems(self)
+        out += check_range(self.factor, "factor", low=1.0, low_inclusive=False)
+        return out + super().problems()
+
+
+@HEALTH_MONITORS.register("length_blowup", config=LengthConfig)
+class LengthMonitor(Monitor):
+    """Trips when the moving mean of the response length over ``window`` steps exceeds
+    ``factor`` times its baseline, the mean of the run's first ``window`` steps.
+
+    Logged: ``mean``, ``baseline`` and ``ratio`` (mean over baseline).
+    """
+
+    def __init__(self, *, cfg: LengthConfig) -> None:
+        super().__init__(cfg=cfg)
+        self.first: list[float] = []
+
+    def check(self, step: int, figures: Mapping[str, float], run: Mapping[str, str]) -> Reading:
+        cfg = self.cfg
+        if cfg.metric not in figures:
+            return Reading()
+        value = float(figures[cfg.metric])
+        if len(self.first) < cfg.window:
+            self.first.append(value)
+        self.record(value, cfg.window)
+        now, base = mean(self.values), mean(self.first)
+        ratio = now / base if base > 0 else 1.0
+        reading = Reading({"mean": now, "baseline": base, "ratio": ratio})
+        grown = len(self.first) == cfg.window and base > 0 and ratio > cfg.factor
+        if self.may_trip(step) and grown:
+            reading.alarm = self.alarm(
+                f"responses blew up: {cfg.metric} averages {now:.0f} over the last "
+                f"{len(self.values)} steps, {ratio:.1f}x the first {cfg.window} steps' {base:.0f} "
+                f"(the limit is {cfg.factor}x) at step {step}",
+                "tighten agent.max_new_tokens_per_turn or agent.max_total_tokens, add the overlong "
+                "penalty (reward=overlong in a weighted_sum), or lower optim.lr",
+            )
+        return reading
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "first": list(self.first)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.first = [float(v) for v in state.get("first", [])]
+
+
+# -- the agent stops using its tools ----------------------------------------------------------------
+@dataclass
+class ToolCallsConfig(MonitorConfig):
+    metric: str = field(default="rollout/tool_calls", metadata={"help": "tool calls per rollout"})
+    window: int = field(default=3, metadata={"help": "steps of the baseline and the moving mean"})
+    min_baseline: float = field(
+        default=0.25, metadata={"help": "no verdict unless the first steps called tools this much"}
+    )
+    floor: float = field(default=0.0, metadata={"help": "trip at or below this moving mean"})
+
+    def problems(self) -> list[Problem]:
+        out = _window_problems(self)
+        out += check_range(self.floor, "floor", low=0.0)
+        return out + super().problems()
+
+
+@HEALTH_MONITORS.register("tool_calls_vanish", config=ToolCallsConfig)
+class ToolCallsMonitor(Monitor):
+    """Trips when an agent that used its tools (mean tool calls per rollout over the first
+    ``window`` steps at least ``min_baseline``) stops using them: the moving mean over the last
+    ``window`` steps falls to ``floor`` (0: no call at all).
+
+    Logged: ``mean`` and ``baseline``.
+    """
+
+    def __init__(self, *, cfg: ToolCallsConfig) -> None:
+        super().__init__(cfg=cfg)
+        self.first: list[float] = []
+
+    def check(self, step: int, figures: Mapping[str, float], run: Mapping[str, str]) -> Reading:
+        cfg = self.cfg
+        if cfg.metric not in figures:
+            return Reading()
+        value = float(figures[cfg.metric])
+        if len(self.first) < cfg.window:
+            self.first.append(value)
+        self.record(value, cfg.window)
+        now, base = mean(self.values), mean(self.first)
+        reading = Reading({"mean": now, "baseline": base})
+        settled = len(self.first) == cfg.window and len(self.values) == cfg.window
+        used = base >= cfg.min_baseline
+        if self.may_trip(step) and settled and used and now <= cfg.floor:
+            reading.alarm = self.alarm(
+                f"the agent stopped using its tools: {cfg.metric} averages {now:.2f} over the last "
+                f"{cfg.window} steps, after {base:.2f} over the first {cfg.window} at step {step}",
+                "check that searches return useful passages (retrieval/empty), lower optim.lr, or "
+                "reward tool use (E-GRPO's entity reward, reward.alpha)",
+            )
+        return reading
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "first": list(self.first)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.first = [float(v) for v in state.get("first", [])]
+
+
+# -- the retriever returns nothing ------------------------------------------------------------------
+@dataclass
+class RetrievalConfig(MonitorConfig):
+    stop: bool = field(default=True, metadata={"help": "stop the run when tripped (else warn)"})
+    max_rate: float = field(
+        default=0.5, metadata={"help": "trip when this share of queries got no result or failed"}
+    )
+    window: int = field(default=1, metadata={"help": "steps whose queries are pooled"})
+    min_queries: int = field(default=1, metadata={"help": "no verdict on fewer pooled queries"})
+
+    def problems(self) -> list[Problem]:
+        out = _window_problems(self)
+        out += check_range(self.max_rate, "max_rate", low=0.0, high=1.0, high_inclusive=False)
+        out += check_range(self.min_queries, "min_queries", low=1)
+        return out + super().problems()
+
+
+@HEALTH_MONITORS.register("retrieval_empty", config=RetrievalConfig)
+class RetrievalMonitor(Monitor):
+    """Trips when, over the search queries of the last ``window`` steps (at least
+    ``min_queries``), more than ``max_rate`` of them returned no passage or failed: the agent is
+    searching an empty or broken index and nothing it learns is about the corpus. Reads the step's
+    ``retrieval/queries``, ``retrieval/empty`` and ``retrieval/failed`` counts; the alarm names
+    the retriever (``run["retriever"]``).
+
+    Logged: ``bad_rate`` (empty or failed share of the pooled queries) and ``queries``.
+    """
+
+    def __init__(self, *, cfg: RetrievalConfig) -> None:
+        super().__init__(cfg=cfg)
+        self.steps: list[tuple[float, float, float]] = []  # (queries, empty, failed) per step
+
+    def check(self, step: int, figures: Mapping[str, float], run: Mapping[str, str]) -> Reading:
+        cfg = self.cfg
+        queries = float(figures.get("retrieval/queries", 0.0))
+        if queries <= 0:
+            return Reading()
+        empty = float(figures.get("retrieval/empty", 0.0))
+        failed = float(figures.get("retrieval/failed", 0.0))
+        self.steps.append((queries, empty, failed))
+        del self.steps[: -cfg.window]
+        total = sum(s[0] for s in self.steps)
+        n_empty = sum(s[1] for s in self.steps)
+        n_failed = sum(s[2] for s in self.steps)
+        rate = (n_empty + n_failed) / total
+        reading = Reading({"bad_rate": rate, "queries": total})
+        if self.may_trip(step) and total >= cfg.min_queries and rate > cfg.max_rate:
+            retriever = run.get("retriever", "the retriever")
+            reading.alarm = self.alarm(
+                f"retriever {retriever} returned nothing useful: of {total:.0f} search queries in "
+                f"the last {len(self.steps)} step(s), {n_empty:.0f} got no result and "
+                f"{n_failed:.0f} failed ({rate:.0%}; the limit is {cfg.max_rate:.0%}) at step "
+                f"{step}",
+                f"check retriever {retriever}: that its index holds the corpus (seekrl-index, "
+                "retriever.index_dir), that its server answers (retriever.url), and try a query "
+                "with seekrl-serve or seekrl-rollout",
+            )
+        return reading
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"steps": [list(s) for s in self.steps]}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.steps = [(float(q), float(e), float(f)) for q, e, f in state.get("steps", [])]
+
+
+# -- non-finite or exploding gradients --------------------------------------------------------------
+@dataclass
+class GradientConfig(MonitorConfig):
+    stop: bool = field(default=True, metadata={"help": "stop the run when tripped (else warn)"})
+    max_norm: float = field(
+        default=1.0e3, metadata={"help": "trip when the gradient norm (before clipping) exceeds it"}
+    )
+    patience: int = field(default=2, metadata={"help": "consecutive steps above max_norm"})
+
+    def problems(self) -> list[Problem]:
+        out = check_range(self.max_norm, "max_norm", low=0.0, low_inclusive=False)
+        out += check_range(self.patience, "patience", low=1)
+        return out + super().problems()
+
+
+@HEALTH_MONITORS.register("gradient", config=GradientConfig)
+class GradientMonitor(Monitor):
+    """Trips at once on a non-finite loss or gradient norm (the trainer skips that update, so the
+    checkpoint holds the last finite weights), and when the gradient norm before clipping exceeds
+    ``max_norm`` for ``patience`` steps in a row. Non-finite trips even during warm-up.
+
+    Logged: ``grad_norm`` (the pre-clip norm; NaN shows as NaN) and ``nonfinite`` (0 or 1).
+    """
+
+    def check(self, step: int, figures: Mapping[str, float], run: Mapping[str, str]) -> Reading:
+        cfg = self.cfg
+        if "loss/grad_norm" not in figures:
+            return Reading()
+        norm = float(figures["loss/grad_norm"])
+        loss = float(figures.get("loss/policy_loss", 0.0))
+        bad = not (math.isfinite(norm) and math.isfinite(loss))
+        bad = bad or figures.get("loss/nonfinite_grad", 0.0) > 0
+        self.record(norm if math.isfinite(norm) else math.inf, cfg.patience)
+        high = len(self.values) == cfg.patience and all(v > cfg.max_norm for v in self.values)
+        reading = Reading({"grad_norm": norm, "nonfinite": float(bad)})
+        if bad:
+            reading.alarm = self.alarm(
+                f"the loss or gradient is not finite at step {step} (loss {loss}, gradient norm "
+                f"{norm}); that update was skipped",
+                "lower optim.lr, check the reward for NaN, or use precision=32-true if bf16 "
+                "overflowed; resume from the checkpoint written now",
+            )
+        elif self.may_trip(step) and high:
+            reading.alarm = self.alarm(
+                f"gradients exploded: the norm before clipping exceeded {cfg.max_norm:g} for "
+                f"{cfg.patience} steps (now {norm:.3g}) at step {step}",
+                "lower optim.lr or optim.grad_clip, or check advantages for outliers "
+                "(loss/advantage_abs_mean)",
+            )
+        return reading
+
+
+# -- groups without signal -------------------------------------------------------------------------
+@dataclass
+class ZeroVarianceConfig(MonitorConfig):
+    metric: str = field(
+        default="rollout/zero_variance_groups",
+        metadata={"help": "share of groups whose rewards are all equal"},
+    )
+    max_fraction: float = field(default=0.95, metadata={"help": "trip above this share"})
+    patience: int = field(default=5, metadata={"help": "consecutive steps above it"})
+
+    def problems(self) -> list[Problem]:
+        out = check_range(
+            self.max_fraction, "max_fraction", low=0.0, high=1.0, high_inclusive=False
+        )
+        out += check_range(self.patience, "patience", low=1)
+        return out + super().problems()
+
+
+@HEALTH_MONITORS.register("zero_variance", config=ZeroVarianceConfig)
+class ZeroVarianceMonitor(Monitor):
+    """Trips when more than ``max_fraction`` of each step's groups had identical rewards (no
+    learning signal under group normalisation) for ``patience`` steps in a row.
+
+    Logged: ``fraction`` and ``steps_above``.
+    """
+
+    def check(self, step: int, figures: Mapping[str, float], run: Mapping[str, str]) -> Reading:
+        cfg = self.cfg
+        if cfg.metric not in figures:
+            return Reading()
+        self.record(figures[cfg.metric], cfg.patience)
+        above = 0
+        for v in reversed(self.values):
+            if v <= cfg.max_fraction:
+                break
+            above += 1
+        reading = Reading({"fraction": self.values[-1], "steps_above": float(above)})
+        if self.may_trip(step) and above >= cfg.patience:
+            reading.alarm = self.alarm(
+                f"{self.values[-1]:.0%} of the groups had equal rewards for {above} steps in a row "
+                f"(the limit is {cfg.max_fraction:.0%}) at step {step}: almost nothing is learned",
+                "use dynamic sampling (sampler=dapo_dynamic), easier questions "
+                "(sampler=hop_curriculum), more rollouts per group (sampler.group_size), or a "
+                "denser reward (reward=e_grpo)",
+            )
+        return reading
