@@ -263,10 +263,17 @@ def test_kl_lora_and_two_policy_epochs(tmp_path):
         "optim.policy_epochs=2",
         "lora.enabled=true",
         "lora.r=4",
+        "loss.rollout_correction=tis",
         "trainer.val_at_end=false",
     )
     scalars = tags(run)["scalars"]
     assert "loss/kl" in scalars and "loss/approx_kl" in scalars
+    # off-policy correction: the decoding loop's log-probs against the trainer's, every step
+    values = _scalars(run)
+    for name in ("loss/rollout_mismatch_kl_mean", "loss/rollout_correction_frac"):
+        assert len(values[name]) == 2, name
+    # the same fp32 weights score the same tokens: the mismatch is rounding (KV cache, batching)
+    assert max(values["loss/rollout_mismatch_kl_max"]) < 1e-3
     # the exported policy is a plain checkpoint (adapters merged) that the rollout app can load
     from framework.rollout.policy import PolicyConfig, load_policy
 
