@@ -119,7 +119,10 @@ def mismatch_stats(
     counts of ``correction`` (:func:`correction_weights` of the same tensors) when given."""
     mask = mask.bool()
     delta = log_ratios(old, behav, mask).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
-    k3 = (delta.exp() - 1.0 - delta)[mask]  # [T] per-token k3 of KL(μ || π_old)
+    # [T] per-token k3 of KL(μ || π_old), as expm1(δ) - δ in float64: the mismatch of two fp32
+    # scorings of the same weights is ~1e-7 per token, whose k3 (~δ²/2) float32 rounds to 0
+    d64 = delta.double()
+    k3 = (torch.expm1(d64) - d64)[mask]
     if k3.numel() == 0:
         return MismatchStats()
     beyond = (delta.abs() > math.log(threshold))[mask]

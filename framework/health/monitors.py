@@ -99,6 +99,34 @@ def _window_problems(cfg: Any) -> list[Problem]:
     return check_range(cfg.window, "window", low=1)
 
 
+class BaselineMonitor(Monitor):
+    """A monitor comparing the moving mean of its metric over ``cfg.window`` steps with a
+    baseline: the mean of the run's first ``cfg.window`` steps."""
+
+    def __init__(self, *, cfg: Any) -> None:
+        super().__init__(cfg=cfg)
+        self.first: list[float] = []
+
+    def observe(self, value: float) -> tuple[float, float]:
+        """Record ``value``; ``(moving mean, baseline mean)``."""
+        if len(self.first) < self.cfg.window:
+            self.first.append(float(value))
+        self.record(value, self.cfg.window)
+        return mean(self.values), mean(self.first)
+
+    @property
+    def settled(self) -> bool:
+        """The baseline and the moving window are both full."""
+        return len(self.first) == self.cfg.window == len(self.values)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "first": list(self.first)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.first = [float(v) for v in state.get("first", [])]
+
+
 # -- reward or accuracy collapse ---------------------------------------------------------------------
 @dataclass
 class CollapseConfig(MonitorConfig):
@@ -214,26 +242,18 @@ class LengthConfig(MonitorConfig):
 
 
 @HEALTH_MONITORS.register("length_blowup", config=LengthConfig)
-class LengthMonitor(Monitor):
+class LengthMonitor(BaselineMonitor):
     """Trips when the moving mean of the response length over ``window`` steps exceeds
     ``factor`` times its baseline, the mean of the run's first ``window`` steps.
 
     Logged: ``mean``, ``baseline`` and ``ratio`` (mean over baseline).
     """
 
-    def __init__(self, *, cfg: LengthConfig) -> None:
-        super().__init__(cfg=cfg)
-        self.first: list[float] = []
-
     def check(self, step: int, figures: Mapping[str, float], run: Mapping[str, str]) -> Reading:
         cfg = self.cfg
         if cfg.metric not in figures:
             return Reading()
-        value = float(figures[cfg.metric])
-        if len(self.first) < cfg.window:
-            self.first.append(value)
-        self.record(value, cfg.window)
-        now, base = mean(self.values), mean(self.first)
+        now, base = self.observe(figures[cfg.metric])
         ratio = now / base if base > 0 else 1.0
         reading = Reading({"mean": now, "baseline": base, "ratio": ratio})
         grown = len(self.first) == cfg.window and base > 0 and ratio > cfg.factor
@@ -246,13 +266,6 @@ class LengthMonitor(Monitor):
                 "penalty (reward=overlong in a weighted_sum), or lower optim.lr",
             )
         return reading
-
-    def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "first": list(self.first)}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        super().load_state_dict(state)
-        self.first = [float(v) for v in state.get("first", [])]
 
 
 # -- the agent stops using its tools ----------------------------------------------------------------
@@ -272,7 +285,7 @@ class ToolCallsConfig(MonitorConfig):
 
 
 @HEALTH_MONITORS.register("tool_calls_vanish", config=ToolCallsConfig)
-class ToolCallsMonitor(Monitor):
+class ToolCallsMonitor(BaselineMonitor):
     """Trips when an agent that used its tools (mean tool calls per rollout over the first
     ``window`` steps at least ``min_baseline``) stops using them: the moving mean over the last
     ``window`` steps falls to ``floor`` (0: no call at all).
@@ -280,23 +293,13 @@ class ToolCallsMonitor(Monitor):
     Logged: ``mean`` and ``baseline``.
     """
 
-    def __init__(self, *, cfg: ToolCallsConfig) -> None:
-        super().__init__(cfg=cfg)
-        self.first: list[float] = []
-
     def check(self, step: int, figures: Mapping[str, float], run: Mapping[str, str]) -> Reading:
         cfg = self.cfg
         if cfg.metric not in figures:
             return Reading()
-        value = float(figures[cfg.metric])
-        if len(self.first) < cfg.window:
-            self.first.append(value)
-        self.record(value, cfg.window)
-        now, base = mean(self.values), mean(self.first)
+        now, base = self.observe(figures[cfg.metric])
         reading = Reading({"mean": now, "baseline": base})
-        settled = len(self.first) == cfg.window and len(self.values) == cfg.window
-        used = base >= cfg.min_baseline
-        if self.may_trip(step) and settled and used and now <= cfg.floor:
+        if self.may_trip(step) and self.settled and base >= cfg.min_baseline and now <= cfg.floor:
             reading.alarm = self.alarm(
                 f"the agent stopped using its tools: {cfg.metric} averages {now:.2f} over the last "
                 f"{cfg.window} steps, after {base:.2f} over the first {cfg.window} at step {step}",
@@ -304,13 +307,6 @@ class ToolCallsMonitor(Monitor):
                 "reward tool use (E-GRPO's entity reward, reward.alpha)",
             )
         return reading
-
-    def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "first": list(self.first)}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        super().load_state_dict(state)
-        self.first = [float(v) for v in state.get("first", [])]
 
 
 # -- the retriever returns nothing ------------------------------------------------------------------

@@ -110,6 +110,13 @@ def hidden_entities(
 def entity_reward(inputs: RewardInputs, *, cfg: EntityRewardConfig) -> Tensor:
     """E-GRPO reward: 1 if correct, ``alpha * γ̂`` if wrong, 0 on format error / over budget.
 
+    E-GRPO ("Repurposing Synthetic Data for Fine-grained Search Agent
+    Supervision", arXiv 2510.24694)::
+
+        r_i = 1                        if rollout i is correct
+        r_i = alpha · γ_i / max_g γ_j  if it is wrong (0 when the group's max is 0)
+        γ_i = |{e in E_q : e matched in rollout i's thinking}| / |E_q|
+
     Args:
         inputs: completions (or ``think_texts``), ``golden_answers`` and ``entities`` columns,
             ``group_index``, optional statuses.

@@ -31,6 +31,8 @@ class OutcomeRewardConfig(ComponentConfig):
 def outcome_reward(inputs: RewardInputs, *, cfg: OutcomeRewardConfig) -> Tensor:
     """GRPO's outcome reward: the answer score, 0 on format error or budget overrun.
 
+    The outcome reward of GRPO (DeepSeekMath, arXiv 2402.03300) and E-GRPO's GRPO arm.
+
     Args:
         inputs: completions, ``golden_answers`` column, optional statuses.
         cfg: the answer metric.

@@ -194,38 +194,17 @@ def supports_prefix_reuse(model: Any) -> bool:
 
 
 def decode(
-    model: Any,
-    seqs: Sequence[Sequence[int]],
-    limits: Sequence[int],
-    *,
-    stop: Sequence[str],
-    eos_ids: set[int],
-    pad_id: int,
-    token_text: Callable[[list[int]], str],
-    temperature: float,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    prefix_cache: PrefixCache | None = None,
+    model: Any, seqs: Sequence[Sequence[int]], limits: Sequence[int], **kwargs: Any
 ) -> list[list[int]]:
     """New tokens for each sequence: up to its limit, an end-of-sequence token, or the token that
     completes a stop string (the caller cuts exactly with ``cut_generation``).
 
     ``token_text`` decodes token ids (used on a short tail for stop strings). With
     ``prefix_cache``, kept prefixes are reused and every row's entries are kept afterwards.
+
+    Takes :func:`decode_with_logprobs`'s arguments and returns its tokens alone.
     """
-    return decode_with_logprobs(
-        model,
-        seqs,
-        limits,
-        stop=stop,
-        eos_ids=eos_ids,
-        pad_id=pad_id,
-        token_text=token_text,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        prefix_cache=prefix_cache,
-    )[0]
+    return decode_with_logprobs(model, seqs, limits, **kwargs)[0]
 
 
 def decode_with_logprobs(

@@ -231,3 +231,16 @@ def test_every_registered_loss_scales_its_policy_gradient_by_the_token_weights()
         base = _grad(fn, _loss_inputs())
         assert base.abs().sum() > 0, name
         assert torch.allclose(_grad(fn, _loss_inputs(weights)), base * weights, atol=1e-6), name
+
+
+def test_the_mismatch_of_two_fp32_scorings_does_not_round_to_zero():
+    # two fp32 scorings of the same weights differ by ~1e-7 per token; k3 ~ δ²/2 ~ 5e-15 must
+    # survive (float32 arithmetic gives exactly 0, which would read as "no mismatch at all")
+    old = torch.tensor([[-10.7707186, -2.0]])
+    behav = old + torch.tensor([[2.0e-7, -4.0e-7]])
+    mask = torch.ones_like(old, dtype=torch.bool)
+    figures = mismatch_figures(old, behav, mask)
+    delta = (old - behav).double()
+    expected = ((delta**2) / 2).mean().item()
+    assert figures["rollout_mismatch_kl_mean"] == pytest.approx(expected, rel=0.05)
+    assert figures["rollout_mismatch_kl_max"] > 0

@@ -1,0 +1,60 @@
+"""docs/algorithms.md, the methods page, is what tools/algorithms_table.py writes from the
+registries: one row per built-in method, each with a formula and a unit-test file."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from framework import DISTRIBUTION
+from framework.registry import ALL, load_components
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _tool() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "algorithms_table", REPO / "tools/algorithms_table.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_page_is_what_the_tool_writes():
+    tool = _tool()
+    assert (REPO / "docs" / "algorithms.md").read_text() == tool.render(), (
+        "docs/algorithms.md is out of date. Fix: python3 tools/algorithms_table.py"
+    )
+
+
+def test_every_builtin_method_has_a_row_a_formula_and_a_test_file():
+    tool = _tool()
+    load_components(plugins=False)
+    rows = {(r["kind"], r["name"]): r for r in tool.rows()}
+    for kind in tool.KINDS:
+        for entry in ALL[kind]:
+            if entry.source != DISTRIBUTION:
+                continue
+            row = rows[(kind, entry.name)]
+            assert row["formula"] != "-", (kind, entry.name)
+            assert row["tests"] != "-", f"{kind}={entry.name} is named by no unit test"
+
+
+def test_formula_and_paper_extraction():
+    tool = _tool()
+    doc = """X (Li et al. 2025, arXiv 2501.01234, eq. 3).
+
+    Per token::
+
+        loss_t = -a | b
+        w_t = 1
+
+    More text."""
+    assert tool.paper(doc) == "[2501.01234](https://arxiv.org/abs/2501.01234)"
+    assert tool.formula(doc) == "``loss_t = -a \\| b; w_t = 1``"
+    assert tool.first_sentence("GRPO: ``A = r - m``; Dr. GRPO without the std. Later.") == (
+        "GRPO: ``A = r - m``; Dr. GRPO without the std."
+    )
+    assert tool.paper("no link here") == "-"
