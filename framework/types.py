@@ -178,6 +178,11 @@ class RewardInputs:
         generated_tokens: per rollout the number of response tokens the policy generated (loss
             mask 1: its thinking, tool calls and answer; tool responses and the prompt excluded);
             ``None`` when unknown (length-based rewards then refuse the batch).
+        observations: per rollout, per model turn (in order, one entry per turn), the evidence
+            the tool response after that turn showed the model: the retrieved passages and pages,
+            with the model's own words that the tools echo back (its search queries, the titles
+            it asked to visit) blanked out; ``""`` for a turn that got no tool response. ``None``
+            when unknown (turn-level rewards then refuse the batch).
     """
 
     group_index: Tensor
@@ -186,6 +191,28 @@ class RewardInputs:
     status: Sequence[str] | None = None
     think_texts: Sequence[str] | None = None
     generated_tokens: Sequence[int] | None = None
+    observations: Sequence[Sequence[str]] | None = None
 
     def __len__(self) -> int:
         return len(self.completions)
+
+
+@dataclass
+class RewardOutput:
+    """What a reward returns when it has more to say than one number per rollout.
+
+    A reward function returns ``Tensor [N]`` or this. ``rewards`` is the reward proper (what a plain
+    reward returns: reported, summed by ``weighted_sum``, seen by the advantage estimator as
+    :attr:`AdvantageInputs.rewards`); every entry of ``extras`` reaches the advantage estimator as
+    :attr:`AdvantageInputs.extras` under the same name.
+
+    Attributes:
+        rewards: ``[N]`` float scalar reward per rollout.
+        extras: per-rollout tensors, first dimension ``N``. The built-in turn-level rewards fill
+            ``turn_rewards``: ``[N, T]`` float, column ``k`` the reward of model turn ``k`` (0-based,
+            the order of :attr:`AdvantageInputs.turns`), 0 past a rollout's last turn (``T`` is the
+            most turns of any rollout in the batch, at least 1).
+    """
+
+    rewards: Tensor
+    extras: dict[str, Tensor] = field(default_factory=dict)

@@ -39,7 +39,7 @@ def render() -> str:
     for reg in ALL.values():
         module, _, base = reg.config_base.partition(":")
         bases[base] = module
-        call = f"`{reg.signature}`"
+        call = f"`{reg.signature}`".replace("|", "\\|")  # a union's bar must not end the cell
         if reg.methods:
             call += " with " + ", ".join(f"`{m}`" for m in reg.methods)
         builtins = ", ".join(f"`{e.name}`" for e in reg if e.source == DISTRIBUTION)

@@ -37,6 +37,8 @@ from framework.registry.kinds import (
 BUILTIN_MODULES = (
     "framework.algorithms.advantages",
     "framework.algorithms.group_advantages",
+    "framework.algorithms.turn_advantages",
+    "framework.algorithms.step_advantages",
     "framework.algorithms.losses",
     "framework.algorithms.loss_variants",
     "framework.algorithms.kl",
@@ -44,6 +46,8 @@ BUILTIN_MODULES = (
     "framework.rewards.entity",
     "framework.rewards.composite",
     "framework.rewards.length",
+    "framework.rewards.turn_match",
+    "framework.rewards.citation",
     "framework.samplers.uniform",
     "framework.samplers.dynamic",
     "framework.samplers.adaptive",

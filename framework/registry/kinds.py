@@ -18,7 +18,7 @@ from framework.registry.core import Registry
 
 REWARDS: Registry = Registry(
     "reward",
-    signature="fn(inputs: RewardInputs, *, cfg) -> Tensor[N]",
+    signature="fn(inputs: RewardInputs, *, cfg) -> Tensor[N] | RewardOutput",
 )
 ADVANTAGES: Registry = Registry(
     "advantage",

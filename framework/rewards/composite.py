@@ -11,7 +11,7 @@ from torch import Tensor
 from framework.config import ComponentConfig, Problem
 from framework.registry.kinds import REWARDS
 from framework.rewards.common import valid_mask
-from framework.types import RewardInputs
+from framework.types import RewardInputs, RewardOutput
 
 
 @dataclass
@@ -74,15 +74,44 @@ def term_config(term: Any) -> tuple[ComponentConfig, float]:
 
 def reward_components(inputs: RewardInputs, cfg: ComponentConfig) -> dict[str, Tensor]:
     """Every component of a reward, by name; a single reward is its own only component."""
+    return reward_parts(inputs, cfg)[0]
+
+
+def reward_parts(
+    inputs: RewardInputs, cfg: ComponentConfig
+) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    """``(components, extras)``: every component's ``[N]`` reward by name (as
+    :func:`reward_components`), and the ``extras`` of those that return a
+    :class:`~framework.types.RewardOutput` (turn rewards, ...), merged.
+
+    Raises:
+        ValueError: two components return an extra of the same name, or an extra whose first
+            dimension is not the batch's ``N``.
+    """
     from framework.registry.kinds import REWARDS as registry
 
-    if isinstance(cfg, WeightedSumConfig):
-        out = {}
-        for term in cfg.terms:
-            sub, _ = term_config(term)
-            out[sub.name] = registry.bind(sub)(inputs)
-        return out
-    return {cfg.name: registry.bind(cfg)(inputs)}
+    subs = [term_config(t)[0] for t in cfg.terms] if isinstance(cfg, WeightedSumConfig) else [cfg]
+    components: dict[str, Tensor] = {}
+    extras: dict[str, Tensor] = {}
+    for sub in subs:
+        out = registry.bind(sub)(inputs)
+        if isinstance(out, RewardOutput):
+            for key, value in out.extras.items():
+                if key in extras:
+                    raise ValueError(
+                        f"[reward.{sub.name}] got extras[{key!r}] twice (another term returned "
+                        "it too); expected each extra from one reward. Fix: combine only rewards "
+                        "whose extras have different names."
+                    )
+                if value.shape[:1] != (len(inputs),):
+                    raise ValueError(
+                        f"[reward.{sub.name}] got extras[{key!r}] of shape {tuple(value.shape)}; "
+                        f"expected first dimension N = {len(inputs)}. Fix: one row per rollout."
+                    )
+            extras.update(out.extras)
+            out = out.rewards
+        components[sub.name] = out
+    return components, extras
 
 
 def reward_total(components: dict[str, Tensor], cfg: ComponentConfig, n: int) -> Tensor:
@@ -98,6 +127,9 @@ def reward_total(components: dict[str, Tensor], cfg: ComponentConfig, n: int) ->
 
 
 @REWARDS.register("weighted_sum", config=WeightedSumConfig)
-def weighted_sum_reward(inputs: RewardInputs, *, cfg: WeightedSumConfig) -> Tensor:
-    """``sum_i w_i r_i`` over the configured rewards (see :func:`reward_components` for each r_i)."""
-    return reward_total(reward_components(inputs, cfg), cfg, len(inputs))
+def weighted_sum_reward(inputs: RewardInputs, *, cfg: WeightedSumConfig) -> Tensor | RewardOutput:
+    """``sum_i w_i r_i`` over the configured rewards (see :func:`reward_components` for each r_i);
+    a :class:`~framework.types.RewardOutput` carrying the terms' extras when any has some."""
+    components, extras = reward_parts(inputs, cfg)
+    total = reward_total(components, cfg, len(inputs))
+    return RewardOutput(total, extras) if extras else total

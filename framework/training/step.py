@@ -19,6 +19,7 @@ from framework.config import ComponentConfig
 from framework.data.schema import QAItem
 from framework.rollout.scoring import Scores, score
 from framework.rollout.types import Trajectory
+from framework.training.answer_probs import answer_probs
 from framework.training.batch import advantage_inputs, check_advantages, per_rollout
 from framework.training.metrics import (
     correct,
@@ -145,7 +146,22 @@ class Drawn:
             name: torch.cat([s.components[name][r] for s, r in zip(scores, rows, strict=True)])
             for name in scores[0].components
         }
-        return Drawn(trajs, items, Scores(total, components))
+        extras = {
+            name: cat_padded([s.extras[name][r] for s, r in zip(scores, rows, strict=True)])
+            for name in scores[0].extras
+        }
+        return Drawn(trajs, items, Scores(total, components, extras))
+
+
+def cat_padded(parts: Sequence[Tensor]) -> Tensor:
+    """``parts`` concatenated along the first dimension, each zero-padded at the end of its other
+    dimensions to the largest (``[n_j, T_j]`` turn rewards of rounds with different most turns)."""
+    shape = [max(p.shape[d] for p in parts) for d in range(1, parts[0].dim())]
+    padded = []
+    for p in parts:
+        pad = [x for d in reversed(range(1, p.dim())) for x in (0, shape[d - 1] - p.shape[d])]
+        padded.append(torch.nn.functional.pad(p, pad) if any(pad) else p)
+    return torch.cat(padded)
 
 
 def rollouts(
@@ -244,6 +260,25 @@ def draw_groups(
     return Drawn.merge(rounds), drawn, figures
 
 
+def answer_probs_of(
+    parts: StepParts, trajs: Sequence[Trajectory], items: Sequence[QAItem]
+) -> Tensor:
+    """``[N, T]`` the policy's probability of each rollout's gold answer before each of its turns,
+    for an estimator whose config sets ``needs_answer_probs`` (IGPO): its ``probe_batch_size`` and
+    ``probe_prefix`` and the rollout backend's tokenizer
+    (:func:`~framework.training.answer_probs.answer_probs`)."""
+    cfg = parts.advantage
+    return answer_probs(
+        parts.policy,
+        trajs,
+        items,
+        parts.loop.backend.tokenizer,
+        pad_id=parts.pad_id,
+        batch_size=cfg.probe_batch_size,
+        prefix=cfg.probe_prefix,
+    )
+
+
 def rl_step(
     parts: StepParts,
     groups: Sequence[GroupRequest],
@@ -259,8 +294,11 @@ def rl_step(
 
     Rollouts (no gradients) -> rewards (``REWARDS``, each component once) -> the groups ``keep``
     accepts, refilled from the reserve (:func:`draw_groups`) -> advantages (``ADVANTAGES`` on
-    :class:`~framework.types.AdvantageInputs` with the token and turn structure and the dataset
-    columns) -> ``optim.policy_epochs`` optimiser steps over micro-batches
+    :class:`~framework.types.AdvantageInputs` with the token and turn structure, the dataset
+    columns and, in ``extras``, what the rewards returned besides their ``[N]`` values (a
+    :class:`~framework.types.RewardOutput`'s ``turn_rewards``) and, for an estimator whose config
+    sets ``needs_answer_probs``, the policy's gold-answer probabilities before each turn
+    (:func:`answer_probs_of`, no gradient)) -> ``optim.policy_epochs`` optimiser steps over micro-batches
     (:func:`~framework.training.update.policy_update`) -> the rollout backend's weights refreshed.
     A step that keeps no group changes no weight (the optimiser and schedule still count it).
 
@@ -287,6 +325,10 @@ def rl_step(
 
     mark = time.perf_counter()
     inputs = advantage_inputs(trajs, items, scores.total)
+    extras = {**inputs.extras, **scores.extras}  # what the rewards returned besides [N]
+    if trajs and getattr(type(parts.advantage), "needs_answer_probs", False):
+        extras["answer_probs"] = answer_probs_of(parts, trajs, items)
+    inputs = replace(inputs, extras=extras)
     if trajs:
         raw = ADVANTAGES.bind(parts.advantage)(inputs)
         advantages = check_advantages(raw, inputs, parts.advantage.name)

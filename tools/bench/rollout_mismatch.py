@@ -125,6 +125,21 @@ def measure(kind: str, policy: str, dtype: str, args: argparse.Namespace) -> dic
     }
 
 
+def measure_in_child(kind: str, policy: str, dtype: str) -> dict[str, Any]:
+    """:func:`measure` in a process of its own (one vLLM engine per process: a second engine in
+    the same process fails to size its KV cache), with this run's other arguments."""
+    import subprocess
+
+    argv = [a for a in sys.argv[1:]]
+    cmd = [sys.executable, __file__, *argv, "--one", policy, kind, dtype]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("[row] ")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr or proc.stdout)[-1500:]
+        raise SystemExit(f"{policy} {kind} {dtype} failed (exit {proc.returncode}):\n{tail}")
+    return json.loads(lines[-1][len("[row] ") :])
+
+
 def machine() -> str:
     import torch
 
@@ -151,7 +166,8 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     lines = [
         "# Rollout-vs-trainer log-prob mismatch",
         "",
-        f"Command: `python3 tools/bench/rollout_mismatch.py {' '.join(sys.argv[1:])}`".rstrip(),
+        f"Command: `{Path(sys.executable).name} tools/bench/rollout_mismatch.py "
+        f"{' '.join(sys.argv[1:])}`",
         f"Machine: {machine()}. {time.strftime('%Y-%m-%d')}.",
         f"{args.questions} prompts x {args.group} samples of at most {args.max_new} tokens, "
         f"temperature 1; the trainer scores in fp32; C = {THRESHOLD:g}.",
@@ -182,7 +198,14 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--vllm-memory", type=float, default=0.08)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument(
+        "--one", nargs=3, metavar=("POLICY", "BACKEND", "DTYPE"), help=argparse.SUPPRESS
+    )
     args = ap.parse_args()
+    if args.one:  # a child of measure_in_child
+        policy, kind, dtype = args.one
+        print("[row] " + json.dumps(measure(kind, policy, dtype, args)), flush=True)
+        return
 
     rows = []
     for policy in args.policies:
@@ -192,9 +215,8 @@ def main() -> None:
         ]
         for kind, dtype in combos:
             print(f"[mismatch] {policy} {kind} {dtype} ...", flush=True)
-            row = measure(kind, policy, dtype, args)
-            print(f"[mismatch] {json.dumps(row)}", flush=True)
-            rows.append(row)
+            rows.append(measure_in_child(kind, policy, dtype))
+            print(f"[mismatch] {json.dumps(rows[-1])}", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(render(rows, args))
     args.out.with_suffix(".json").write_text(json.dumps(rows, indent=2) + "\n")

@@ -21,7 +21,7 @@ from framework.registry import ADVANTAGES
 from framework.rollout.types import Trajectory
 from framework.training.schedule import adamw, lr_multiplier
 from framework.training.update import loss_spec, policy_update
-from framework.types import AdvantageInputs
+from framework.types import AdvantageInputs, TurnSpan
 
 LENGTH = 3  # tokens per rollout
 PROMPTS = 4  # questions per step
@@ -41,6 +41,10 @@ ADVANTAGE_OPTIONS = [
     "mc_grpo",
     "ngrpo",
     "a_grae",
+    "igpo",
+    "matchtir",
+    "gigpo",
+    "hgpo",
 ]
 LOSS_OPTIONS = ["ppo_clip", "gspo", "dr_grpo", "ngrpo", "nsr", "etr", "cispo", "disco"]
 
@@ -118,7 +122,7 @@ def _learn(overrides: list[str], sign: float = 1.0) -> list[float]:
         rewards = _reward(trajs)
         curve.append(float(rewards.mean()))
         group_index = torch.tensor([t.group for t in trajs])
-        adv = advantage_fn(AdvantageInputs(rewards=rewards, group_index=group_index)).float()
+        adv = advantage_fn(_advantage_inputs(rewards, group_index)).float()
         policy_update(
             model,
             trajs,
@@ -132,6 +136,21 @@ def _learn(overrides: list[str], sign: float = 1.0) -> list[float]:
             reference=reference,
         )
     return curve
+
+
+def _advantage_inputs(rewards: torch.Tensor, group_index: torch.Tensor) -> AdvantageInputs:
+    """The toy rollouts as the trainer describes them: one model turn of ``LENGTH`` generated
+    tokens, no tool response. Turn-level estimators get that turn's extras: the reward as its turn
+    reward (``matchtir``) and a belief that never moves (``igpo``), so each reduces to GRPO here."""
+    n = len(rewards)
+    return AdvantageInputs(
+        rewards=rewards,
+        group_index=group_index,
+        token_mask=torch.ones((n, LENGTH), dtype=torch.bool),
+        turn_index=torch.zeros((n, LENGTH), dtype=torch.long),
+        turns=[[TurnSpan(0, LENGTH)] for _ in range(n)],
+        extras={"turn_rewards": rewards.unsqueeze(-1), "answer_probs": torch.zeros((n, 1))},
+    )
 
 
 def _start_and_end(curve: list[float]) -> tuple[float, float]:

@@ -1,0 +1,104 @@
+"""The policy's teacher-forced probability of the gold answer after each turn of a rollout (IGPO).
+
+IGPO (Wang et al. 2025, arXiv 2510.14967) rewards a turn by how much it raised the policy's belief in
+the ground truth. The belief after ``k`` turns is the probability that the policy, conditioned on the
+rollout so far (prompt, the first ``k`` model turns and their tool responses) and then on a fixed
+answer scaffold, writes the gold answer; as in the paper, the geometric mean of the per-token
+probabilities of the gold answer's tokens::
+
+    p_k = exp( (1/|a|) Σ_j log π(a_j | prefix_k, scaffold, a_<j) )
+
+The scaffold is the authors' (their prompts end in ``<think>``, which ours leave to the model, so
+it opens with one): ``"<think>\\nNow there's enough information to answer\\n</think>\\n<answer>\\n"``,
+then the answer (``advantage.probe_prefix``; their closing ``"\\n</answer>"`` is left out: in a
+causal LM what follows the answer does not change its probability). The prefix, the scaffold and
+the answer are tokenised separately and concatenated, so the answer's tokens are the same whatever
+the prefix ends with.
+
+Each probe is one teacher-forced forward pass (no gradient) through
+:func:`~framework.training.tokens.token_logprobs`, which projects onto the vocabulary only at the
+answer's positions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from framework.algorithms.turn_advantages import PROBE_PREFIX
+from framework.data.schema import QAItem
+from framework.rollout.types import Tokenizer, Trajectory
+from framework.training.tokens import pack, token_logprobs
+
+
+def probe_prefix_ends(trajectory: Trajectory) -> list[int]:
+    """Where the prefixes of ``trajectory``'s belief probes end, in ``token_ids`` positions: before
+    its first turn (the prompt), then after each turn but the last (after the turn's tool response,
+    or after the turn itself when it got none). One probe per turn: ``T`` ends for ``T`` turns, the
+    belief before turn ``k`` (0-based) at index ``k``."""
+    ends = [trajectory.prompt_len]
+    for turn in trajectory.turns[:-1]:
+        ends.append(turn.observation[1] if turn.observation is not None else turn.end)
+    return ends[: len(trajectory.turns)]
+
+
+@torch.no_grad()
+def answer_probs(
+    policy: Any,
+    trajectories: Sequence[Trajectory],
+    items: Sequence[QAItem],
+    tokenizer: Tokenizer,
+    *,
+    pad_id: int,
+    batch_size: int = 8,
+    prefix: str = PROBE_PREFIX,
+) -> Tensor:
+    """``[N, T]`` float: ``p_k`` of rollout ``i`` in column ``k``, the policy's probability of its
+    question's first gold answer before its turn ``k`` (:func:`probe_prefix_ends`).
+
+    Args:
+        policy: the causal LM, with the weights that generated the rollouts (call it in eval
+            mode; no gradient is taken).
+        trajectories: the ``N`` rollouts; ``items[t.group]`` is each one's question.
+        items: the questions (``golden_answers[0]`` is the probed answer).
+        tokenizer: encodes the scaffold and the answer.
+        pad_id: padding id of the packed probes.
+        batch_size: probes per forward pass.
+        prefix: scaffold between the rollout prefix and the answer.
+
+    Returns:
+        ``[N, T]`` with ``T`` the most turns of any rollout (at least 1); 0 past a rollout's turns.
+    """
+    width = max([len(t.turns) for t in trajectories] + [1])
+    out = torch.zeros((len(trajectories), width))
+    probes: list[Trajectory] = []
+    where: list[tuple[int, int]] = []
+    head = _encode(tokenizer, prefix)
+    for i, t in enumerate(trajectories):
+        answer = _encode(tokenizer, items[t.group].golden_answers[0])
+        for k, end in enumerate(probe_prefix_ends(t)):
+            context = t.token_ids[:end] + head
+            ids = context + answer
+            mask = [0] * len(context) + [1] * len(answer)
+            probes.append(Trajectory(t.question, t.group, ids, mask, len(context)))
+            where.append((i, k))
+    device = next(policy.parameters()).device
+    for lo in range(0, len(probes), batch_size):
+        chunk = probes[lo : lo + batch_size]
+        batch = pack(chunk, pad_id).to(device)
+        logp, _ = token_logprobs(policy, batch)  # [n, R], 0 off the answer tokens
+        mask = batch.loss_mask.float()  # [n, R]
+        mean = (logp.float() * mask).sum(-1) / mask.sum(-1).clamp(min=1)  # [n]
+        for (i, k), value in zip(where[lo : lo + batch_size], mean.exp().tolist(), strict=True):
+            out[i, k] = value
+    return out
+
+
+def _encode(tokenizer: Tokenizer, text: str) -> list[int]:
+    ids = [int(x) for x in tokenizer.encode(text, add_special_tokens=False)]
+    if not ids and text:
+        raise ValueError(f"[advantage.igpo] the tokenizer encodes {text!r} as no token")
+    return ids
