@@ -65,6 +65,16 @@ class EmptyRetriever:
         pass
 
 
+#: the run both tests make: the scripted searching policy against the empty retriever
+SEARCHING_AN_EMPTY_INDEX = (
+    "retriever=test_empty",
+    "rollout=test_always_search",
+    "rollout.policy.source=tiny",
+    "reward=test_length_mod",
+    "agent.max_new_tokens_per_turn=64",
+)
+
+
 def run_in_process(run_dir: Path, *overrides: str):
     from framework.cli.app import run_app
     from framework.cli.train import train
@@ -80,11 +90,7 @@ def test_a_retriever_returning_nothing_stops_the_run_with_a_checkpoint_naming_it
     with pytest.raises(SystemExit) as exit_info:
         run_in_process(
             run,
-            "retriever=test_empty",
-            "rollout=test_always_search",
-            "rollout.policy.source=tiny",
-            "reward=test_length_mod",
-            "agent.max_new_tokens_per_turn=64",
+            *SEARCHING_AN_EMPTY_INDEX,
             "trainer.max_steps=3",
             "trainer.checkpoint_every_n_steps=0",
         )
@@ -115,11 +121,7 @@ def test_the_same_run_with_the_monitor_warning_only_trains_every_step(tmp_path, 
     run = tmp_path / "run"
     run_in_process(
         run,
-        "retriever=test_empty",
-        "rollout=test_always_search",
-        "rollout.policy.source=tiny",
-        "reward=test_length_mod",
-        "agent.max_new_tokens_per_turn=64",
+        *SEARCHING_AN_EMPTY_INDEX,
         "trainer.max_steps=2",
         "health.monitors.retrieval_empty.stop=false",
         "trainer.val_questions=1",

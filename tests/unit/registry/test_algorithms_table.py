@@ -3,23 +3,15 @@ registries: one row per built-in method, each with a formula and a unit-test fil
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from typing import Any
 
 from framework import DISTRIBUTION
 from framework.registry import ALL, load_components
-
-REPO = Path(__file__).resolve().parents[3]
+from tests.unit.registry.test_registry_table import REPO, load_tool
 
 
 def _tool() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "algorithms_table", REPO / "tools/algorithms_table.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("algorithms_table")
 
 
 def test_the_page_is_what_the_tool_writes():

@@ -18,13 +18,16 @@ from framework.registry import ALL, Registry, load_components
 REPO = Path(__file__).resolve().parents[3]
 
 
-def _tool() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "registry_table", REPO / "tools/registry_table.py"
-    )
+def load_tool(name: str) -> Any:
+    """The script ``tools/<name>.py`` as a module (tools/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "tools" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _tool() -> Any:
+    return load_tool("registry_table")
 
 
 def _builtins(reg: Registry) -> list[Any]:
