@@ -211,7 +211,9 @@ class RewardOutput:
         extras: per-rollout tensors, first dimension ``N``. The built-in turn-level rewards fill
             ``turn_rewards``: ``[N, T]`` float, column ``k`` the reward of model turn ``k`` (0-based,
             the order of :attr:`AdvantageInputs.turns`), 0 past a rollout's last turn (``T`` is the
-            most turns of any rollout in the batch, at least 1).
+            most turns of any rollout in the batch, at least 1). A ``weighted_sum`` weights a
+            term's ``turn_rewards`` by the term's weight and adds those of several terms; other
+            extras pass through unweighted, one term each.
     """
 
     rewards: Tensor

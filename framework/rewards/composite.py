@@ -55,6 +55,17 @@ class WeightedSumConfig(ComponentConfig):
                 )
                 continue
             out += [p.under(f"terms.{i}") for p in term_config(term)[0].problems()]
+        names = [t.get("name") for t in self.terms if isinstance(t, dict)]
+        for i, name in enumerate(names):
+            if name in names[:i]:
+                out.append(
+                    Problem(
+                        f"terms.{i}.name",
+                        name,
+                        "each reward once (its components are reported by name)",
+                        f"Merge the two '{name}' terms into one with the summed weight.",
+                    )
+                )
         return out
 
 
@@ -77,41 +88,66 @@ def reward_components(inputs: RewardInputs, cfg: ComponentConfig) -> dict[str, T
     return reward_parts(inputs, cfg)[0]
 
 
+#: extras that are rewards themselves (``[N, T]`` per-turn rewards): a ``weighted_sum`` weights
+#: them by their term's weight and adds those of several terms, as it does the rewards proper
+SUMMED_EXTRAS = ("turn_rewards",)
+
+
 def reward_parts(
     inputs: RewardInputs, cfg: ComponentConfig
 ) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
     """``(components, extras)``: every component's ``[N]`` reward by name (as
     :func:`reward_components`), and the ``extras`` of those that return a
-    :class:`~framework.types.RewardOutput` (turn rewards, ...), merged.
+    :class:`~framework.types.RewardOutput`, merged.
+
+    Under a ``weighted_sum`` an extra named in :data:`SUMMED_EXTRAS` (``turn_rewards``) is the
+    weighted sum of the terms' ``w_i · extra_i``, each right-padded with zeros to the widest; any
+    other extra passes through unweighted and may come from one term only.
 
     Raises:
-        ValueError: two components return an extra of the same name, or an extra whose first
-            dimension is not the batch's ``N``.
+        ValueError: two components return the same extra outside :data:`SUMMED_EXTRAS`, or an
+            extra whose first dimension is not the batch's ``N``.
     """
     from framework.registry.kinds import REWARDS as registry
 
-    subs = [term_config(t)[0] for t in cfg.terms] if isinstance(cfg, WeightedSumConfig) else [cfg]
+    if isinstance(cfg, WeightedSumConfig):
+        terms = [term_config(t) for t in cfg.terms]
+    else:
+        terms = [(cfg, 1.0)]
+    weighted = isinstance(cfg, WeightedSumConfig)
     components: dict[str, Tensor] = {}
     extras: dict[str, Tensor] = {}
-    for sub in subs:
+    for sub, weight in terms:
         out = registry.bind(sub)(inputs)
         if isinstance(out, RewardOutput):
             for key, value in out.extras.items():
-                if key in extras:
-                    raise ValueError(
-                        f"[reward.{sub.name}] got extras[{key!r}] twice (another term returned "
-                        "it too); expected each extra from one reward. Fix: combine only rewards "
-                        "whose extras have different names."
-                    )
                 if value.shape[:1] != (len(inputs),):
                     raise ValueError(
                         f"[reward.{sub.name}] got extras[{key!r}] of shape {tuple(value.shape)}; "
                         f"expected first dimension N = {len(inputs)}. Fix: one row per rollout."
                     )
-            extras.update(out.extras)
+                if weighted and key in SUMMED_EXTRAS:
+                    extras[key] = _padded_sum(extras.get(key), weight * value)
+                elif key in extras:
+                    raise ValueError(
+                        f"[reward.{sub.name}] got extras[{key!r}] twice (another term returned "
+                        "it too); expected each extra from one reward. Fix: combine only rewards "
+                        "whose extras have different names."
+                    )
+                else:
+                    extras[key] = value
             out = out.rewards
         components[sub.name] = out
     return components, extras
+
+
+def _padded_sum(acc: Tensor | None, value: Tensor) -> Tensor:
+    """``acc + value`` over ``[N, T]`` tensors of different ``T``, zero-padded on the right."""
+    if acc is None:
+        return value
+    width = max(acc.shape[1], value.shape[1])
+    acc = torch.nn.functional.pad(acc, (0, width - acc.shape[1]))
+    return acc + torch.nn.functional.pad(value, (0, width - value.shape[1]))
 
 
 def reward_total(components: dict[str, Tensor], cfg: ComponentConfig, n: int) -> Tensor:
@@ -129,7 +165,8 @@ def reward_total(components: dict[str, Tensor], cfg: ComponentConfig, n: int) ->
 @REWARDS.register("weighted_sum", config=WeightedSumConfig)
 def weighted_sum_reward(inputs: RewardInputs, *, cfg: WeightedSumConfig) -> Tensor | RewardOutput:
     """``sum_i w_i r_i`` over the configured rewards (see :func:`reward_components` for each r_i);
-    a :class:`~framework.types.RewardOutput` carrying the terms' extras when any has some."""
+    a :class:`~framework.types.RewardOutput` carrying the terms' extras when any has some, with
+    turn rewards weighted the same way: ``turn_rewards = sum_i w_i turn_rewards_i``."""
     components, extras = reward_parts(inputs, cfg)
     total = reward_total(components, cfg, len(inputs))
     return RewardOutput(total, extras) if extras else total

@@ -8,12 +8,15 @@ trace and the rubric) is ``[Steven Spielberg, Cincinnati]``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 import torch
 from torch.testing import assert_close
 
+from framework.config import ComponentConfig
 from framework.data.schema import QAItem
-from framework.registry import load_components
+from framework.registry import REWARDS, load_components
 from framework.rewards.chain import hidden_chains, next_entity_surfaced
 from framework.rewards.citation import (
     CitationRubricRewardConfig,
@@ -285,19 +288,65 @@ def test_score_of_real_rollouts_gives_turn_rewards_to_the_estimator():
 
 
 # -- the RewardOutput contract -------------------------------------------------------------------------
-def test_weighted_sum_keeps_the_turn_rewards_of_its_terms():
+def test_weighted_sum_weights_the_turn_rewards_of_its_terms():
     trajs = [rollout("<think>x</think>" + search_call("Jaws film"), answer("so", "Cincinnati"))]
     terms = [{"name": "matchtir", "weight": 0.5, "metric": "em"}, {"name": "format", "weight": 1}]
     s = score(trajs, [ITEM], WeightedSumConfig(name="weighted_sum", terms=terms))
-    assert_close(s.extras["turn_rewards"], torch.tensor([[1.0, 1.0]]))
+    # matchtir alone: turns [1 (Spielberg surfaced), 1 (EM)], total 2; weighted by 0.5
+    assert_close(s.extras["turn_rewards"], torch.tensor([[0.5, 0.5]]))
     assert_close(s.total, torch.tensor([0.5 * 2.0 + 1.0]))
 
 
-def test_two_terms_returning_the_same_extra_are_refused():
-    trajs = [rollout(answer("so", "Cincinnati"))]
+@dataclass
+class FirstTurnConfig(ComponentConfig):
+    pass
+
+
+@REWARDS.register("test_first_turn", config=FirstTurnConfig)
+def first_turn_reward(inputs: RewardInputs, *, cfg: FirstTurnConfig) -> RewardOutput:
+    """1 on turn 0 of every rollout: a second turn-level reward, one column wide."""
+    return RewardOutput(torch.ones(len(inputs)), {"turn_rewards": torch.ones(len(inputs), 1)})
+
+
+def test_two_turn_level_terms_add_their_weighted_turn_rewards_padded():
+    trajs = [rollout("<think>x</think>" + search_call("Jaws film"), answer("so", "Cincinnati"))]
+    terms = [
+        {"name": "matchtir", "weight": 0.5, "metric": "em"},
+        {"name": "test_first_turn", "weight": 2.0},
+    ]
+    s = score(trajs, [ITEM], WeightedSumConfig(name="weighted_sum", terms=terms))
+    # 0.5 * [1, 1] + 2 * [1, 0 (padding)]
+    assert_close(s.extras["turn_rewards"], torch.tensor([[2.5, 0.5]]))
+    assert_close(s.total, torch.tensor([0.5 * 2.0 + 2.0]))
+
+
+def test_a_reward_named_twice_in_a_weighted_sum_is_a_config_problem():
     terms = [{"name": "matchtir"}, {"name": "matchtir", "weight": 2}]
-    with pytest.raises(ValueError, match=r"turn_rewards.*twice"):
-        score(trajs, [ITEM], WeightedSumConfig(name="weighted_sum", terms=terms))
+    problems = WeightedSumConfig(name="weighted_sum", terms=terms).problems()
+    assert [p.path for p in problems] == ["terms.1.name"]
+    assert "summed weight" in problems[0].fix
+
+
+def test_two_terms_returning_the_same_other_extra_are_refused():
+    from framework.rewards.composite import reward_parts
+
+    @dataclass
+    class SameExtraConfig(ComponentConfig):
+        pass
+
+    def other(inputs: RewardInputs, *, cfg: SameExtraConfig) -> RewardOutput:
+        return RewardOutput(torch.zeros(len(inputs)), {"scores": torch.zeros(len(inputs))})
+
+    for name in ("test_extra_a", "test_extra_b"):
+        REWARDS.add(name, other, config=SameExtraConfig)
+    try:
+        inputs = batch([answer("so", "Cincinnati")], [[]])
+        terms = [{"name": "test_extra_a"}, {"name": "test_extra_b"}]
+        with pytest.raises(ValueError, match=r"scores.*twice"):
+            reward_parts(inputs, WeightedSumConfig(name="weighted_sum", terms=terms))
+    finally:
+        REWARDS.remove("test_extra_a")
+        REWARDS.remove("test_extra_b")
 
 
 def test_merged_rounds_pad_their_turn_rewards():
