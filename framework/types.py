@@ -8,6 +8,7 @@ right.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +54,9 @@ class TurnSpan:
         invalid_calls: tool calls too malformed to run (each answered with an error message).
         observation: ``(start, end)`` of the tool response appended after the turn (loss mask 0),
             ``None`` when none was (an answer, or the rollout ended).
+        observation_digest: a short hash of that tool response's text (``""`` when none): equal
+            digests mean the same observation, what an anchor state that compares observations
+            rather than calls needs (``advantage.state_key=observations``).
     """
 
     start: int
@@ -60,6 +64,12 @@ class TurnSpan:
     calls: tuple[ToolCall, ...] = ()
     invalid_calls: int = 0
     observation: tuple[int, int] | None = None
+    observation_digest: str = ""
+
+    @staticmethod
+    def digest(text: str) -> str:
+        """The :attr:`observation_digest` of a tool response's text (16 hex digits of BLAKE2b)."""
+        return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
     def shifted(self, offset: int) -> TurnSpan:
         """The same turn with every position moved by ``offset``."""
@@ -70,6 +80,7 @@ class TurnSpan:
             self.calls,
             self.invalid_calls,
             None if obs is None else (obs[0] + offset, obs[1] + offset),
+            self.observation_digest,
         )
 
 

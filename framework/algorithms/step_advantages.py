@@ -11,8 +11,10 @@ carries that step's advantage; tool responses and padding get 0. As everywhere i
 States, the extension point: ``cfg.state_key`` names an entry of :data:`STATE_KEYS`, a function of
 the turns *before* a step that returns a hashable key; two steps of one question are in the same
 state when their keys are equal. The initial state (no turn yet) is shared by every rollout of a
-question, so the first turns of a group always form one group. To group by something else (the
-observation text, a normalised query, ...), add a function to :data:`STATE_KEYS` (from a plugin
+question, so the first turns of a group always form one group. Shipped keys: ``calls`` (every call
+so far), ``last_calls`` (the previous turn's calls) and ``observations`` (every call so far and the
+digest of every observation's text, for retrievers that are not deterministic). To group by
+something else (a normalised query, ...), add a function to :data:`STATE_KEYS` (from a plugin
 module, at import time) and select it with ``advantage.state_key=<name>``.
 """
 
@@ -62,10 +64,18 @@ def last_calls_state(turns_so_far: Sequence[TurnSpan]) -> Hashable:
     return turn_key(turns_so_far[-1]) if turns_so_far else ()
 
 
+def observations_state(turns_so_far: Sequence[TurnSpan]) -> Hashable:
+    """Every call made so far and the text of every observation it returned: the issue's anchor
+    state taken literally, which also holds with a retriever that is not deterministic (a sampled
+    or updated index, a web search), where equal calls may see different pages."""
+    return tuple((turn_key(t), t.observation_digest) for t in turns_so_far)
+
+
 #: named state keys, selected by ``state_key`` in the configs below; add entries to extend
 STATE_KEYS: dict[str, StateKey] = {
     "calls": calls_state,
     "last_calls": last_calls_state,
+    "observations": observations_state,
 }
 
 
@@ -262,7 +272,8 @@ def gigpo_advantage(inputs: AdvantageInputs, *, cfg: GiGPOAdvantageConfig) -> Te
     - Anchor state: ``STATE_KEYS[state_key]`` of the turns before ``t``; the default ``calls`` is
       every call so far, turn by turn (identical calls and observations). Step 0 of every rollout
       is the question itself, so the first turns of a question form one anchor group.
-      ``last_calls`` anchors on the latest observation only, as verl-agent's search environment.
+      ``last_calls`` anchors on the latest observation only, as verl-agent's search environment;
+      ``observations`` compares the observations' text as well as the calls.
     - Normalisation: by the std (``scale_by_std``; the code's ``mode=mean_std_norm``, which its run
       scripts use; the paper reports both with and without std) with ``torch.std``'s Bessel
       correction, as the code. ``scale_by_std=false`` is the code's ``mean_norm``.

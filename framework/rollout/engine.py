@@ -275,7 +275,11 @@ class AgentLoop:
         if r.logprobs is not None:
             r.logprobs.extend([0.0] * len(ids))
         t.segments.append(Segment("tool_response", start, start + len(ids)))
-        t.turns[-1] = replace(t.turns[-1], observation=(start, start + len(ids)))
+        t.turns[-1] = replace(
+            t.turns[-1],
+            observation=(start, start + len(ids)),
+            observation_digest=TurnSpan.digest(text),
+        )
         t.response_text += text
 
     def _finish(self, r: _Rollout, status: str, reason: str) -> None:

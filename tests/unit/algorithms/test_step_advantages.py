@@ -5,6 +5,7 @@ HGPO's K = 0 is GiGPO's step part), config checks and the trainer's token layout
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -20,6 +21,7 @@ from framework.algorithms.step_advantages import (
     gigpo_advantage,
     hgpo_advantage,
     last_calls_state,
+    observations_state,
 )
 from framework.data.schema import QAItem
 from framework.registry import ADVANTAGES, load_components
@@ -134,7 +136,34 @@ def test_state_keys_calls_and_last_calls():
     other = TurnSpan(0, 2, (search("z"),))
     assert last_calls_state([t0, t1]) == last_calls_state([other, t1])
     assert calls_state([t0, t1]) != calls_state([other, t1])
-    assert set(STATE_KEYS) >= {"calls", "last_calls"}
+    assert set(STATE_KEYS) >= {"calls", "last_calls", "observations"}
+
+
+def test_observations_state_splits_equal_calls_that_saw_different_pages():
+    page_a, page_b = TurnSpan.digest("[1] Paris: capital"), TurnSpan.digest("[1] Paris: Texas")
+    assert page_a != page_b and len(page_a) == 16
+    seen_a = TurnSpan(0, 2, (search("paris"),), 0, (2, 4), page_a)
+    seen_b = TurnSpan(0, 2, (search("paris"),), 0, (2, 4), page_b)
+    again_a = TurnSpan(5, 9, (search("paris"),), 0, (9, 12), page_a)  # positions do not matter
+    assert observations_state([]) == ()
+    assert calls_state([seen_a]) == calls_state([seen_b])
+    assert observations_state([seen_a]) != observations_state([seen_b])
+    assert observations_state([seen_a]) == observations_state([again_a])
+    assert seen_a.shifted(3).observation_digest == page_a
+    # GiGPO under it, rewards 0 and 1: search(paris) then answer, the same call seeing page a in
+    # one rollout and page b in the other. A_E = -+1/sqrt(2). Turn 0 (the initial state, one
+    # group): returns 0, 0.95 -> A_S = -+1/sqrt(2). Turn 1: under ``calls`` one anchor group with
+    # returns 0, 1 -> A_S = -+1/sqrt(2); under ``observations`` two groups of one step -> A_S = 0.
+    inp = batch([[[search("paris")], []]] * 2, [0.0, 1.0], [0, 0])
+    inp = replace(
+        inp,
+        turns=[
+            [replace(t[0], observation_digest=d), t[1]] for t, d in zip(inp.turns, (page_a, page_b))
+        ],
+    )
+    h = 2**-0.5
+    _close(per_step(gigpo(inp, state_key="calls"), inp), [[-2 * h, -2 * h], [2 * h, 2 * h]])
+    _close(per_step(gigpo(inp, state_key="observations"), inp), [[-2 * h, -h], [2 * h, h]])
 
 
 def test_agent_steps_discounted_returns_and_states():

@@ -19,6 +19,7 @@ from framework.retrieval.types import QueryError, RetrievalError
 from framework.rollout.engine import AgentConfig, AgentLoop, _segments
 from framework.rollout.parser import STOP_STRINGS, parse_call
 from framework.rollout.types import Segment
+from framework.types import TurnSpan
 
 from .fakes import (
     EOS,
@@ -140,6 +141,10 @@ def test_two_turn_rollout_token_bookkeeping():
     assert "Steven Spielberg" in obs
     assert retriever.search_calls == [["Jaws director", "Spielberg birthplace"]]
     assert (t.question, t.group) == (0, 0)
+    # the search turn records its observation's range and a digest of exactly that text
+    assert t.turns[0].observation == (P + n1, P + n1 + len(obs_ids))
+    assert t.turns[0].observation_digest == TurnSpan.digest(obs)
+    assert t.turns[1].observation is None and t.turns[1].observation_digest == ""
 
 
 def test_search_observation_format_and_clipping():
