@@ -405,8 +405,8 @@ def hgpo_advantage(inputs: AdvantageInputs, *, cfg: HGPOAdvantageConfig) -> Tens
       but also drops a level whose advantage is exactly 0 (e.g. a group of equal returns); here
       such a level stays and pulls the mean toward 0.
     - State: ``last_calls``, the latest observation, as the paper's environments anchor on the
-      current observation while the context holds history. With the full-history key ``calls``
-      every ``H_k`` equals ``H_0``, so HGPO becomes GiGPO's step part (a test checks it); our agent
+      current observation while the context holds history. With a full-history key (``calls``,
+      ``observations``) every ``H_k`` equals ``H_0``, so HGPO becomes GiGPO's step part (a test checks it); our agent
       keeps its whole history in context, so only that key is an exactly consistent context.
     - ``K = 0`` is GiGPO's ``A_S`` alone (``omega A_S`` without ``A_E``).
 
