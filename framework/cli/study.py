@@ -222,6 +222,68 @@ def check_basis(root: Path, basis: dict[str, Any]) -> None:
         raise SystemExit(2)
 
 
+#: config keys a run's saved config.yaml may differ in without being another run: where it lives,
+#: what it resumed from, and the policy the warm start put in place (the basis pins the warm start)
+RUN_LOCAL_KEYS = ("run_dir", "resume", "rollout.policy.")
+
+
+def _leaves(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, dict):
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            out.update(_leaves(value, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: node}
+
+
+def config_drift(run: Path, arm_cfg: Any) -> list[str]:
+    """How the config ``run`` was trained (or began) with differs from its arm's config now.
+
+    Compares the leaves of ``<run>/config.yaml`` with those of ``arm_cfg`` that both have, leaving
+    out :data:`RUN_LOCAL_KEYS`; a key only one side has (a field the framework added since) is not
+    a difference. ``[]`` when the run has no saved config yet.
+    """
+    from omegaconf import OmegaConf
+
+    saved = run / "config.yaml"
+    if not saved.is_file():
+        return []
+    old = _leaves(OmegaConf.to_container(OmegaConf.load(saved)))
+    new = _leaves(OmegaConf.to_container(OmegaConf.structured(arm_cfg)))
+    return [
+        f"{key}: {old[key]!r} -> {new[key]!r}"
+        for key in sorted(old.keys() & new.keys())
+        if old[key] != new[key] and not any(key.startswith(k) for k in RUN_LOCAL_KEYS)
+    ]
+
+
+def check_runs_match_arms(root: Path, drift: dict[tuple[str, int], list[str]]) -> None:
+    """Refuse to reuse or resume runs whose config is no longer their arm's.
+
+    Raises:
+        SystemExit: status 2, listing every such run and what changed.
+    """
+    stale = {job: lines for job, lines in drift.items() if lines}
+    if not stale:
+        return
+    lines = []
+    for (arm, seed), changed in stale.items():
+        lines.append(f"{arm} seed {seed} ({run_dir_of(root, arm, seed)}):")
+        lines += [f"    {c}" for c in changed[:12]]
+        if len(changed) > 12:
+            lines.append(f"    ... and {len(changed) - 12} more")
+    print(
+        f"[arms] got runs in {root} made with another config than their arm's now (an edited "
+        "experiment or arm, or a changed default):\n  "
+        + "\n  ".join(lines)
+        + "\nexpected each finished or interrupted run to match its arm. Fix: give the changed "
+        "arm a new name (+arms.<new>=[...]), pass a new out_dir=..., or delete those run "
+        "directories to train them again.",
+        file=sys.stderr,
+    )
+    raise SystemExit(2)
+
+
 # -- the study --------------------------------------------------------------------------------------
 def study(cfg: StudyConfig) -> dict[str, Any]:
     from framework.cli.app import load_config
@@ -252,7 +314,17 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
     start_ckpt = Path(start.path) if start.source == "path" else None
     evaluate_once(train_cfg, cfg, start_ckpt, root / "eval" / "start")
 
-    # 2. every (arm, seed): train (or resume, or skip), then evaluate
+    # 2. every (arm, seed): train (or resume, or skip), then evaluate; first, every run already
+    # there must have been made with its arm's config as it is now
+    arm_cfgs = {job: _arm_config(cfg, root, *job) for job in jobs}
+    check_runs_match_arms(
+        root,
+        {
+            job: config_drift(run_dir_of(root, *job), c)
+            for job, c in arm_cfgs.items()
+            if c is not None
+        },
+    )
     states: list[RunState] = []
     for arm, seed in jobs:
         try:
@@ -266,10 +338,11 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
             raise SystemExit(INTERRUPTED)
         if st.status == "done":
             run = run_dir_of(root, arm, seed)
-            arm_cfg = load_config(
-                "train", [*cfg.overrides, *cfg.arms[arm], f"seed={seed}", f"run_dir={run}"]
-            )
-            arm_cfg = replace(arm_cfg, rollout=train_cfg.rollout)  # the same base and tokenizer
+            # the same base and tokenizer
+            arm_cfg = arm_cfgs[(arm, seed)]
+            if arm_cfg is None:  # it trained, so it loads now: let a late error say why
+                arm_cfg = _arm_config(cfg, root, arm, seed, strict=True)
+            arm_cfg = replace(arm_cfg, rollout=train_cfg.rollout)
             evaluate_once(arm_cfg, cfg, run, root / "eval" / arm / f"seed{seed}")
 
     # 3. the report
@@ -279,6 +352,21 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
     print((root / "study.md").read_text())
     print(f"seekrl-study: written to {root}")
     return result
+
+
+def _arm_config(cfg: StudyConfig, root: Path, arm: str, seed: int, strict: bool = False) -> Any:
+    """The train config of one (arm, seed); ``None`` for one that does not load (unless
+    ``strict``): its child process fails with the config error and the study reports it."""
+    from framework.cli.app import load_config
+
+    run = run_dir_of(root, arm, seed)
+    args = [*cfg.overrides, *cfg.arms[arm], f"seed={seed}", f"run_dir={run}"]
+    try:
+        return load_config("train", args)
+    except (Exception, SystemExit):
+        if strict:
+            raise
+        return None
 
 
 def _write_status(root: Path, states: list[RunState], jobs: list[tuple[str, int]]) -> None:

@@ -25,14 +25,14 @@ TRAIN = [
 ]
 
 
-def study_in_process(out: Path, *overrides: str):
+def study_in_process(out: Path, *overrides: str, train: list[str] = TRAIN):
     from framework.cli.app import run_app
     from framework.cli.study import study
 
     args = [
         f"out_dir={out}",
         "name=tiny",
-        "overrides=[" + ",".join(f"'{a}'" for a in TRAIN) + "]",
+        "overrides=[" + ",".join(f"'{a}'" for a in train) + "]",
         "eval.questions=4",
         "eval.samples_per_question=2",
         "eval.batch_questions=4",
@@ -72,6 +72,12 @@ def test_study_runs_arms_evaluates_reports_and_resumes(tmp_path):
     logs = (out / "runs" / "grpo" / "seed0" / "train.log").read_text()
     study_in_process(out, "seeds=[0]")
     assert (out / "eval" / "grpo" / "seed0" / "results.json").stat().st_mtime == mtime
+    assert (out / "runs" / "grpo" / "seed0" / "train.log").read_text() == logs
+
+    # an edited setting: the finished runs are no longer their arms' runs, and are not reused
+    with pytest.raises(SystemExit) as exc:
+        study_in_process(out, "seeds=[0]", train=[*TRAIN, "optim.lr=2e-3"])
+    assert exc.value.code == 2
     assert (out / "runs" / "grpo" / "seed0" / "train.log").read_text() == logs
 
 

@@ -1,8 +1,10 @@
 import json
+from dataclasses import dataclass, field, replace
 
 import pytest
+from omegaconf import OmegaConf
 
-from framework.cli.study import BASIS, check_basis
+from framework.cli.study import BASIS, check_basis, check_runs_match_arms, config_drift
 
 
 def test_a_study_is_pinned_to_its_questions_and_warm_start(tmp_path, capsys):
@@ -26,3 +28,58 @@ def test_evaluations_from_before_the_basis_was_recorded_are_not_trusted(tmp_path
         check_basis(tmp_path, {"data": "abc", "warm_start": "/cache/sft/1"})
     assert "recorded 'not recorded'" in capsys.readouterr().err
     assert not (tmp_path / BASIS).exists()
+
+
+@dataclass
+class _Optim:
+    lr: float = 1e-5
+
+
+@dataclass
+class _Policy:
+    source: str = "hf"
+    path: str = "base"
+
+
+@dataclass
+class _Rollout:
+    policy: _Policy = field(default_factory=_Policy)
+
+
+@dataclass
+class _Train:
+    run_dir: str = "runs/a"
+    resume: str | None = None
+    optim: _Optim = field(default_factory=_Optim)
+    rollout: _Rollout = field(default_factory=_Rollout)
+    added_since: int = 3
+
+
+def _saved(run, cfg) -> None:
+    run.mkdir(parents=True)
+    text = OmegaConf.to_yaml(OmegaConf.structured(cfg))
+    (run / "config.yaml").write_text(text.replace("added_since: 3\n", ""))
+
+
+def test_a_run_is_compared_with_its_arm_on_the_settings_both_have(tmp_path):
+    run = tmp_path / "runs" / "e_grpo" / "seed0"
+    assert config_drift(run, _Train()) == []  # nothing saved yet: a new run
+    # the run as trained: another directory, resumed, the warm start's policy in place
+    trained = _Train(
+        "elsewhere", "elsewhere/checkpoints", rollout=_Rollout(_Policy("path", "/sft"))
+    )
+    _saved(run, trained)
+    # a field the framework added since (added_since) is no difference either
+    assert config_drift(run, _Train()) == []
+    assert config_drift(run, replace(_Train(), optim=_Optim(3e-5))) == ["optim.lr: 1e-05 -> 3e-05"]
+
+
+def test_runs_made_with_another_config_stop_the_study(tmp_path, capsys):
+    check_runs_match_arms(tmp_path, {("grpo", 0): [], ("e_grpo", 1): []})  # all match: go on
+    with pytest.raises(SystemExit) as exc:
+        check_runs_match_arms(tmp_path, {("grpo", 0): [], ("e_grpo", 1): ["optim.lr: 1 -> 2"]})
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"[arms] got runs in {tmp_path}")
+    assert "e_grpo seed 1" in err and "optim.lr: 1 -> 2" in err and "grpo seed 0" not in err
+    assert "Fix: give the changed arm a new name" in err
