@@ -173,7 +173,10 @@ class StepAdvantageConfig(ComponentConfig):
     )
     state_key: str = field(
         default="calls",
-        metadata={"help": "the STATE_KEYS entry that decides which steps share a state"},
+        metadata={
+            "help": "the STATE_KEYS entry that decides which steps share a state: calls, "
+            "last_calls, observations (calls and the observations' text), or a plugin's"
+        },
     )
     scale_by_std: bool = field(
         default=True,
