@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from framework.algorithms.turn_advantages import pad_to_widest
 from framework.config import ComponentConfig, Problem
 from framework.registry.kinds import REWARDS
 from framework.rewards.common import valid_mask
@@ -110,11 +111,8 @@ def reward_parts(
     """
     from framework.registry.kinds import REWARDS as registry
 
-    if isinstance(cfg, WeightedSumConfig):
-        terms = [term_config(t) for t in cfg.terms]
-    else:
-        terms = [(cfg, 1.0)]
     weighted = isinstance(cfg, WeightedSumConfig)
+    terms = [term_config(t) for t in cfg.terms] if weighted else [(cfg, 1.0)]
     components: dict[str, Tensor] = {}
     extras: dict[str, Tensor] = {}
     for sub, weight in terms:
@@ -127,7 +125,11 @@ def reward_parts(
                         f"expected first dimension N = {len(inputs)}. Fix: one row per rollout."
                     )
                 if weighted and key in SUMMED_EXTRAS:
-                    extras[key] = _padded_sum(extras.get(key), weight * value)
+                    value = weight * value
+                    if key in extras:  # another term's: add, padded to the wider
+                        before, value = pad_to_widest([extras[key], value])
+                        value = before + value
+                    extras[key] = value
                 elif key in extras:
                     raise ValueError(
                         f"[reward.{sub.name}] got extras[{key!r}] twice (another term returned "
@@ -139,15 +141,6 @@ def reward_parts(
             out = out.rewards
         components[sub.name] = out
     return components, extras
-
-
-def _padded_sum(acc: Tensor | None, value: Tensor) -> Tensor:
-    """``acc + value`` over ``[N, T]`` tensors of different ``T``, zero-padded on the right."""
-    if acc is None:
-        return value
-    width = max(acc.shape[1], value.shape[1])
-    acc = torch.nn.functional.pad(acc, (0, width - acc.shape[1]))
-    return acc + torch.nn.functional.pad(value, (0, width - value.shape[1]))
 
 
 def reward_total(components: dict[str, Tensor], cfg: ComponentConfig, n: int) -> Tensor:

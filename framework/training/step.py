@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from framework.algorithms.turn_advantages import pad_to_widest
 from framework.config import ComponentConfig
 from framework.data.schema import QAItem
 from framework.rollout.scoring import Scores, score
@@ -156,12 +157,7 @@ class Drawn:
 def cat_padded(parts: Sequence[Tensor]) -> Tensor:
     """``parts`` concatenated along the first dimension, each zero-padded at the end of its other
     dimensions to the largest (``[n_j, T_j]`` turn rewards of rounds with different most turns)."""
-    shape = [max(p.shape[d] for p in parts) for d in range(1, parts[0].dim())]
-    padded = []
-    for p in parts:
-        pad = [x for d in reversed(range(1, p.dim())) for x in (0, shape[d - 1] - p.shape[d])]
-        padded.append(torch.nn.functional.pad(p, pad) if any(pad) else p)
-    return torch.cat(padded)
+    return torch.cat(pad_to_widest(parts))
 
 
 def rollouts(
