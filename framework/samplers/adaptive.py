@@ -159,10 +159,11 @@ class VadeSampler(_ObservingSampler):
 
     def choose(self, gen: torch.Generator) -> list[GroupRequest]:
         p = _beta_sample(self.alpha, self.beta, gen)
-        score = p * (1 - p)
-        k = min(self.cfg.questions_per_step, self.num_questions)
+        pool = torch.tensor(self.pool)
+        score = (p * (1 - p))[pool]  # only the questions the sampler may draw (sampler.max_hops)
+        k = min(self.cfg.questions_per_step, len(self.pool))
         # ties (e.g. before any observation the scores are all random) broken by the sample itself
-        rows = torch.argsort(score, descending=True, stable=True)[:k].tolist()
+        rows = pool[torch.argsort(score, descending=True, stable=True)[:k]].tolist()
         if k < self.cfg.questions_per_step:  # more groups than questions: fill from the walk
             rows += self.walk.take(self.cfg.questions_per_step - k)
         return [GroupRequest(q, self.cfg.group_size) for q in rows]

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from framework.config import Problem, check_range
 from framework.registry.kinds import SAMPLERS
-from framework.samplers.uniform import UniformSampler, UniformSamplerConfig
+from framework.samplers.uniform import UniformSampler, UniformSamplerConfig, question_hops
 from framework.types import GroupRequest
 
 
@@ -105,23 +105,17 @@ class HopCurriculumSampler(UniformSampler):
 
     Within a stage the allowed questions are walked in shuffled epochs (as ``uniform``); a new stage
     starts a new walk. A stage with no new question is passed through (``start_hops`` below the
-    easiest question starts at the easiest). Every training question needs ``hops`` (synthesized
-    data has them).
+    easiest question starts at the easiest; with ``max_hops`` the last stage stops there). Every
+    training question needs ``hops`` (synthesized data has them).
     """
 
     cfg: HopCurriculumConfig
 
     def __init__(self, questions: Sequence[Any], seed: int, *, cfg: HopCurriculumConfig) -> None:
-        missing = sum(getattr(q, "hops", None) is None for q in questions)
-        if missing:
-            raise ValueError(
-                f"[sampler.name] got hop_curriculum with {missing} of {len(questions)} training "
-                "questions without a hop count; expected every question to have one. Fix: train "
-                "on a synthesized dataset (dataset=synth_small, synth, ...) or use sampler=uniform."
-            )
+        hops = question_hops(questions, "name", "hop_curriculum")
         super().__init__(questions, seed, cfg=cfg)
-        self.hops = [int(q.hops) for q in questions]
-        self.levels = sorted(set(self.hops))
+        self.hops = hops
+        self.levels = sorted({hops[i] for i in self.pool})
         self.steps = 0
         self.stage_hops = -1
         self._enter(self._hops_at(0))
@@ -134,7 +128,7 @@ class HopCurriculumSampler(UniformSampler):
     def _enter(self, max_hops: int) -> None:
         max_hops = min(max_hops, self.levels[-1])
         if max_hops != self.stage_hops:
-            pool = [i for i, h in enumerate(self.hops) if h <= max_hops]
+            pool = [i for i in self.pool if self.hops[i] <= max_hops]
             self.walk = type(self.walk)(pool, self.seed, self.cfg.shuffle, salt=max_hops)
             self.stage_hops = max_hops
 

@@ -12,7 +12,14 @@ from framework.config import ComponentConfig, Problem, check_range
 from framework.registry.kinds import SAMPLERS
 from framework.types import GroupRequest
 
-__all__ = ["EpochOrder", "GroupRequest", "UniformSampler", "UniformSamplerConfig"]
+__all__ = [
+    "EpochOrder",
+    "GroupRequest",
+    "UniformSampler",
+    "UniformSamplerConfig",
+    "hop_pool",
+    "question_hops",
+]
 
 
 @dataclass
@@ -20,12 +27,21 @@ class UniformSamplerConfig(ComponentConfig):
     questions_per_step: int = field(default=64, metadata={"help": "groups per training step"})
     group_size: int = field(default=8, metadata={"help": "rollouts per question (G)"})
     shuffle: bool = field(default=True, metadata={"help": "reshuffle the questions every epoch"})
+    max_hops: int | None = field(
+        default=None,
+        metadata={
+            "help": "train only on questions of at most this many hops (synthesized data has hop "
+            "counts); None: every question"
+        },
+    )
 
     def problems(self) -> list[Problem]:
         out = check_range(self.questions_per_step, "questions_per_step", low=1)
         out += check_range(
             self.group_size, "group_size", low=2, fix="use at least 2 rollouts per group"
         )
+        if self.max_hops is not None:
+            out += check_range(self.max_hops, "max_hops", low=1, fix="use null for every question")
         return out
 
 
@@ -36,6 +52,34 @@ def check_questions(questions: Sequence[Any]) -> None:
             f"[sampler] got a dataset of {len(questions)} questions; expected at least 1. "
             "Fix: point the dataset config at a non-empty split."
         )
+
+
+def question_hops(questions: Sequence[Any], field: str, value: Any) -> list[int]:
+    """Every question's hop count; when any lacks one, an error naming the setting (``sampler.field``
+    set to ``value``) that needs them."""
+    missing = sum(getattr(q, "hops", None) is None for q in questions)
+    if missing:
+        raise ValueError(
+            f"[sampler.{field}] got {value} with {missing} of {len(questions)} training questions without a "
+            "hop count; expected every question to have one. Fix: train on a synthesized dataset "
+            "(dataset=synth_small, synth, ...) or drop the hop setting (sampler=uniform, "
+            "sampler.max_hops=null)."
+        )
+    return [int(q.hops) for q in questions]
+
+
+def hop_pool(questions: Sequence[Any], max_hops: int | None) -> list[int]:
+    """The rows a sampler may draw: all of them, or those of at most ``max_hops`` hops."""
+    if max_hops is None:
+        return list(range(len(questions)))
+    hops = question_hops(questions, "max_hops", max_hops)
+    pool = [i for i, h in enumerate(hops) if h <= max_hops]
+    if not pool:
+        raise ValueError(
+            f"[sampler.max_hops] got {max_hops}; expected a limit some training question meets "
+            f"(the easiest has {min(hops)} hops). Fix: raise sampler.max_hops or set it to null."
+        )
+    return pool
 
 
 class EpochOrder:
@@ -79,9 +123,12 @@ class UniformSampler:
     same questions as an uninterrupted one.
 
     Args:
-        questions: the training questions (only their number matters here).
+        questions: the training questions (their number, and their hop counts with
+            ``cfg.max_hops``).
         seed: seed of the epoch permutations.
-        cfg: batch and group sizes.
+        cfg: batch and group sizes, the hop limit.
+
+    ``pool`` holds the rows the sampler may draw (every row, or those within ``max_hops``).
     """
 
     def __init__(self, questions: Sequence[Any], seed: int, *, cfg: UniformSamplerConfig) -> None:
@@ -89,7 +136,8 @@ class UniformSampler:
         self.cfg = cfg
         self.num_questions = len(questions)
         self.seed = seed
-        self.walk = EpochOrder(range(self.num_questions), seed, cfg.shuffle)
+        self.pool = hop_pool(questions, cfg.max_hops)
+        self.walk = EpochOrder(self.pool, seed, cfg.shuffle)
 
     @property
     def epoch(self) -> int:

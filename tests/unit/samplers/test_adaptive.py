@@ -44,6 +44,22 @@ def test_vade_picks_the_question_whose_outcome_varies():
     assert [s.next_groups()[0].question for _ in range(5)] == [2] * 5
 
 
+def test_vade_draws_only_within_max_hops():
+    from framework.data.schema import QAItem
+
+    hops = [2, 1, 2, 1, 2, 1]
+    rows = [QAItem(f"q{i}", "q", ("a",), None, h, None, "t") for i, h in enumerate(hops)]
+    cfg = VadeSamplerConfig(name="vade", questions_per_step=2, group_size=4, max_hops=1)
+    s = VadeSampler(rows, 0, cfg=cfg)
+    # the most informative question (row 0, half right) is two-hop: it is never drawn
+    s.observe(0, [0, 1], [[0.0] * 20] * 2, [[True, False] * 10, [True] * 20])
+    drawn = [g.question for _ in range(6) for g in s.next_groups()]
+    assert set(drawn) <= {1, 3, 5} and len(drawn) == 12
+    big = VadeSampler(rows, 0, cfg=VadeSamplerConfig(name="vade", questions_per_step=5, max_hops=1))
+    more = [g.question for g in big.next_groups()]  # 5 groups, 3 questions: 3 ranked + 2 walked
+    assert sorted(more[:3]) == [1, 3, 5] and set(more[3:]) <= {1, 3, 5}
+
+
 def test_the_draw_does_not_depend_on_when_an_observation_arrives():
     early, late = vade(seed=4), vade(seed=4)
     outcome = ([0, 1], [[1.0, 0.0]] * 2, [[True, False]] * 2)

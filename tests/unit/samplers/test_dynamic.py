@@ -80,13 +80,14 @@ def test_dynamic_config_problems():
     assert DynamicSamplerConfig(name="dapo_dynamic", reserve=-1.0).problems()
 
 
-def curriculum(hops, qps=2, start=1, per_stage=2, seed=0) -> HopCurriculumSampler:
+def curriculum(hops, qps=2, start=1, per_stage=2, seed=0, max_hops=None) -> HopCurriculumSampler:
     cfg = HopCurriculumConfig(
         name="hop_curriculum",
         questions_per_step=qps,
         group_size=2,
         start_hops=start,
         steps_per_stage=per_stage,
+        max_hops=max_hops,
     )
     return HopCurriculumSampler(items(hops), seed, cfg=cfg)
 
@@ -131,6 +132,20 @@ def test_curriculum_resume_matches_uninterrupted(steps_before):
 def test_curriculum_names_questions_without_hops():
     with pytest.raises(ValueError, match=r"\[sampler.name\] got hop_curriculum with 1 of 3"):
         curriculum([1, None, 2])
+
+
+def test_curriculum_stops_at_max_hops():
+    s = curriculum([1, 2, 3, 1, 2, 3], qps=2, per_stage=1, max_hops=2)
+    drawn = [g.question for _ in range(10) for g in s.next_groups()]
+    assert s.stage_hops == 2 and set(drawn) == {0, 1, 3, 4}  # never a three-hop question
+
+
+def test_dynamic_reserve_groups_respect_max_hops():
+    cfg = DynamicSamplerConfig(name="dapo_dynamic", questions_per_step=2, group_size=4, max_hops=1)
+    s = DynamicSampler(items([1, 2, 1, 2, 1, 2]), 0, cfg=cfg)
+    groups = [g for _ in range(4) for g in s.next_groups()]
+    assert any(g.reserve for g in groups)
+    assert {g.question for g in groups} == {0, 2, 4}
 
 
 def test_curriculum_config_problems():

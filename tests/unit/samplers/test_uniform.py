@@ -118,3 +118,43 @@ def test_config_problems():
     assert UniformSamplerConfig(name="uniform").problems() == []
     assert UniformSamplerConfig(name="uniform", group_size=1).problems()
     assert UniformSamplerConfig(name="uniform", questions_per_step=0).problems()
+
+
+def hop_items(hops):
+    from framework.data.schema import QAItem
+
+    return [
+        QAItem(f"q{i}", f"question {i}", ("a",), None, h, None, "t") for i, h in enumerate(hops)
+    ]
+
+
+def test_max_hops_draws_only_questions_within_the_limit():
+    hops = [1, 2, 1, 3, 2, 1, 2, 1]
+    cfg = UniformSamplerConfig(name="uniform", questions_per_step=3, group_size=2, max_hops=1)
+    s = UniformSampler(hop_items(hops), 0, cfg=cfg)
+    assert s.pool == [0, 2, 5, 7]
+    drawn = [q for _ in range(8) for q in questions(s.next_groups())]
+    assert set(drawn) == {0, 2, 5, 7}  # 24 draws over 4 one-hop questions: every one, nothing else
+    # an epoch is a permutation of the pool: the first 4 draws are the 4 questions
+    fresh = UniformSampler(hop_items(hops), 0, cfg=cfg)
+    first = [q for _ in range(2) for q in questions(fresh.next_groups())][:4]
+    assert sorted(first) == [0, 2, 5, 7]
+
+
+def test_max_hops_none_keeps_every_question_and_the_same_order():
+    limited = UniformSamplerConfig(name="uniform", questions_per_step=4, max_hops=None)
+    a = UniformSampler(hop_items([1, 2, 3, 4, 1, 2]), 5, cfg=limited)
+    b = UniformSampler(range(6), 5, cfg=limited)
+    assert [questions(a.next_groups()) for _ in range(3)] == [
+        questions(b.next_groups()) for _ in range(3)
+    ]
+
+
+def test_max_hops_errors_name_the_setting():
+    cfg = UniformSamplerConfig(name="uniform", questions_per_step=2, max_hops=1)
+    with pytest.raises(ValueError, match=r"\[sampler.max_hops\] got 1 with 1 of 3 training"):
+        UniformSampler(hop_items([1, None, 2]), 0, cfg=cfg)
+    with pytest.raises(ValueError, match=r"\[sampler.max_hops\] got 1; .*easiest has 2 hops"):
+        UniformSampler(hop_items([2, 3]), 0, cfg=cfg)
+    assert cfg.problems() == []
+    assert UniformSamplerConfig(name="uniform", max_hops=0).problems()[0].path == "max_hops"
