@@ -156,14 +156,25 @@ def test_dynamic_sampling_drops_groups_without_signal_end_to_end(tmp_path):
     assert scalars["sampler/kept_groups"] == [0.0, 0.0]
     assert scalars["sampler/generated_rollouts"] == [12.0, 12.0]
     assert (run / "trajectories" / "step-000001.jsonl").read_text() == ""
-    # a reward that differs between rollouts: every group is kept, no reserve is rolled out
+    # a reward that differs between rollouts: every group is kept, no reserve is rolled out; with
+    # sampler.max_hops=1 every trained question is one-hop (its chain: the anchor and the answer)
     run = tmp_path / "signal"
     train_in_process(
-        run, "sampler=dapo_dynamic", "reward=test_length_mod", "trainer.val_at_end=false"
+        run,
+        "sampler=dapo_dynamic",
+        "sampler.max_hops=1",
+        "reward=test_length_mod",
+        "trainer.val_at_end=false",
     )
     scalars = _scalars(run)
     assert scalars["sampler/generated_rollouts"] == [6.0, 6.0]
     assert scalars["sampler/rollouts_per_kept_group"] == [3.0, 3.0]
+    rows = [
+        json.loads(line)
+        for f in sorted((run / "trajectories").glob("step-*.jsonl"))
+        for line in f.read_text().splitlines()
+    ]
+    assert len(rows) == 12 and all(len(r["entities"]) == 2 for r in rows)
 
 
 def test_adaptive_sampler_observes_every_step_and_its_checkpoint_keeps_the_log(tmp_path):
