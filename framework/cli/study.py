@@ -338,11 +338,10 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
             raise SystemExit(INTERRUPTED)
         if st.status == "done":
             run = run_dir_of(root, arm, seed)
-            # the same base and tokenizer
             arm_cfg = arm_cfgs[(arm, seed)]
             if arm_cfg is None:  # it trained, so it loads now: let a late error say why
                 arm_cfg = _arm_config(cfg, root, arm, seed, strict=True)
-            arm_cfg = replace(arm_cfg, rollout=train_cfg.rollout)
+            arm_cfg = replace(arm_cfg, rollout=train_cfg.rollout)  # the same base and tokenizer
             evaluate_once(arm_cfg, cfg, run, root / "eval" / arm / f"seed{seed}")
 
     # 3. the report

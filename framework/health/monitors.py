@@ -469,7 +469,7 @@ class ZeroVarianceMonitor(Monitor):
                 f"{self.values[-1]:.0%} of the groups had equal rewards for {above} steps in a row "
                 f"(the limit is {cfg.max_fraction:.0%}) at step {step}: almost nothing is learned",
                 "use dynamic sampling (sampler=dapo_dynamic), easier questions "
-                "(sampler.max_hops=1 or sampler=hop_curriculum), more rollouts per group (sampler.group_size), or a "
-                "denser reward (reward=e_grpo)",
+                "(sampler.max_hops=1 or sampler=hop_curriculum), more rollouts per group "
+                "(sampler.group_size), or a denser reward (reward=e_grpo)",
             )
         return reading

@@ -55,15 +55,15 @@ def check_questions(questions: Sequence[Any]) -> None:
 
 
 def question_hops(questions: Sequence[Any], field: str, value: Any) -> list[int]:
-    """Every question's hop count; when any lacks one, an error naming the setting (``sampler.field``
-    set to ``value``) that needs them."""
+    """Every question's hop count; when any lacks one, an error naming the setting that needs
+    them (``sampler.<field>`` set to ``value``)."""
     missing = sum(getattr(q, "hops", None) is None for q in questions)
     if missing:
         raise ValueError(
-            f"[sampler.{field}] got {value} with {missing} of {len(questions)} training questions without a "
-            "hop count; expected every question to have one. Fix: train on a synthesized dataset "
-            "(dataset=synth_small, synth, ...) or drop the hop setting (sampler=uniform, "
-            "sampler.max_hops=null)."
+            f"[sampler.{field}] got {value} with {missing} of {len(questions)} training questions "
+            "without a hop count; expected every question to have one. Fix: train on a "
+            "synthesized dataset (dataset=synth_small, synth, ...) or drop the hop setting "
+            "(sampler=uniform, sampler.max_hops=null)."
         )
     return [int(q.hops) for q in questions]
 
