@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from framework.eval.curves import curve_table, plot_arms
+from framework.eval.curves import curve_table, plot_arms, read_scalars
 from framework.eval.paired import (
     PairedResult,
     load_samples,
@@ -76,6 +76,30 @@ def _nanmean(values: Sequence[float | None]) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
+def _by_hops(
+    start: Sequence[dict[str, Any]], seed_rows: Sequence[Sequence[dict[str, Any]]], n_boot: int
+) -> dict[str, dict[str, Any]]:
+    """Pass@1 of the warm start and of the arm (pooled over seeds) on the questions of each hop
+    count, with the paired difference; empty when the rows carry no hop counts."""
+    hops = sorted({r["hops"] for r in start if r.get("hops") is not None})
+    out = {}
+    for h in hops:
+        s = per_question([r for r in start if r.get("hops") == h])
+        a = pooled_per_question(
+            [per_question([r for r in rs if r.get("hops") == h]) for rs in seed_rows]
+        )
+        if a:
+            out[str(h)] = _as_dict(paired_bootstrap(s, a, n_boot=n_boot))
+    return out
+
+
+def train_seconds(run: Path) -> float | None:
+    """Seconds the run's steps took, summed over every step it logged (``timing/step``): the
+    whole run, also when it was resumed by a later process; None without logged steps."""
+    steps = read_scalars(run).get("timing/step", []) if (run / "tensorboard").is_dir() else []
+    return sum(v for _, v in steps) if steps else None
+
+
 def _overall(eval_dir: Path) -> dict[str, Any]:
     datasets = json.loads((eval_dir / "results.json").read_text())["datasets"]
     if len(datasets) != 1:
@@ -89,7 +113,7 @@ def summarize_study(
     """Every figure of the report, from the evaluation directories under ``root``."""
     start_dir = root / "eval" / "start"
     start = _rows(start_dir) if (start_dir / "samples.jsonl").is_file() else None
-    out: dict[str, Any] = {"arms": {}, "versus_baseline": {}, "versus_start": {}}
+    out: dict[str, Any] = {"arms": {}, "versus_baseline": {}, "versus_start": {}, "by_hops": {}}
     pooled: dict[str, dict[str, dict[Any, float]]] = {}
     if start is not None:
         o = _overall(start_dir)
@@ -111,10 +135,11 @@ def summarize_study(
             continue
         per_seed = {}
         figures: dict[str, list[dict[Any, float]]] = {k: [] for k in FIGURES}
-        results = []
+        results, seed_rows = [], []
         for s in seeds_done:
             d = root / "eval" / arm / f"seed{s}"
             rows = _rows(d)
+            seed_rows.append(rows)
             o = _overall(d)
             results.append(o)
             k = o["k"]
@@ -150,6 +175,9 @@ def summarize_study(
                 )
                 for key, label in FIGURES.items()
             }
+            by_hops = _by_hops(start, seed_rows, n_boot)
+            if by_hops:
+                out["by_hops"][arm] = by_hops
     if baseline in pooled:
         for arm in pooled:
             if arm == baseline:
@@ -197,6 +225,7 @@ def write_study(root: Path, cfg: Any, states: Sequence[Any]) -> dict[str, Any]:
             "seed": s.seed,
             "status": s.status,
             "seconds": s.seconds,
+            "train_seconds": train_seconds(root / "runs" / s.arm / f"seed{s.seed}"),
             "dir": str(root / "runs" / s.arm / f"seed{s.seed}"),
             "versions": _read_json(root / "runs" / s.arm / f"seed{s.seed}" / "versions.json"),
         }
@@ -280,6 +309,18 @@ def _markdown(cfg: Any, s: dict[str, Any], plots: Sequence[Path], root: Path) ->
         ]
         for arm, d in s["versus_start"].items():
             lines.append(f"| {arm} | " + " | ".join(_diff(d[f]) for f in FIGURES.values()) + " |")
+    if s.get("by_hops"):
+        lines += ["", "### Pass@1 by hop count, each arm minus the warm start (paired)", ""]
+        lines += [
+            "| arm | hops | questions | warm start | arm | difference |",
+            "|---|---|---|---|---|---|",
+        ]
+        for arm, by in s["by_hops"].items():
+            for h, d in by.items():
+                lines.append(
+                    f"| {arm} | {h} | {d['questions']} | {d['a_mean']:.3f} | {d['b_mean']:.3f} | "
+                    f"{_diff(d)} |"
+                )
     if s["versus_baseline"]:
         lines += ["", f"## Each arm minus `{cfg.baseline}` (paired over questions)", ""]
         lines += [
@@ -320,12 +361,16 @@ def _markdown(cfg: Any, s: dict[str, Any], plots: Sequence[Path], root: Path) ->
                 f"{r['change']:+.3f} |"
             )
         lines += [""] + [f"![{p.stem}]({p.relative_to(root)})" for p in plots]
-    lines += ["", "## Runs", "", "| arm | seed | status | seconds | git commit | precision |"]
-    lines += ["|---|---|---|---|---|---|"]
+    lines += ["", "## Runs", ""]
+    lines += [
+        "| arm | seed | status | training seconds (all steps) | last launch (s) | git commit | precision |"
+    ]
+    lines += ["|---|---|---|---|---|---|---|"]
     for r in s["runs"]:
         v = r["versions"] or {}
+        steps = "n/a" if r["train_seconds"] is None else f"{r['train_seconds']:.0f}"
         lines.append(
-            f"| {r['arm']} | {r['seed']} | {r['status']} | {r['seconds']:.0f} | "
+            f"| {r['arm']} | {r['seed']} | {r['status']} | {steps} | {r['seconds']:.0f} | "
             f"{v.get('git_commit', 'n/a')} | {v.get('precision', 'n/a')} |"
         )
     failed = [r for r in s["runs"] if r["status"] == "failed"]

@@ -11,7 +11,12 @@ import pytest
 from framework.eval.study_report import summarize_study, write_study
 
 
-def _eval_dir(path: Path, correct: dict[str, list[bool]], tool_calls: int = 1) -> None:
+def _eval_dir(
+    path: Path,
+    correct: dict[str, list[bool]],
+    tool_calls: int = 1,
+    hops: dict[str, int] | None = None,
+) -> None:
     """An evaluation as seekrl-eval writes it: samples.jsonl and results.json (overall only)."""
     path.mkdir(parents=True)
     rows = [
@@ -23,6 +28,7 @@ def _eval_dir(path: Path, correct: dict[str, list[bool]], tool_calls: int = 1) -
             "tool_calls": tool_calls,
             "turns": 2,
             "status": "ok",
+            **({"hops": hops[q]} if hops else {}),
         }
         for q, cs in correct.items()
         for i, c in enumerate(cs)
@@ -74,6 +80,47 @@ def test_pooled_pass1_and_paired_differences(study_dir):
     assert s["versus_start"]["new"]["Pass@1"]["diff"] == pytest.approx(0.5)
     assert s["start"]["pass@1"] == 0.0
     assert set(s["arms"]["new"]["per_seed"]) == {0, 1}
+    assert s["by_hops"] == {}  # the rows carry no hop counts
+
+
+def test_pass1_by_hops_is_paired_within_each_hop_count(tmp_path):
+    root = tmp_path / "study"
+    hops = {"q1": 1, "q2": 1, "q3": 2, "q4": 2}
+    start = {"q1": [True, False], "q2": [False, False], "q3": [False, False], "q4": [True, True]}
+    _eval_dir(root / "eval" / "start", start, hops=hops)
+    # seed 0: q1, q2 always right, q4 wrong; seed 1: q2 right once -> pooled per question
+    # q1 (1 + 0) / 2 = 0.5, q2 (1 + 0.5) / 2 = 0.75, q3 0, q4 0
+    _eval_dir(
+        root / "eval" / "arm" / "seed0",
+        {"q1": [True, True], "q2": [True, True], "q3": [False, False], "q4": [False, False]},
+        hops=hops,
+    )
+    _eval_dir(
+        root / "eval" / "arm" / "seed1",
+        {"q1": [False, False], "q2": [True, False], "q3": [False, False], "q4": [False, False]},
+        hops=hops,
+    )
+    s = summarize_study(root, ["arm"], [0, 1], "arm", n_boot=2000)
+    one, two = s["by_hops"]["arm"]["1"], s["by_hops"]["arm"]["2"]
+    assert one["questions"] == 2 and two["questions"] == 2
+    assert one["a_mean"] == pytest.approx(0.25)  # start: q1 0.5, q2 0
+    assert one["b_mean"] == pytest.approx(0.625)  # (0.5 + 0.75) / 2
+    assert one["diff"] == pytest.approx(0.375)
+    assert two["a_mean"] == pytest.approx(0.5) and two["diff"] == pytest.approx(-0.5)
+
+
+def test_train_seconds_sums_every_logged_step(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    from framework.eval.study_report import train_seconds
+
+    assert train_seconds(tmp_path) is None  # no TensorBoard directory
+    writer = SummaryWriter(log_dir=str(tmp_path / "tensorboard"))
+    for step, seconds in [(1, 100.0), (2, 150.5), (3, 49.5)]:
+        writer.add_scalar("train/step", float(step), step)
+        writer.add_scalar("timing/step", seconds, step)
+    writer.close()
+    assert train_seconds(tmp_path) == pytest.approx(300.0)
 
 
 def test_write_study_lists_failed_runs(study_dir):
@@ -93,4 +140,5 @@ def test_write_study_lists_failed_runs(study_dir):
     write_study(study_dir, cfg, states)
     md = (study_dir / "study.md").read_text()
     assert "Each arm minus `base`" in md and "Failed runs" in md and "new seed 2" in md
+    assert "by hop count" not in md  # no hop counts in these rows
     assert json.loads((study_dir / "study.json").read_text())["arms"]["new"]["pass@1"] == 0.5
