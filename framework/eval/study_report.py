@@ -80,7 +80,8 @@ def _by_hops(
     start: Sequence[dict[str, Any]], seed_rows: Sequence[Sequence[dict[str, Any]]], n_boot: int
 ) -> dict[str, dict[str, Any]]:
     """Pass@1 of the warm start and of the arm (pooled over seeds) on the questions of each hop
-    count, with the paired difference; empty when the rows carry no hop counts."""
+    count, with the paired difference; empty when the rows carry no hop counts. A hop count with
+    fewer than two questions is left out (no interval to give)."""
     hops = sorted({r["hops"] for r in start if r.get("hops") is not None})
     out = {}
     for h in hops:
@@ -88,7 +89,7 @@ def _by_hops(
         a = pooled_per_question(
             [per_question([r for r in rs if r.get("hops") == h]) for rs in seed_rows]
         )
-        if a:
+        if len(set(s) & set(a)) >= 2:  # a bootstrap needs two questions; fewer is left out
             out[str(h)] = _as_dict(paired_bootstrap(s, a, n_boot=n_boot))
     return out
 

@@ -109,6 +109,17 @@ def test_pass1_by_hops_is_paired_within_each_hop_count(tmp_path):
     assert two["a_mean"] == pytest.approx(0.5) and two["diff"] == pytest.approx(-0.5)
 
 
+def test_a_hop_count_with_one_question_is_left_out(tmp_path):
+    root = tmp_path / "study"
+    hops = {"q1": 1, "q2": 1, "q3": 2}
+    correct = {"q1": [True, False], "q2": [False, False], "q3": [True, True]}
+    _eval_dir(root / "eval" / "start", correct, hops=hops)
+    _eval_dir(root / "eval" / "arm" / "seed0", correct, hops=hops)
+    s = summarize_study(root, ["arm"], [0], "arm", n_boot=200)
+    assert list(s["by_hops"]["arm"]) == ["1"]
+    assert s["by_hops"]["arm"]["1"]["diff"] == 0.0
+
+
 def test_train_seconds_sums_every_logged_step(tmp_path):
     from torch.utils.tensorboard import SummaryWriter
 
