@@ -167,9 +167,60 @@ def evaluate_once(train_cfg: Any, cfg: StudyConfig, checkpoint: Path | None, out
     # rerun rolls out only the rest
     partial = out.with_name(out.name + ".partial")
     result = evaluate(eval_config(train_cfg, cfg, checkpoint, partial))
+    (partial / EVAL_SETTINGS).write_text(json.dumps(asdict(cfg.eval), indent=2) + "\n")
     shutil.rmtree(out, ignore_errors=True)
     partial.rename(out)
     return result
+
+
+#: the study's eval settings a finished evaluation was made with (beside its results.json)
+EVAL_SETTINGS = "study_eval.json"
+
+
+def eval_settings_changed(out: Path, now: dict[str, Any]) -> list[str]:
+    """How the study's eval settings ``now`` differ from those the finished evaluation in ``out``
+    was made with (empty when they match, or when ``out`` holds no finished evaluation).
+
+    An evaluation from before the settings were recorded is checked on what its ``results.json``
+    says: samples per question (``k``) and seed."""
+    done = out / "results.json"
+    if not done.is_file():
+        return []
+    path = out / EVAL_SETTINGS
+    if path.is_file():
+        saved = json.loads(path.read_text())
+    else:
+        result = json.loads(done.read_text())
+        saved = {"samples_per_question": result.get("k"), "seed": result.get("seed")}
+    return [
+        f"[eval.{key}] got {now[key]!r}; expected {value!r}, what {out} was evaluated with"
+        for key, value in saved.items()
+        if key in now and now[key] != value
+    ]
+
+
+def check_evals_match(root: Path, eval_cfg: Any) -> None:
+    """Refuse to go on when a finished evaluation in ``root`` was made with other eval settings
+    (questions, samples, seed, split, batch size): its rows would not pair with new ones.
+
+    Raises:
+        SystemExit: status 2, naming each changed setting of each evaluation.
+    """
+    now = asdict(eval_cfg)
+    changed = [
+        line
+        for done in sorted((root / "eval").glob("**/results.json"))
+        if ".partial" not in done.parent.name
+        for line in eval_settings_changed(done.parent, now)
+    ]
+    if changed:
+        print(
+            "\n".join(changed) + "\nFix: run the study with the eval settings it was made with, "
+            "or pass a new out_dir=... (or delete an evaluation directory to evaluate that policy "
+            "again with the new settings).",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
 
 
 # -- what every run and evaluation of a study stands on ---------------------------------------------
@@ -309,6 +360,7 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
     first = [*cfg.overrides, *cfg.arms[next(iter(cfg.arms))], f"run_dir={root / 'start'}"]
     first_cfg = load_config("train", first)
     check_basis(root, study_basis(first_cfg))
+    check_evals_match(root, cfg.eval)
     train_cfg = warm_start(first_cfg)
     start = train_cfg.rollout.policy
     start_ckpt = Path(start.path) if start.source == "path" else None

@@ -1,10 +1,18 @@
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 
 import pytest
 from omegaconf import OmegaConf
 
-from framework.cli.study import BASIS, check_basis, check_runs_match_arms, config_drift
+from framework.cli.study import (
+    BASIS,
+    EVAL_SETTINGS,
+    check_basis,
+    check_evals_match,
+    check_runs_match_arms,
+    config_drift,
+)
+from framework.config.study import StudyEvalConfig
 
 
 def test_a_study_is_pinned_to_its_questions_and_warm_start(tmp_path, capsys):
@@ -83,3 +91,40 @@ def test_runs_made_with_another_config_stop_the_study(tmp_path, capsys):
     assert err.startswith(f"[arms] got runs in {tmp_path}")
     assert "e_grpo seed 1" in err and "optim.lr: 1 -> 2" in err and "grpo seed 0" not in err
     assert "Fix: give the changed arm a new name" in err
+
+
+def _finished_eval(out, results, settings=None) -> None:
+    out.mkdir(parents=True)
+    (out / "results.json").write_text(json.dumps(results))
+    if settings is not None:
+        (out / EVAL_SETTINGS).write_text(json.dumps(settings))
+
+
+def test_finished_evaluations_made_with_other_eval_settings_stop_the_study(tmp_path, capsys):
+    e = StudyEvalConfig(questions=100, samples_per_question=4, seed=0)
+    made = asdict(e)
+    _finished_eval(tmp_path / "eval" / "start", {"k": 4, "seed": 0}, made)
+    _finished_eval(tmp_path / "eval" / "a" / "seed0", {"k": 4, "seed": 0}, made)
+    check_evals_match(tmp_path, e)  # the same settings go on
+    (tmp_path / "eval" / "b" / "seed0.partial").mkdir(parents=True)  # unfinished: not checked
+    (tmp_path / "eval" / "b" / "seed0.partial" / "results.json").write_text("{}")
+    check_evals_match(tmp_path, e)
+    with pytest.raises(SystemExit) as exc:
+        check_evals_match(tmp_path, replace(e, questions=200))
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    start = tmp_path / "eval" / "start"
+    assert f"[eval.questions] got 200; expected 100, what {start} was evaluated with" in err
+    assert "eval/a/seed0 was evaluated with" in err and "seed0.partial" not in err
+    assert "samples_per_question" not in err and "Fix: run the study with the eval settings" in err
+
+
+def test_evaluations_without_recorded_settings_are_checked_on_k_and_seed(tmp_path, capsys):
+    _finished_eval(tmp_path / "eval" / "start", {"k": 4, "seed": 0})
+    e = StudyEvalConfig(questions=100, samples_per_question=4, seed=0)
+    check_evals_match(tmp_path, replace(e, questions=200))  # not recorded: cannot be told
+    with pytest.raises(SystemExit):
+        check_evals_match(tmp_path, replace(e, samples_per_question=8, seed=1))
+    err = capsys.readouterr().err
+    assert "[eval.samples_per_question] got 8; expected 4" in err
+    assert "[eval.seed] got 1; expected 0" in err
