@@ -179,18 +179,15 @@ EVAL_SETTINGS = "study_eval.json"
 
 def eval_settings_changed(out: Path, now: dict[str, Any]) -> list[str]:
     """How the study's eval settings ``now`` differ from those the finished evaluation in ``out``
-    was made with (empty when they match, or when ``out`` holds no finished evaluation).
+    (a directory with ``results.json``) was made with; empty when they match.
 
     An evaluation from before the settings were recorded is checked on what its ``results.json``
     says: samples per question (``k``) and seed."""
-    done = out / "results.json"
-    if not done.is_file():
-        return []
     path = out / EVAL_SETTINGS
     if path.is_file():
         saved = json.loads(path.read_text())
     else:
-        result = json.loads(done.read_text())
+        result = json.loads((out / "results.json").read_text())
         saved = {"samples_per_question": result.get("k"), "seed": result.get("seed")}
     return [
         f"[eval.{key}] got {now[key]!r}; expected {value!r}, what {out} was evaluated with"

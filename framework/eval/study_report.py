@@ -310,7 +310,7 @@ def _markdown(cfg: Any, s: dict[str, Any], plots: Sequence[Path], root: Path) ->
         ]
         for arm, d in s["versus_start"].items():
             lines.append(f"| {arm} | " + " | ".join(_diff(d[f]) for f in FIGURES.values()) + " |")
-    if s.get("by_hops"):
+    if s["by_hops"]:
         lines += ["", "### Pass@1 by hop count, each arm minus the warm start (paired)", ""]
         lines += [
             "| arm | hops | questions | warm start | arm | difference |",
