@@ -12,9 +12,11 @@ Inputs are the per-rollout rows that :func:`framework.eval.harness.rollout_rows`
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -41,6 +43,8 @@ class PairedResult:
         b_mean: mean of ``b`` over the paired questions.
         unpaired: questions present in only one of the two evaluations (dropped).
         level: confidence level of the interval.
+        sd: sample standard deviation (ddof 1) of the per-question differences; with ``n`` it
+            sizes what the comparison can detect (:attr:`detectable`).
     """
 
     diff: float
@@ -52,11 +56,20 @@ class PairedResult:
     b_mean: float
     unpaired: int = 0
     level: float = 0.95
+    sd: float = float("nan")
 
     @property
     def excludes_zero(self) -> bool:
         """Whether the interval lies entirely on one side of zero."""
         return self.low > 0.0 or self.high < 0.0
+
+    @property
+    def detectable(self) -> float:
+        """The true difference this comparison detects with 80% power at its level.
+
+        See :func:`detectable_difference`; ``nan`` when ``sd`` is unknown.
+        """
+        return detectable_difference(self.sd, self.n, level=self.level)
 
     def __str__(self) -> str:
         pct = round(100 * self.level)
@@ -234,7 +247,79 @@ def paired_bootstrap(
         b_mean=float(b_vals.mean()),
         unpaired=unpaired,
         level=level,
+        sd=float(d.std(ddof=1)),
     )
+
+
+def _z_sum(level: float, power: float) -> float:
+    """``z_{(1+level)/2} + z_{power}``: the difference, in standard errors, that a two-sided test
+    at ``level`` detects with probability ``power``."""
+    if not 0.0 < level < 1.0 or not 0.0 < power < 1.0:
+        raise ValueError(
+            f"[detectable_difference] got level={level}, power={power}; expected both in (0, 1). "
+            "Fix: use e.g. level=0.95, power=0.8."
+        )
+    z = NormalDist().inv_cdf
+    return z((1.0 + level) / 2.0) + z(power)
+
+
+def detectable_difference(sd: float, n: int, *, level: float = 0.95, power: float = 0.8) -> float:
+    """The smallest true mean difference a paired comparison of ``n`` questions detects.
+
+    Normal approximation (the bootstrap interval of a mean of ``n`` independent per-question
+    differences is close to it): the interval excludes 0 with probability ``power`` when the true
+    difference is ``(z_{(1+level)/2} + z_power) * sd / sqrt(n)``, 2.80 standard errors at the
+    defaults. Use it to size an evaluation before spending hours on it: with per-question
+    differences of SD 0.174 (4 samples per question), 100 questions detect +0.049.
+
+    Args:
+        sd: standard deviation of the per-question differences (``PairedResult.sd``).
+        n: number of paired questions.
+        level: confidence level of the interval.
+        power: probability of detecting the difference.
+
+    Returns:
+        The detectable difference (``nan`` when ``sd`` is ``nan``).
+
+    Raises:
+        ValueError: ``n < 2``, ``sd < 0``, or ``level``/``power`` outside (0, 1).
+    """
+    if n < 2 or sd < 0:
+        raise ValueError(
+            f"[detectable_difference] got sd={sd}, n={n}; expected sd >= 0 and n >= 2. "
+            "Fix: pass the SD of the per-question differences and the number of paired questions."
+        )
+    return _z_sum(level, power) * sd / math.sqrt(n)
+
+
+def questions_needed(
+    sd: float, difference: float, *, level: float = 0.95, power: float = 0.8
+) -> int:
+    """Paired questions needed to detect a true mean difference ``difference`` (either sign).
+
+    The inverse of :func:`detectable_difference`: ``ceil(((z_a + z_b) * sd / difference) ** 2)``,
+    at least 2.
+
+    Args:
+        sd: standard deviation of the per-question differences.
+        difference: the true difference to detect (non-zero).
+        level: confidence level of the interval.
+        power: probability of detecting it.
+
+    Returns:
+        The number of questions.
+
+    Raises:
+        ValueError: ``difference`` is 0 or not finite, ``sd`` is negative or not finite, or
+            ``level``/``power`` outside (0, 1).
+    """
+    if not math.isfinite(difference) or difference == 0 or not math.isfinite(sd) or sd < 0:
+        raise ValueError(
+            f"[questions_needed] got sd={sd}, difference={difference}; expected a finite sd >= 0 "
+            "and a finite non-zero difference. Fix: pass the SD of the per-question differences "
+            "and the gain you want to detect."
+        )
+    return max(2, math.ceil((_z_sum(level, power) * sd / abs(difference)) ** 2))
 
 
 def _bootstrap_means(d: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:

@@ -20,6 +20,7 @@ from framework.eval.paired import (
     paired_bootstrap,
     per_question,
     pooled_per_question,
+    questions_needed,
 )
 
 #: training curves drawn per arm (mean over seeds, band = min..max)
@@ -201,6 +202,8 @@ def _as_dict(r: PairedResult) -> dict[str, Any]:
         "a_mean": r.a_mean,
         "b_mean": r.b_mean,
         "excludes_zero": r.excludes_zero,
+        "sd": r.sd,
+        "detectable": r.detectable,
     }
 
 
@@ -257,6 +260,27 @@ def _diff(d: dict[str, Any]) -> str:
     return f"{d['diff']:+.3f} {_ci([d['ci'][0], d['ci'][1]])} ({sign}, p={d['p_value']:.3f})"
 
 
+def _power_lines(versus: dict[str, dict[str, Any]]) -> list[str]:
+    """What each Pass@1 comparison could detect, from the spread of its per-question differences."""
+    lines = [
+        "",
+        "What each Pass@1 comparison can detect (80% power, normal approximation; "
+        "`framework.eval.paired.detectable_difference`):",
+        "",
+    ]
+    for arm, d in versus.items():
+        p = d["Pass@1"]
+        line = (
+            f"- {arm}: per-question differences have SD {p['sd']:.3f} over {p['questions']} "
+            f"questions, so a true difference of {p['detectable']:.3f} either way shows"
+        )
+        if p["diff"] != 0 and p["sd"] > 0:
+            n = questions_needed(p["sd"], p["diff"])
+            line += f"; a true {p['diff']:+.3f} (the measured one) would need about {n} questions"
+        lines.append(line + ".")
+    return lines
+
+
 def _markdown(cfg: Any, s: dict[str, Any], plots: Sequence[Path], root: Path) -> str:
     e = cfg.eval
     arms = ", ".join(f"`{a}` ({' '.join(v)})" for a, v in cfg.arms.items())
@@ -310,6 +334,7 @@ def _markdown(cfg: Any, s: dict[str, Any], plots: Sequence[Path], root: Path) ->
         ]
         for arm, d in s["versus_start"].items():
             lines.append(f"| {arm} | " + " | ".join(_diff(d[f]) for f in FIGURES.values()) + " |")
+        lines += _power_lines(s["versus_start"])
     if s["by_hops"]:
         lines += ["", "### Pass@1 by hop count, each arm minus the warm start (paired)", ""]
         lines += [
@@ -330,6 +355,7 @@ def _markdown(cfg: Any, s: dict[str, Any], plots: Sequence[Path], root: Path) ->
         ]
         for arm, d in s["versus_baseline"].items():
             lines.append(f"| {arm} | " + " | ".join(_diff(d[f]) for f in FIGURES.values()) + " |")
+        lines += _power_lines(s["versus_baseline"])
     lines += [
         "",
         "## Entity analysis (the paper's: entities matched in correct vs wrong rollouts)",

@@ -9,10 +9,12 @@ import pytest
 
 from framework.eval.paired import (
     PairedResult,
+    detectable_difference,
     load_samples,
     paired_bootstrap,
     per_question,
     pooled_per_question,
+    questions_needed,
 )
 
 
@@ -161,3 +163,48 @@ def test_load_samples_errors(tmp_path):
     (tmp_path / "samples.jsonl").write_text('{"dataset": "s"}\n[1, 2]\n')
     with pytest.raises(ValueError, match=r"got a list on line 2"):
         load_samples(tmp_path)
+
+
+# z_0.975 + z_0.8 = 1.959964 + 0.841621 = 2.801585 (standard normal quantiles)
+Z_SUM = 2.801585
+
+
+def test_detectable_difference_is_2_8_standard_errors_at_the_defaults():
+    # docs/study.md item 18: SD 0.174 over 100 questions -> 2.801585 * 0.0174 = 0.04875
+    assert detectable_difference(0.174, 100) == pytest.approx(0.048748, abs=1e-6)
+    # level 0.9, power 0.5: z_0.95 + z_0.5 = 1.644854 + 0 -> 1.644854 * 1 / 2
+    assert detectable_difference(1.0, 4, level=0.9, power=0.5) == pytest.approx(0.822427, 1e-6)
+    assert detectable_difference(0.0, 10) == 0.0
+
+
+def test_questions_needed_inverts_detectable_difference():
+    # (2.801585 * 0.174 / 0.018) ** 2 = 733.4 -> 734 (item 18's "about 730")
+    assert questions_needed(0.174, 0.018) == 734
+    assert questions_needed(0.174, -0.018) == 734  # either sign
+    n = questions_needed(0.3, 0.05)
+    assert detectable_difference(0.3, n) <= 0.05 < detectable_difference(0.3, n - 1)
+    assert questions_needed(0.01, 1.0) == 2  # never fewer than a bootstrap needs
+
+
+def test_paired_result_carries_the_sd_of_the_differences():
+    a, b = _qs([0.0, 0.0, 0.0]), _qs([1.0, 0.0, 0.5])
+    r = paired_bootstrap(a, b, n_boot=200)
+    assert r.sd == pytest.approx(0.5)  # differences 1, 0, 0.5: sample SD 0.5
+    assert r.detectable == pytest.approx(Z_SUM * 0.5 / math.sqrt(3), rel=1e-6)
+    assert math.isnan(PairedResult(0.0, 0.0, 0.0, 5, 1.0, 0.0, 0.0).detectable)
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: detectable_difference(0.1, 1), "n >= 2"),
+        (lambda: detectable_difference(-0.1, 10), "sd >= 0"),
+        (lambda: detectable_difference(0.1, 10, level=1.0), "level=1.0"),
+        (lambda: detectable_difference(0.1, 10, power=0.0), "power=0.0"),
+        (lambda: questions_needed(0.1, 0.0), "non-zero difference"),
+        (lambda: questions_needed(float("nan"), 0.1), "finite sd"),
+    ],
+)
+def test_detectable_difference_rejects_bad_inputs(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -81,6 +82,8 @@ def test_pooled_pass1_and_paired_differences(study_dir):
     assert s["start"]["pass@1"] == 0.0
     assert set(s["arms"]["new"]["per_seed"]) == {0, 1}
     assert s["by_hops"] == {}  # the rows carry no hop counts
+    assert d["sd"] == pytest.approx(math.sqrt(0.6875 / 3))
+    assert d["detectable"] == pytest.approx(2.801585 * math.sqrt(0.6875 / 3) / 2, rel=1e-6)
 
 
 def test_pass1_by_hops_is_paired_within_each_hop_count(tmp_path):
@@ -152,4 +155,10 @@ def test_write_study_lists_failed_runs(study_dir):
     md = (study_dir / "study.md").read_text()
     assert "Each arm minus `base`" in md and "Failed runs" in md and "new seed 2" in md
     assert "by hop count" not in md  # no hop counts in these rows
+    # new - base per question: 0.5, 1, 0, 0 -> mean 0.375, SD sqrt(0.6875 / 3) = 0.4787;
+    # detectable 2.8016 * 0.4787 / 2 = 0.671; (2.8016 * 0.4787 / 0.375) ** 2 = 12.8 -> 13
+    assert "- new: per-question differences have SD 0.479 over 4 questions" in md
+    assert "difference of 0.671 either way" in md and "would need about 13 questions" in md
+    # new - start: 1, 1, 0, 0 -> SD sqrt(1 / 3) = 0.577; (2.8016 * 0.577 / 0.5) ** 2 = 10.5 -> 11
+    assert "would need about 11 questions" in md
     assert json.loads((study_dir / "study.json").read_text())["arms"]["new"]["pass@1"] == 0.5
