@@ -64,7 +64,17 @@ def _loss_and_grad(model, trajs, rows, spec, pad_id, advantages=ADVANTAGES):
 
 
 def _same(a, b, rtol=1e-5, atol=1e-7):
-    return all(torch.allclose(x, y, rtol=rtol, atol=atol) for x, y in zip(a, b, strict=True))
+    """Equal gradients up to fp32 rounding, measured against each tensor's largest entry.
+
+    Not element-wise: an entry near zero is a sum that cancels, and its rounding error scales with
+    the terms summed, not with the entry. On an AVX2-only EPYC the weighted and the scaled gradient
+    differed in some entry by up to 3.8e-4 of that entry, and by at most 8.7e-6 of the tensor's
+    largest entry.
+    """
+    return all(
+        float((x - y).abs().max()) <= rtol * float(y.abs().max()) + atol
+        for x, y in zip(a, b, strict=True)
+    )
 
 
 @pytest.fixture(scope="module")
