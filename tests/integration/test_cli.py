@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -82,6 +84,7 @@ def test_dry_run_validates_and_lists_components(tmp_path):
     assert (tmp_path / "run" / ".hydra" / "config.yaml").is_file()
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (subprocess apps or several tiny runs)
 def test_dry_run_checks_data_that_exists(tmp_path):
     # synthesized once (no index: answerability off), the dry run then reads and checks the splits
     data = [
@@ -100,6 +103,7 @@ def test_dry_run_checks_data_that_exists(tmp_path):
     assert re.search(r"data +train (\d+), validation (\d+) questions, checked", proc.stdout)
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (subprocess apps or several tiny runs)
 def test_multirun_sweep_gives_each_job_its_own_directory(tmp_path):
     # dataset=synth_small: the jobs load data, and the default set would need the full index
     proc = run(
@@ -136,6 +140,7 @@ def test_serve_rejects_bad_values_before_loading_anything():
     assert "[retriever.name] got 'http'" in proc.stderr
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (subprocess apps or several tiny runs)
 def test_study_plans_and_rejects_bad_values_before_running_anything(tmp_path):
     proc = run("study", "study=alpha_cpu", f"out_dir={tmp_path}", "dry_run=true")
     assert proc.returncode == 0, proc.stderr

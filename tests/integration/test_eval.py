@@ -27,6 +27,7 @@ def eval_in_process(run_dir: Path, *overrides: str):
     return run_app("eval", evaluate, argv=[*TINY, *overrides, f"hydra.run.dir={run_dir}"])
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (subprocess apps or several tiny runs)
 def test_eval_writes_report_tables_plots_and_compares(tmp_path):
     plain = [
         QAItem(f"nq-{i}", f"who wrote book {i}?", (f"author {i}",), None, None, None, "nq")

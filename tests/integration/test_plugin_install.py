@@ -20,6 +20,9 @@ from typing import Any
 
 import pytest
 
+# a venv, pip installs and subprocess apps: about 80 s on 2 cores in all
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 PLUGIN_SRC = REPO / "plugins" / "example_plugin"
 PLUGIN_DIST = "seekrl-example-plugin"

@@ -98,6 +98,7 @@ def test_splits_share_no_answer_and_no_chain(synth_dir):
     assert len(chains["train"]) == len(splits["train"])  # no repeated chain within a split
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (subprocess apps or several tiny runs)
 def test_train_app_reads_the_synthesized_splits(synth_dir, tmp_path):
     proc = cli(
         "train",
@@ -133,6 +134,7 @@ def test_entity_reward_refuses_a_dataset_without_entities(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (subprocess apps or several tiny runs)
 def test_too_few_linked_entities_is_a_clear_error(tmp_path):
     proc = cli(
         "synth",

@@ -143,6 +143,7 @@ def test_training_changes_the_policy_and_logs_every_metric(tmp_path):
     assert "reward:\n  name: test_length_mod" in (run / "config.yaml").read_text()
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (subprocess apps or several tiny runs)
 def test_dynamic_sampling_drops_groups_without_signal_end_to_end(tmp_path):
     # the shipped reward: the random tiny model never answers, so every group's rewards are all 0
     # and dapo_dynamic drops them all; the reserve is rolled out too, and no weight changes
@@ -204,6 +205,7 @@ def _scalars_by_step(run_dir: Path) -> dict[str, dict[int, float]]:
     return out
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (subprocess apps or several tiny runs)
 def test_resumed_run_equals_the_uninterrupted_one(tmp_path):
     common = ["reward=test_length_mod", "trainer.val_at_end=false", "trainer.keep_checkpoints=5"]
     full, resumed = tmp_path / "full", tmp_path / "resumed"
@@ -265,6 +267,7 @@ def test_resumed_run_with_a_stateful_sampler_equals_the_uninterrupted_one(tmp_pa
         assert len(y[name]) <= 2, name  # steps 3 and 4 only
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (subprocess apps or several tiny runs)
 def test_kl_lora_and_two_policy_epochs(tmp_path):
     run = tmp_path / "run"
     train_in_process(
@@ -301,6 +304,7 @@ def test_kl_lora_and_two_policy_epochs(tmp_path):
     )
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (subprocess apps or several tiny runs)
 def test_resume_refuses_a_checkpoint_of_another_policy(tmp_path):
     run = tmp_path / "run"
     train_in_process(
