@@ -1,4 +1,8 @@
-"""Sparse retrieval with BM25 (``bm25s``), cached on disk beside the dense indexes."""
+"""Sparse retrieval with BM25 (``bm25s``), cached on disk beside the dense indexes.
+
+``bm25s`` is always imported through :func:`framework.accelerators.import_cpu_only`: it pulls in JAX
+where JAX is installed, and JAX would otherwise reserve most of a GPU at import.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from framework.accelerators import import_cpu_only
 from framework.config import Problem, check_choice, check_range
 from framework.paths import cache_root
 from framework.progress import Progress
@@ -53,7 +58,7 @@ class BM25RetrieverConfig(LocalRetrieverConfig):
 
 
 def _tokenize(texts: Sequence[str], params: BM25Params) -> Any:
-    import bm25s
+    bm25s = import_cpu_only("bm25s")
 
     stop = None if params.stopwords == "none" else params.stopwords
     return bm25s.tokenize(list(texts), stopwords=stop, show_progress=False)
@@ -66,7 +71,7 @@ def tokenize_store(store: CorpusStore, params: BM25Params, *, progress: bool = F
     ``bm25s.tokenize`` numbers tokens by first appearance, so a batch's new tokens, taken in its own
     id order, continue the numbering of the batches before it.
     """
-    from bm25s.tokenization import Tokenized
+    Tokenized = import_cpu_only("bm25s.tokenization").Tokenized
 
     vocab: dict[str, int] = {}
     ids: list[list[int]] = []
@@ -114,7 +119,7 @@ class BM25Retriever(StoreBacked):
             raise
 
     def _load_or_build(self) -> Any:
-        import bm25s
+        bm25s = import_cpu_only("bm25s")
 
         found = read_manifest(self.directory)
         if found is None:
@@ -135,7 +140,7 @@ class BM25Retriever(StoreBacked):
 
     def build(self) -> Any:
         """Tokenise every passage, index, and save with a manifest."""
-        import bm25s
+        bm25s = import_cpu_only("bm25s")
 
         clock = Stopwatch()
         p = self.cfg.bm25

@@ -3,7 +3,7 @@
 Layers, bottom to top; a module imports from its own layer and the layers below it, never above:
 
     0. shared leaves  ``framework/__init__.py``, ``types.py``, ``paths.py`` (files and the cache
-                      directory), ``progress.py``
+                      directory), ``progress.py``, ``accelerators.py`` (keeps JAX off the GPU)
     1. config and     ``config/`` (problems, the component base class, the checks app schemas share,
        registries     the study schema, validation) and ``registry/`` (the registries and plugin
                       loading; ``plugins.py`` is the old name of ``registry/plugins.py``). One layer:
@@ -41,7 +41,7 @@ FRAMEWORK_DIR = Path(framework.__file__).resolve().parent
 
 #: bottom to top; a package is the first name under ``framework`` ("" for framework/__init__.py)
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"", "types", "paths", "progress"}),
+    frozenset({"", "types", "paths", "progress", "accelerators"}),
     frozenset({"config", "registry", "plugins"}),
     frozenset({"algorithms"}),
     frozenset(
