@@ -156,7 +156,12 @@ def train(cfg: TrainConfig) -> float | None:
     from framework.registry import SAMPLERS
     from framework.retrieval.types import RetrievalError
     from framework.rollout.policy import PolicyError
-    from framework.training.checkpoints import CheckpointWriteError, latest_checkpoint
+    from framework.training.checkpoints import (
+        CheckpointWriteError,
+        holds_training_state,
+        latest_checkpoint,
+        weights_only_error,
+    )
     from framework.training.lora import export_policy
 
     if cfg.dry_run:
@@ -190,12 +195,17 @@ def train(cfg: TrainConfig) -> float | None:
         cfg.trainer.checkpoint_every_n_steps,
         cfg.trainer.keep_checkpoints,
         cfg.trainer.max_steps,
+        final=cfg.trainer.checkpoint_at_end,
+        weights_only=cfg.trainer.checkpoint_weights_only,
     )
     health = HealthCallback(build_monitors(cfg.health), checkpoints, run_facts(cfg))
     trainer = build_trainer(cfg, run_dir, checkpoints, health)
     if trainer.is_global_zero:
         save_run_info(cfg, run_dir)
     ckpt = str(latest_checkpoint(cfg.resume)) if cfg.resume else None
+    if ckpt is not None and not holds_training_state(ckpt):
+        print(weights_only_error(ckpt), file=sys.stderr)
+        raise SystemExit(2)
     try:
         trainer.fit(module, datamodule=data, ckpt_path=ckpt, weights_only=True)
         t = cfg.trainer

@@ -30,23 +30,36 @@ def training_step(trainer: L.Trainer, pl_module: L.LightningModule) -> int:
 class StepCheckpoint(L.Callback):
     """Saves ``checkpoints/step-NNNNNN.ckpt`` and keeps the newest ``keep``.
 
-    A checkpoint is written every ``every_n_steps`` training steps (0: only at the end), after the
-    last step, and after the step during which SIGINT or SIGTERM arrived; then training stops. A
-    second Ctrl-C aborts at once. Files are written under a temporary name and renamed, so a crash
-    mid-write never leaves a truncated checkpoint behind; a write that fails (a full disk) removes
-    its partial file and raises :class:`CheckpointWriteError` naming the checkpoint that is kept.
+    A checkpoint is written every ``every_n_steps`` training steps (0: none), after the last step
+    (unless ``final`` is false), and after the step during which SIGINT or SIGTERM arrived; then
+    training stops. A second Ctrl-C aborts at once. Files are written under a temporary name and
+    renamed, so a crash mid-write never leaves a truncated checkpoint behind; a write that fails (a
+    full disk) removes its partial file and raises :class:`CheckpointWriteError` naming the
+    checkpoint that is kept.
+
+    With ``weights_only`` the periodic and final checkpoints hold the model weights alone (no
+    optimiser or scheduler state); the checkpoint of an interruption, or of :meth:`save`
+    called with ``full=True`` (a health stop), is always full, since it exists to be resumed.
     """
 
     def __init__(
-        self, dirpath: str | Path, every_n_steps: int, keep: int, max_steps: int, final: bool = True
+        self,
+        dirpath: str | Path,
+        every_n_steps: int,
+        keep: int,
+        max_steps: int,
+        final: bool = True,
+        weights_only: bool = False,
     ) -> None:
         self.final = final  # also after the last step (the SFT stage exports its policy instead)
+        self.weights_only = weights_only
         self.dirpath = Path(dirpath)
         self.every_n_steps = every_n_steps
         self.keep = keep
         self.max_steps = max_steps
         self.signal: int | None = None
         self.saved_step: int | None = None
+        self.saved_full = False  # whether the checkpoint of saved_step can resume training
         self._previous: dict[int, Any] = {}
 
     @property
@@ -82,14 +95,14 @@ class StepCheckpoint(L.Callback):
         step = training_step(trainer, pl_module)
         due = self.every_n_steps and step % self.every_n_steps == 0
         if due or (self.final and step >= self.max_steps) or self.interrupted:
-            self.save(trainer, step)
+            self.save(trainer, step, full=self.interrupted)
         if self.interrupted:
             trainer.should_stop = True
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         step = training_step(trainer, pl_module)
-        if step > 0 and self.saved_step != step and (self.final or self.interrupted):
-            self.save(trainer, step)
+        if step > 0 and (self.final or self.interrupted):
+            self.save(trainer, step, full=self.interrupted)
         self._restore_handlers()
 
     def on_exception(
@@ -97,22 +110,26 @@ class StepCheckpoint(L.Callback):
     ) -> None:
         self._restore_handlers()
 
-    def save(self, trainer: L.Trainer, step: int) -> Path:
-        if self.saved_step == step:
-            return self.dirpath / checkpoint_name(step)
+    def save(self, trainer: L.Trainer, step: int, full: bool = False) -> Path:
+        """Write the checkpoint of ``step`` (once; again only to make a weights-only one full).
+        ``full`` forces optimiser and loop state in, whatever ``weights_only`` says."""
         final = self.dirpath / checkpoint_name(step)
+        weights_only = self.weights_only and not full
+        if self.saved_step == step and (self.saved_full or weights_only):
+            return final
         tmp = final.with_name(final.name + ".tmp")
         if trainer.is_global_zero:
             self.dirpath.mkdir(parents=True, exist_ok=True)
         try:
-            trainer.save_checkpoint(tmp)  # every rank takes part; rank 0 writes
+            # every rank takes part; rank 0 writes
+            trainer.save_checkpoint(tmp, weights_only=weights_only)
         except OSError as exc:  # disk full, quota, permissions: the older checkpoints stay
             raise self._write_error(tmp, final, exc) from exc
         if trainer.is_global_zero:
             os.replace(tmp, final)
             for old in sorted(self.dirpath.glob(CHECKPOINT_GLOB))[: -self.keep or None]:
                 old.unlink()
-        self.saved_step = step
+        self.saved_step, self.saved_full = step, not weights_only
         return final
 
     def _write_error(self, tmp: Path, final: Path, exc: OSError) -> CheckpointWriteError:

@@ -72,7 +72,7 @@ class HealthCallback(L.Callback):
     def stop(self, trainer: L.Trainer, step: int, alarm: Alarm | None) -> None:
         """Save a checkpoint of this step and end training after it."""
         self.stopped = alarm or Alarm("other process", "a monitor on another process tripped", "")
-        path = self.checkpoint.save(trainer, step)
+        path = self.checkpoint.save(trainer, step, full=True)
         trainer.should_stop = True
         if trainer.is_global_zero:
             print(

@@ -34,7 +34,24 @@ class TrainerConfig:
     )
     max_steps: int = field(default=80, metadata={"help": "training steps (paper: ~80)"})
     log_every_n_steps: int = 1
-    checkpoint_every_n_steps: int = field(default=10, metadata={"help": "0 disables"})
+    checkpoint_every_n_steps: int = field(
+        default=10, metadata={"help": "a checkpoint every N steps; 0: no periodic checkpoints"}
+    )
+    checkpoint_at_end: bool = field(
+        default=True,
+        metadata={
+            "help": "also a checkpoint after the last step (what resume= continues from to train "
+            "further); interrupted and health-stopped runs always save one"
+        },
+    )
+    checkpoint_weights_only: bool = field(
+        default=False,
+        metadata={
+            "help": "periodic and final checkpoints hold the weights only (no optimiser or "
+            "scheduler state: a third of the size with AdamW), for export and evaluation; they cannot "
+            "resume training (the checkpoint of an interruption is always full)"
+        },
+    )
     val_every_n_steps: int = field(default=0, metadata={"help": "0: no validation during training"})
     val_at_end: bool = field(default=True, metadata={"help": "validate once after training"})
     val_questions: int = field(default=16, metadata={"help": "validation subset size (0 = all)"})

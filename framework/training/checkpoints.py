@@ -54,3 +54,23 @@ def policy_folder(path: str | Path) -> Path | None:
         if (folder / "config.json").is_file():
             return folder
     return None
+
+
+def holds_training_state(path: str | Path) -> bool:
+    """Whether a step checkpoint can resume training: it has optimiser state (one written with
+    ``trainer.checkpoint_weights_only`` has the weights alone). Read memory-mapped, so a checkpoint
+    of many GB costs milliseconds."""
+    import torch
+
+    state = torch.load(Path(path), map_location="cpu", weights_only=True, mmap=True)
+    return "optimizer_states" in state
+
+
+def weights_only_error(path: str | Path, option: str = "resume") -> str:
+    """The message for a weights-only checkpoint named where training must resume."""
+    return (
+        f"[{option}] {path} holds the weights only (written with "
+        "trainer.checkpoint_weights_only=true) and cannot resume training. Fix: resume from a full "
+        "checkpoint (an interrupted run always writes one), or evaluate these weights with "
+        f"seekrl-eval checkpoint={path}."
+    )

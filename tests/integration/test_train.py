@@ -304,6 +304,36 @@ def test_kl_lora_and_two_policy_epochs(tmp_path):
     )
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (several tiny runs)
+def test_checkpoint_settings_a_user_asked_for(tmp_path, capsys):
+    # checkpoint_every_n_steps=0 and no final checkpoint: nothing but the exported policy
+    none = tmp_path / "none"
+    train_in_process(
+        none,
+        "trainer.checkpoint_every_n_steps=0",
+        "trainer.checkpoint_at_end=false",
+        "trainer.val_at_end=false",
+    )
+    assert not (none / "checkpoints").exists() and (none / "policy" / "config.json").is_file()
+    # weights only: the final checkpoint has no optimiser state, and resuming from it is refused
+    light = tmp_path / "light"
+    train_in_process(
+        light,
+        "trainer.checkpoint_every_n_steps=0",
+        "trainer.checkpoint_weights_only=true",
+        "trainer.val_at_end=false",
+    )
+    (ckpt,) = (light / "checkpoints").iterdir()
+    assert ckpt.name == "step-000002.ckpt"
+    assert "optimizer_states" not in torch.load(ckpt, weights_only=True)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        train_in_process(tmp_path / "again", f"resume={light}", "trainer.max_steps=3")
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"[resume] {ckpt} holds the weights only" in err and "Fix: resume from a full" in err
+
+
 @pytest.mark.slow  # over 10 s on 2 cores (subprocess apps or several tiny runs)
 def test_resume_refuses_a_checkpoint_of_another_policy(tmp_path):
     run = tmp_path / "run"

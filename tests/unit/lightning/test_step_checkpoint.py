@@ -81,3 +81,57 @@ def test_disk_full_mid_checkpoint_keeps_the_previous_one_and_the_run_resumes(tmp
         assert torch.equal(got, want)
     torch.manual_seed(0)
     assert not torch.equal(resumed.layer.weight, Line().layer.weight)  # and it did train
+
+
+def run(tmp_path, **callback_args) -> tuple[StepCheckpoint, L.Trainer]:
+    torch.manual_seed(0)
+    callback = StepCheckpoint(tmp_path / "checkpoints", keep=5, max_steps=4, **callback_args)
+    trainer = L.Trainer(
+        max_steps=4,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[callback],
+        default_root_dir=str(tmp_path),
+    )
+    trainer.fit(Line(), DataLoader([torch.ones(1, 1)] * 8, batch_size=None))
+    return callback, trainer
+
+
+def saved(tmp_path) -> list[str]:
+    folder = tmp_path / "checkpoints"
+    return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+
+def test_no_periodic_and_no_final_checkpoint_writes_nothing(tmp_path):
+    run(tmp_path, every_n_steps=0, final=False)
+    assert saved(tmp_path) == []
+
+
+def test_every_n_steps_zero_writes_only_the_final_checkpoint(tmp_path):
+    run(tmp_path, every_n_steps=0)
+    assert saved(tmp_path) == ["step-000004.ckpt"]
+
+
+def test_weights_only_checkpoints_hold_no_optimiser_state_and_cannot_resume(tmp_path):
+    from framework.training.checkpoints import holds_training_state, weights_only_error
+
+    callback, trainer = run(tmp_path / "w", every_n_steps=2, weights_only=True)
+    run(tmp_path / "f", every_n_steps=2)
+    assert (
+        saved(tmp_path / "w") == saved(tmp_path / "f") == ["step-000002.ckpt", "step-000004.ckpt"]
+    )
+    light = tmp_path / "w" / "checkpoints" / "step-000004.ckpt"
+    full = tmp_path / "f" / "checkpoints" / "step-000004.ckpt"
+    assert not holds_training_state(light) and holds_training_state(full)
+    state = torch.load(light, weights_only=True)
+    assert set(state["state_dict"]) == {"layer.weight", "layer.bias"}  # what evaluation reads
+    assert "optimizer_states" not in state and "lr_schedulers" not in state
+    assert light.stat().st_size < full.stat().st_size
+    assert "Fix: resume from a full checkpoint" in weights_only_error(light)
+    # a save that must resume (an interruption, a health stop) rewrites the same step in full
+    assert not callback.saved_full
+    callback.save(trainer, 4, full=True)
+    assert callback.saved_full and holds_training_state(light)
