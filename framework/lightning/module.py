@@ -188,6 +188,8 @@ class SearchAgentRL(L.LightningModule):
         ident = {"source": p.source, "path": p.path, "lora": bool(self.cfg.lora.enabled)}
         if p.source == "tiny":
             ident.update(layers=p.tiny_layers, hidden=p.tiny_hidden)
+        if p.source == "shape":
+            ident.update(shape=p.shape)
         return ident
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

