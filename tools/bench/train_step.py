@@ -2,10 +2,17 @@
 
     python3 tools/bench/train_step.py                        # SmolLM2-135M and the tiny model
     python3 tools/bench/train_step.py --policies tiny --rounds 1 --steps 2
+    python3 tools/bench/train_step.py --device cuda --precision bf16 \
+        --policies shape:smollm2-135m shape:smollm2-1.7b --tokenizer <folder> --no-agent
+
+Policies: ``smollm2`` (the packaged SmolLM2-135M-Instruct), ``tiny``, ``shape:<name>`` (a random
+model of a named shape, ``framework.rollout.policy.SHAPES``: for machines without weights) or a
+local Hugging Face checkpoint folder. ``--device`` (default: cuda when there is one) and
+``--precision`` apply to both sides and the ceiling alike.
 
 Both sides train the same policy on the same single-turn prompts (synthesized questions, no tools)
 with the same group size, completion length, sampling, optimiser (fused AdamW, TRL's default; lr
-1e-6, fp32), clip bounds (0.2 / 0.28), token-mean loss, no KL and one on-policy update per batch.
+1e-6), device and precision (fp32, or bf16 autocast on both), clip bounds (0.2 / 0.28), token-mean loss, no KL and one on-policy update per batch.
 This framework's side runs the training step users run (``framework.training.step.rl_step``, the
 Lightning module's step) with a single-turn rollout in place of the agent loop; the search-agent
 rows run it with the agent loop. Each measurement runs in its own process (so peak memory is its
@@ -13,9 +20,10 @@ own), the two sides alternate A/B for ``--rounds`` rounds, and the first step of
 warm-up that is not counted.
 
 Reported per side: trained samples/s, rollout tokens/s, the step split into generation / scoring /
-backward (forward + backward) / optimiser / other, and peak RSS. In the same run, the ceiling: raw
-batched ``generate`` tokens/s and a raw forward + backward tokens/s of the same model on the same
-shapes. A second table adds this framework's multi-turn search agent (agent loop and FAISS) for
+backward (forward + backward) / optimiser / other, peak RSS and, on a GPU, peak GPU memory. In the
+same run, the ceiling: raw batched ``generate`` tokens/s (after a warm-up call of the same full
+length, so that the allocator and kernels are warm as they are for the sides' measured steps) and a
+raw forward + backward tokens/s of the same model on the same shapes. A second table adds this framework's multi-turn search agent (agent loop and FAISS) for
 reference. Figures go to ``docs/benchmarks.md`` and ``docs/benchmarks/train_step.json``.
 """
 
@@ -69,14 +77,62 @@ def step_prompts(
     return qs, [p for p in ids for _ in range(args.group)]
 
 
-def policy_config(name: str) -> Any:
+def policy_config(name: str, args: argparse.Namespace) -> Any:
+    """The policy a ``--policies`` entry names, on ``--device``; exits with the config problem of a
+    bad entry (an unknown shape, a folder without a checkpoint)."""
     from framework.rollout.policy import PolicyConfig
 
-    return PolicyConfig(source="tiny" if name == "tiny" else "smollm2")
+    if name in ("tiny", "smollm2"):
+        cfg = PolicyConfig(source=name)
+    elif name.startswith("shape:"):
+        cfg = PolicyConfig(source="shape", shape=name.removeprefix("shape:"))
+    else:
+        cfg = PolicyConfig(source="path", path=name)
+    if cfg.source in ("tiny", "shape"):
+        cfg.tokenizer = args.tokenizer
+    cfg.device = args.device
+    problems = cfg.problems()
+    if problems:
+        raise SystemExit("\n".join(f"[--policies {name}] {p}" for p in problems))
+    return cfg
+
+
+def resolve_device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit(
+            f"[--device] got {device!r} but torch sees no CUDA device. Fix: --device cpu."
+        )
+    return device
+
+
+def precision_context(args: argparse.Namespace) -> Any:
+    """bf16 autocast on ``--device`` for ``--precision bf16`` (what Lightning's bf16-mixed does
+    around a training step), nothing for fp32."""
+    import contextlib
+
+    import torch
+
+    if args.precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(args.device.split(":")[0], dtype=torch.bfloat16)
 
 
 def peak_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+
+
+def peaks() -> dict[str, float]:
+    """Peak RSS of this worker and, on a GPU, its peak allocated GPU memory (GB)."""
+    import torch
+
+    out = {"peak_rss_gb": peak_rss_gb()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        out["peak_gpu_gb"] = torch.cuda.max_memory_allocated() / 1024**3
+    return out
 
 
 # -- side A: this framework --------------------------------------------------------------------------
@@ -220,7 +276,7 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
         ],
     )
     torch.manual_seed(0)
-    model, tok = load_policy(policy_config(args.policy))
+    model, tok = load_policy(policy_config(args.policy, args))
     backend = TransformersBackend(
         cfg=TransformersBackendConfig(
             name="transformers", sampling=SamplingConfig(seed=0), micro_batch=n
@@ -241,8 +297,9 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
     items = synth_dataset("test", cfg=SynthDatasetConfig(name="synth"))
     rows = items[: args.questions * (args.steps + 1)]
     dataset = [dataclasses.replace(it, question=f"Answer briefly. {it.question}") for it in rows]
-    steps = timed_steps(parts, dataset, opt, sched, args.steps + 1, args)
-    return {"steps": steps[1:], "peak_rss_gb": peak_rss_gb()}
+    with precision_context(args):
+        steps = timed_steps(parts, dataset, opt, sched, args.steps + 1, args)
+    return {"steps": steps[1:], **peaks()}
 
 
 # -- side B: TRL --------------------------------------------------------------------------------------
@@ -257,7 +314,7 @@ def run_trl(args: argparse.Namespace) -> dict[str, Any]:
     from framework.rollout.policy import load_policy
 
     torch.manual_seed(0)
-    model, tok = load_policy(policy_config(args.policy))
+    model, tok = load_policy(policy_config(args.policy, args))
     model.train()
     texts = prompts(args.questions * (args.steps + 1))
     data = Dataset.from_list([{"prompt": [{"role": "user", "content": q}]} for q in texts])
@@ -303,9 +360,9 @@ def run_trl(args: argparse.Namespace) -> dict[str, Any]:
             loss_type="dapo",
             num_iterations=1,
             temperature=1.0,
-            bf16=False,
+            bf16=args.precision == "bf16",
             gradient_checkpointing=False,
-            use_cpu=True,
+            use_cpu=args.device == "cpu",
             max_steps=args.steps + 1,
             logging_steps=1,
             save_strategy="no",
@@ -327,7 +384,7 @@ def run_trl(args: argparse.Namespace) -> dict[str, Any]:
     for s in steps:
         s["samples"] = args.questions * args.group
         s["completion_tokens"] = per_step_tokens
-    return {"steps": steps[1:], "peak_rss_gb": peak_rss_gb()}
+    return {"steps": steps[1:], **peaks()}
 
 
 # -- ceilings -----------------------------------------------------------------------------------------
@@ -337,32 +394,43 @@ def run_ceiling(args: argparse.Namespace) -> dict[str, Any]:
     from framework.rollout.policy import load_policy
 
     torch.manual_seed(0)
-    model, tok = load_policy(policy_config(args.policy))
+    model, tok = load_policy(policy_config(args.policy, args))
     n = args.questions * args.group
     texts = prompts(args.questions)
     ids = tok([t for t in texts for _ in range(args.group)], return_tensors="pt", padding=True)
-    with torch.inference_mode():
-        model.generate(
-            **ids, max_new_tokens=4, do_sample=True, pad_token_id=tok.pad_token_id
-        )  # warm-up
-        start = time.perf_counter()
-        out = model.generate(
+    ids = ids.to(args.device)
+    cuda = args.device.startswith("cuda")
+
+    def clock() -> float:
+        if cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    def full_length() -> Any:
+        return model.generate(
             **ids,
             max_new_tokens=args.completion,
             min_new_tokens=args.completion,
             do_sample=True,
             pad_token_id=tok.pad_token_id,
         )
-        gen_s = time.perf_counter() - start
+
+    with torch.inference_mode(), precision_context(args):
+        full_length()  # warm-up at the measured length: allocator, kernels and KV cache sizes
+        start = clock()
+        out = full_length()
+        gen_s = clock() - start
     gen_tokens = (out.shape[1] - ids["input_ids"].shape[1]) * n
     model.train()
     seq = torch.randint(3, len(tok), (n, ids["input_ids"].shape[1] + args.completion))
+    seq = seq.to(args.device)
     times = []
     for _ in range(3):
-        start = time.perf_counter()
-        loss = model(input_ids=seq, labels=seq).loss
+        start = clock()
+        with precision_context(args):
+            loss = model(input_ids=seq, labels=seq).loss
         loss.backward()
-        times.append(time.perf_counter() - start)
+        times.append(clock() - start)
         model.zero_grad(set_to_none=True)
     fb = median(times[1:])
     return {
@@ -380,7 +448,15 @@ def run_agent(args: argparse.Namespace) -> dict[str, Any]:
     if args.agent_policy and args.policy != "tiny":
         source = ["rollout.policy.source=path", f"rollout.policy.path={args.agent_policy}"]
     else:
-        source = [f"rollout.policy.source={'tiny' if args.policy == 'tiny' else 'smollm2'}"]
+        policy = policy_config(args.policy, args)
+        source = [f"rollout.policy.source={policy.source}"]
+        if policy.source == "shape":
+            source.append(f"rollout.policy.shape={policy.shape}")
+        if policy.source == "path":
+            source.append(f"rollout.policy.path={policy.path}")
+        if policy.tokenizer:
+            source.append(f"rollout.policy.tokenizer={policy.tokenizer}")
+    source.append(f"rollout.policy.device={args.device}")
     cfg = load_config(
         "train",
         [
@@ -401,9 +477,10 @@ def run_agent(args: argparse.Namespace) -> dict[str, Any]:
     module = SearchAgentRL(cfg, items, [])
     module.setup("fit")
     opt, sched = optimizer_and_schedule(module.policy, cfg.optim, args.agent_steps + 1)
-    steps = timed_steps(module.parts, items, opt, sched, args.agent_steps + 1, args)
+    with precision_context(args):
+        steps = timed_steps(module.parts, items, opt, sched, args.agent_steps + 1, args)
     module.close()
-    return {"steps": steps[1:], "peak_rss_gb": peak_rss_gb()}
+    return {"steps": steps[1:], **peaks()}
 
 
 def run_backend(args: argparse.Namespace) -> dict[str, Any]:
@@ -413,9 +490,8 @@ def run_backend(args: argparse.Namespace) -> dict[str, Any]:
 
     from framework.rollout.policy import load_tokenizer
 
-    cuda = torch.cuda.is_available()
-    policy = policy_config(args.policy)
-    policy.device = "cuda" if cuda else "cpu"
+    cuda = args.device.startswith("cuda")
+    policy = policy_config(args.policy, args)
     policy.dtype = args.backend_dtype
     if args.decoder == "vllm":
         from framework.rollout.vllm_backend import VLLMBackend, VLLMBackendConfig
@@ -457,7 +533,7 @@ def run_backend(args: argparse.Namespace) -> dict[str, Any]:
             }
         )
     device = torch.cuda.get_device_name(0) if cuda else f"CPU ({os.cpu_count()} cores)"
-    return {"steps": steps[1:], "peak_rss_gb": peak_rss_gb(), "device": device}
+    return {"steps": steps[1:], **peaks(), "device": device}
 
 
 WORKERS = {
@@ -495,6 +571,11 @@ def spawn(
         args.backend_dtype,
         "--vllm-memory",
         str(args.vllm_memory),
+        "--device",
+        args.device,
+        "--precision",
+        args.precision,
+        *(["--tokenizer", args.tokenizer] if args.tokenizer else []),
         *(["--agent-policy", args.agent_policy] if args.agent_policy else []),
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
@@ -527,6 +608,8 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out["completion_tokens"] = tokens
     out["steps_measured"] = len(steps)
     out["peak_rss_gb"] = max(r["peak_rss_gb"] for r in runs)
+    if all("peak_gpu_gb" in r for r in runs):
+        out["peak_gpu_gb"] = max(r["peak_gpu_gb"] for r in runs)
     if "device" in runs[0]:
         out["device"] = runs[0]["device"]
     return out
@@ -550,7 +633,8 @@ def render(report: dict[str, Any]) -> str:
         f"Date: {report['date']}; torch {report['torch']}, transformers {report['transformers']}, trl {report['trl']}",
         "",
         f"Setting: {report['questions']} prompts x {report['group']} completions per step, at most "
-        f"{report['completion']} new tokens, fp32, fused AdamW lr {LR}, clip {CLIP_LOW}/{CLIP_HIGH}, "
+        f"{report['completion']} new tokens, on {report['device']} in {report['precision']}, "
+        f"fused AdamW lr {LR}, clip {CLIP_LOW}/{CLIP_HIGH}, "
         "token-mean loss, no KL, one update per batch; medians over the measured steps "
         f"({report['steps']} per process x {report['rounds']} alternating rounds, a warm-up step not counted).",
         "",
@@ -559,21 +643,31 @@ def render(report: dict[str, Any]) -> str:
         lines = [x for x in lines if not x.startswith("Setting:")]
     for policy, r in report["policies"].items():
         ours, trl, ceil = r["ours"], r["trl"], r["ceiling"]
+        gpu = "peak_gpu_gb" in ours and "peak_gpu_gb" in trl
         lines += [
             f"## {policy}",
             "",
-            "| | samples/s | rollout tokens/s | step s | generation s | scoring s | backward s | optimiser s | other s | peak RSS GB |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            "| | samples/s | rollout tokens/s | step s | generation s | scoring s | backward s | optimiser s | other s | peak RSS GB |"
+            + (" peak GPU GB |" if gpu else ""),
+            "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if gpu else ""),
         ]
         for name, x in (("seekrl", ours), ("TRL GRPOTrainer", trl)):
             lines.append(
                 f"| {name} | {x['samples_per_s']:.3f} | {x['rollout_tokens_per_s']:.1f} | {x['total']:.2f} | "
                 f"{x['generation']:.2f} | {x.get('scoring', float('nan')):.2f} | {x.get('backward', float('nan')):.2f} | "
                 f"{x.get('optimizer', float('nan')):.2f} | {x.get('other', 0.0):.2f} | {x['peak_rss_gb']:.2f} |"
+                + (f" {x['peak_gpu_gb']:.2f} |" if gpu else "")
             )
         lines += [
             "",
             f"- seekrl / TRL trained samples per second: **{r['ratio_samples']:.2f}x**",
+            *(
+                [
+                    f"- seekrl / TRL peak GPU memory: **{ours['peak_gpu_gb'] / trl['peak_gpu_gb']:.2f}x**"
+                ]
+                if gpu
+                else []
+            ),
             f"- ceiling: raw batched generate {ceil['generate_tokens_per_s']:.1f} tokens/s; raw forward+backward "
             f"{ceil['forward_backward_tokens_per_s']:.0f} tokens/s on {ceil['shape']}",
             f"- seekrl rollout decode at {r['decode_fraction']:.2f} of the raw generate ceiling",
@@ -645,7 +739,23 @@ def main() -> None:
         "--compare",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="the seekrl / TRL comparison and ceilings (CPU)",
+        help="the seekrl / TRL comparison and ceilings",
+    )
+    p.add_argument(
+        "--device",
+        default="auto",
+        help="cpu, cuda or cuda:N for both sides and the ceiling (default: cuda when present)",
+    )
+    p.add_argument(
+        "--precision",
+        default="fp32",
+        choices=["fp32", "bf16"],
+        help="fp32, or bf16 autocast on both sides (TRL: bf16=True) and the ceiling",
+    )
+    p.add_argument(
+        "--tokenizer",
+        default=None,
+        help="tokenizer folder for tiny and shape: policies (default: SmolLM2's, from its package)",
     )
     p.add_argument(
         "--backends",
@@ -668,6 +778,7 @@ def main() -> None:
     p.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     p.add_argument("--policy", default="smollm2", help=argparse.SUPPRESS)
     args = p.parse_args()
+    args.device = resolve_device(args.device)
     if args.worker:
         print(json.dumps(WORKERS[args.worker](args)))
         return
@@ -683,7 +794,9 @@ def main() -> None:
     if args.compare and trl_version == "not installed":
         raise SystemExit("TRL is missing: pip install -e '.[bench]', or pass --no-compare")
     if args.backends is None:
-        args.backends = ["loop", "generate", "vllm"] if torch.cuda.is_available() else []
+        args.backends = ["loop", "generate", "vllm"] if args.device.startswith("cuda") else []
+    for name in [*(args.policies if args.compare else []), args.backend_policy]:
+        policy_config(name, args)  # a bad entry fails here, not in its first worker
     report: dict[str, Any] = {
         "argv": " ".join(sys.argv[1:]),
         "machine": f"{platform.node()} ({os.cpu_count()} CPUs, {platform.machine()}, "
@@ -701,6 +814,13 @@ def main() -> None:
         "agent_policy": args.agent_policy,
         "backend_policy": args.backend_policy,
         "backend_dtype": args.backend_dtype,
+        "device": args.device
+        + (
+            f" ({torch.cuda.get_device_name(args.device)})"
+            if args.device.startswith("cuda")
+            else ""
+        ),
+        "precision": args.precision,
         "policies": {},
         "backends": {},
     }
