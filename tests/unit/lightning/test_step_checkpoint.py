@@ -28,13 +28,14 @@ class Line(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
-def fit(tmp_path, ckpt_path=None) -> tuple[L.Trainer, StepCheckpoint, Line]:
+def train(
+    tmp_path, callback: StepCheckpoint, max_steps: int, ckpt_path=None
+) -> tuple[L.Trainer, Line]:
+    """``max_steps`` steps of :class:`Line` with ``callback``; every batch the same, so a resumed
+    run sees what the uninterrupted one saw at each step."""
     torch.manual_seed(0)
-    # every batch the same, so a resumed run sees what the uninterrupted one saw at each step
-    data = DataLoader([torch.ones(1, 1)] * 8, batch_size=None)
-    callback = StepCheckpoint(tmp_path / "checkpoints", every_n_steps=2, keep=1, max_steps=6)
     trainer = L.Trainer(
-        max_steps=6,
+        max_steps=max_steps,
         accelerator="cpu",
         logger=False,
         enable_checkpointing=False,
@@ -44,7 +45,13 @@ def fit(tmp_path, ckpt_path=None) -> tuple[L.Trainer, StepCheckpoint, Line]:
         default_root_dir=str(tmp_path),
     )
     module = Line()
-    trainer.fit(module, data, ckpt_path=ckpt_path)
+    trainer.fit(module, DataLoader([torch.ones(1, 1)] * 8, batch_size=None), ckpt_path=ckpt_path)
+    return trainer, module
+
+
+def fit(tmp_path, ckpt_path=None) -> tuple[L.Trainer, StepCheckpoint, Line]:
+    callback = StepCheckpoint(tmp_path / "checkpoints", every_n_steps=2, keep=1, max_steps=6)
+    trainer, module = train(tmp_path, callback, 6, ckpt_path)
     return trainer, callback, module
 
 
@@ -84,20 +91,8 @@ def test_disk_full_mid_checkpoint_keeps_the_previous_one_and_the_run_resumes(tmp
 
 
 def run(tmp_path, **callback_args) -> tuple[StepCheckpoint, L.Trainer]:
-    torch.manual_seed(0)
     callback = StepCheckpoint(tmp_path / "checkpoints", keep=5, max_steps=4, **callback_args)
-    trainer = L.Trainer(
-        max_steps=4,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[callback],
-        default_root_dir=str(tmp_path),
-    )
-    trainer.fit(Line(), DataLoader([torch.ones(1, 1)] * 8, batch_size=None))
-    return callback, trainer
+    return callback, train(tmp_path, callback, 4)[0]
 
 
 def saved(tmp_path) -> list[str]:
