@@ -81,7 +81,7 @@ def test_every_preset_is_a_valid_arm_of_the_learning_benchmark(preset: str):
 
     cfg = load_config("train", ["experiment=learn_cpu", f"algorithm={preset}", "seed=1"])
     assert cfg.algorithm == preset
-    assert cfg.trainer.max_steps == 16 and cfg.sampler.group_size == 8
+    assert cfg.trainer.max_steps == 32 and cfg.sampler.group_size == 8
 
 
 def test_the_credit_assignment_study_preset_names_real_arms():
