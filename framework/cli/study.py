@@ -154,10 +154,8 @@ def eval_config(train_cfg: Any, cfg: StudyConfig, checkpoint: Path | None, out: 
 
 
 def evaluate_once(train_cfg: Any, cfg: StudyConfig, checkpoint: Path | None, out: Path) -> dict:
-    """The evaluation in ``out`` (made now unless ``results.json`` is there); ``checkpoint`` None
-    evaluates ``train_cfg.rollout.policy`` itself."""
-    from framework.cli.evaluate import evaluate
-
+    """The evaluation in ``out`` (made now, in a child process, unless ``results.json`` is there);
+    ``checkpoint`` None evaluates ``train_cfg.rollout.policy`` itself."""
     done = out / "results.json"
     if done.is_file() and (out / "samples.jsonl").is_file():
         return json.loads(done.read_text())
@@ -166,11 +164,67 @@ def evaluate_once(train_cfg: Any, cfg: StudyConfig, checkpoint: Path | None, out
     # an interrupted evaluation left its finished batches in partial/journal-*.jsonl: kept, so the
     # rerun rolls out only the rest
     partial = out.with_name(out.name + ".partial")
-    result = evaluate(eval_config(train_cfg, cfg, checkpoint, partial))
+    in_child(_evaluate_child, eval_config(train_cfg, cfg, checkpoint, partial))
     (partial / EVAL_SETTINGS).write_text(json.dumps(asdict(cfg.eval), indent=2) + "\n")
     shutil.rmtree(out, ignore_errors=True)
     partial.rename(out)
-    return result
+    return json.loads(done.read_text())
+
+
+def _evaluate_child(eval_cfg: Any) -> None:
+    from framework.cli.app import prepare
+    from framework.cli.evaluate import evaluate
+
+    prepare()
+    evaluate(eval_cfg)
+
+
+def needs_sft(train_cfg: Any) -> bool:
+    """True when the train config asks for a cold-start SFT that is not cached yet."""
+    from framework.sft.warm_start import warm_start_sft
+
+    ws = train_cfg.warm_start
+    if ws.path is not None or not ws.sft:
+        return False
+    return not (warm_start_sft(train_cfg)[1] / "policy" / "config.json").is_file()
+
+
+def _warm_start_child(train_cfg: Any) -> None:
+    from framework.cli.app import prepare
+    from framework.sft.warm_start import warm_start
+
+    prepare()
+    warm_start(train_cfg)
+
+
+def in_child(target: Any, *args: Any) -> None:
+    """``target(*args)`` in a spawned child process, so that the study process itself never holds
+    a policy: the memory of an in-process SFT or evaluation (12.3 GB resident after the cold-start
+    SFT and the warm start's evaluation, on 24 GB) stayed with the study while its train child
+    needed 10.7 GB more, and the kernel's OOM killer ended the study (docs/study.md, item 20).
+
+    SIGTERM to the study goes on to the child (which checkpoints, as the train children do).
+
+    Raises:
+        SystemExit: with the child's exit status when it did not end with 0 (``INTERRUPTED``
+            after SIGINT / SIGTERM).
+    """
+    import multiprocessing
+
+    proc = multiprocessing.get_context("spawn").Process(target=target, args=args)
+    proc.start()
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: os.kill(proc.pid, signum))
+    try:
+        proc.join()
+    except KeyboardInterrupt:  # the child got the same SIGINT: let it finish its checkpoint
+        proc.join()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    code = proc.exitcode
+    if code in (-signal.SIGINT, -signal.SIGTERM):
+        code = INTERRUPTED
+    if code:
+        raise SystemExit(code)
 
 
 #: the study's eval settings a finished evaluation was made with (beside its results.json)
@@ -358,7 +412,9 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
     first_cfg = load_config("train", first)
     check_basis(root, study_basis(first_cfg))
     check_evals_match(root, cfg.eval)
-    train_cfg = warm_start(first_cfg)
+    if needs_sft(first_cfg):
+        in_child(_warm_start_child, first_cfg)  # the cold-start SFT, cached for every run
+    train_cfg = warm_start(first_cfg)  # now only reads the cached policy's folder
     start = train_cfg.rollout.policy
     start_ckpt = Path(start.path) if start.source == "path" else None
     evaluate_once(train_cfg, cfg, start_ckpt, root / "eval" / "start")

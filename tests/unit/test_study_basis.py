@@ -128,3 +128,45 @@ def test_evaluations_without_recorded_settings_are_checked_on_k_and_seed(tmp_pat
     err = capsys.readouterr().err
     assert "[eval.samples_per_question] got 8; expected 4" in err
     assert "[eval.seed] got 1; expected 0" in err
+
+
+# -- the study's own process holds no model: SFT and evaluations run in spawned children ----------
+def test_in_child_runs_the_target_in_another_process(tmp_path):
+    from pathlib import Path
+
+    from framework.cli.study import in_child
+
+    out = tmp_path / "pid.txt"
+    in_child(Path.write_text, out, "written by the child")
+    assert out.read_text() == "written by the child"
+
+
+def test_in_child_passes_on_a_failed_childs_exit_status():
+    import os
+
+    from framework.cli.study import in_child
+
+    with pytest.raises(SystemExit) as exc:
+        in_child(os._exit, 2)  # e.g. a config or dataset error in the evaluation
+    assert exc.value.code == 2
+
+
+def test_sigterm_to_the_study_goes_on_to_the_child_and_reads_as_interrupted():
+    import os
+    import signal
+    import threading
+    import time
+
+    from framework.cli.study import INTERRUPTED, in_child
+
+    timer = threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGTERM))
+    timer.start()
+    clock = time.perf_counter()
+    try:
+        with pytest.raises(SystemExit) as exc:
+            in_child(time.sleep, 60)  # stands in for an SFT or evaluation
+    finally:
+        timer.cancel()
+    assert exc.value.code == INTERRUPTED
+    assert time.perf_counter() - clock < 30  # the child ended on the signal, not after its sleep
+    assert signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, signal.default_int_handler)
