@@ -84,12 +84,12 @@ def test_study_runs_arms_evaluates_reports_and_resumes(tmp_path):
 @pytest.mark.slow  # several tiny train and eval runs: about 25 s
 def test_a_crashed_run_is_reported_and_the_others_go_on(tmp_path):
     out = tmp_path / "study"
-    # study=learn_cpu has one arm (e_grpo); '+arms.<label>=[...]' adds one
+    # study=learn_cpu has one arm (grpo); '+arms.<label>=[...]' adds one
     broken = "+arms.broken=['algorithm=grpo','loss.clip_low=-1']"
     result = study_in_process(out, "study=learn_cpu", "seeds=[0]", broken)
     status = {s["arm"]: s for s in json.loads((out / "status.json").read_text())}
-    assert status["e_grpo"]["status"] == "done"
+    assert status["grpo"]["status"] == "done"
     assert status["broken"]["status"] == "failed"
     assert "clip_low" in (out / "runs" / "broken" / "seed0" / "study_error.txt").read_text()
-    assert set(result["arms"]) == {"e_grpo"}
+    assert set(result["arms"]) == {"grpo"}
     assert "Failed runs" in (out / "study.md").read_text()
