@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -93,14 +94,8 @@ def run_train(cfg: StudyConfig, arm: str, seed: int, root: Path) -> RunState:
         log.write(f"\n$ {' '.join(cmd)}\n")
         log.flush()
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=_child_env())
-        # SIGTERM to the study goes on to the child, which checkpoints and exits (status 130)
-        previous = signal.signal(signal.SIGTERM, lambda signum, frame: proc.send_signal(signum))
-        try:
-            code = proc.wait()
-        except KeyboardInterrupt:  # the child got the same SIGINT: let it checkpoint
-            code = proc.wait()
-        finally:
-            signal.signal(signal.SIGTERM, previous)
+        wait_forwarding_sigterm(proc.send_signal, proc.wait)
+        code = proc.returncode
     seconds = time.perf_counter() - clock
     if code == INTERRUPTED or code == -signal.SIGINT:
         return RunState(arm, seed, "interrupted", seconds)
@@ -110,6 +105,19 @@ def run_train(cfg: StudyConfig, arm: str, seed: int, root: Path) -> RunState:
         print(f"seekrl-study: {arm} seed {seed} FAILED (exit {code}); see {failed}", flush=True)
         return RunState(arm, seed, "failed", seconds, error=tail[-2000:])
     return RunState(arm, seed, "done", seconds)
+
+
+def wait_forwarding_sigterm(send: Callable[[int], Any], wait: Callable[[], Any]) -> None:
+    """``wait()`` for a child while SIGTERM to the study goes on to it (``send(signum)``): the
+    child checkpoints and exits with ``INTERRUPTED``. A Ctrl-C reaches the child too (same process
+    group), so the study waits on for it to finish its checkpoint."""
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: send(signum))
+    try:
+        wait()
+    except KeyboardInterrupt:  # the child got the same SIGINT: let it checkpoint
+        wait()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _child_env() -> dict[str, str]:
@@ -213,13 +221,7 @@ def in_child(target: Any, *args: Any) -> None:
 
     proc = multiprocessing.get_context("spawn").Process(target=target, args=args)
     proc.start()
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: os.kill(proc.pid, signum))
-    try:
-        proc.join()
-    except KeyboardInterrupt:  # the child got the same SIGINT: let it finish its checkpoint
-        proc.join()
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    wait_forwarding_sigterm(lambda signum: os.kill(proc.pid, signum), proc.join)
     code = proc.exitcode
     if code in (-signal.SIGINT, -signal.SIGTERM):
         code = INTERRUPTED
