@@ -1,9 +1,10 @@
 """``seekrl-study``: arms x seeds from one warm start, each evaluated on held-out questions, compared.
 
 seekrl-study                                 # E-GRPO vs GRPO, seeds 0 1 2 (study=egrpo_vs_grpo)
-seekrl-study study=learn_cpu                 # the learning benchmark: one E-GRPO run vs its start
+seekrl-study study=learn_cpu                 # the learning benchmark: one GRPO run vs its start
 seekrl-study study=alpha_cpu                 # alpha 0, 0.1, 0.3, 0.5 (the paper's Figure 4)
 seekrl-study seeds=[0] eval.questions=50     # smaller
+seekrl-study report_only=true                # the report so far, marked partial; trains nothing
 
 Everything goes into one fixed directory, ``runs/study/<name>`` (``out_dir``), so the same command
 resumes: finished runs and evaluations are skipped, an interrupted run resumes from its newest
@@ -70,16 +71,27 @@ def train_command(cfg: StudyConfig, arm: str, seed: int, run: Path) -> list[str]
     return [sys.executable, "-m", "framework.cli.train", *args]
 
 
-def run_train(cfg: StudyConfig, arm: str, seed: int, root: Path) -> RunState:
-    """Train one (arm, seed) in a child process unless it is finished; never raises for a crash."""
+def state_on_disk(root: Path, arm: str, seed: int) -> RunState:
+    """What the run directory says of one (arm, seed), without running anything."""
     run = run_dir_of(root, arm, seed)
-    if train_finished(run):  # finished by an earlier invocation: its own training time
+    if train_finished(run):
         return RunState(
             arm, seed, "done", json.loads((run / "summary.json").read_text())["seconds"]
         )
+    if (run / "study_error.txt").is_file():
+        return RunState(arm, seed, "failed", error=(run / "study_error.txt").read_text()[-2000:])
+    if any((run / "checkpoints").glob("step-*.ckpt")):
+        return RunState(arm, seed, "interrupted")
+    return RunState(arm, seed, "pending")
+
+
+def run_train(cfg: StudyConfig, arm: str, seed: int, root: Path) -> RunState:
+    """Train one (arm, seed) in a child process unless it is finished; never raises for a crash."""
+    run = run_dir_of(root, arm, seed)
+    known = state_on_disk(root, arm, seed)  # finished by an earlier invocation: its own time
+    if known.status == "done" or (known.status == "failed" and not cfg.retry_failed):
+        return known
     failed = run / "study_error.txt"
-    if failed.is_file() and not cfg.retry_failed:
-        return RunState(arm, seed, "failed", error=failed.read_text()[-2000:])
     run.mkdir(parents=True, exist_ok=True)
     failed.unlink(missing_ok=True)
     cmd = train_command(cfg, arm, seed, run)
@@ -406,6 +418,8 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
     if cfg.dry_run:
         print("seekrl-study: dry run; drop dry_run=true to run.")
         return {}
+    if cfg.report_only:
+        return report_so_far(cfg, root, jobs)
     root.mkdir(parents=True, exist_ok=True)
     (root / "study_config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
 
@@ -457,6 +471,25 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
     result = write_study(root, cfg, states)
     print((root / "study.md").read_text())
     print(f"seekrl-study: written to {root}")
+    return result
+
+
+def report_so_far(cfg: StudyConfig, root: Path, jobs: list[tuple[str, int]]) -> dict[str, Any]:
+    """``report_only=true``: the report of the evaluations already in ``root`` (a long study
+    looked at between sessions); it trains and evaluates nothing and says what is missing."""
+    from framework.eval.study_report import write_study
+
+    if not any((root / "eval").glob("*/seed*/samples.jsonl")):
+        print(
+            f"[report_only] got no evaluated run in {root}; expected a study directory with "
+            "eval/<arm>/seed<S>/samples.jsonl. Fix: run the study first (without "
+            "report_only=true), or pass its out_dir=...",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    result = write_study(root, cfg, [state_on_disk(root, *job) for job in jobs])
+    print((root / "study.md").read_text())
+    print(f"seekrl-study: the report so far, written to {root}")
     return result
 
 

@@ -57,6 +57,12 @@ class StudyConfig:
         default=False, metadata={"help": "run again the runs that crashed last time"}
     )
     dry_run: bool = field(default=False, metadata={"help": "print the plan and stop"})
+    report_only: bool = field(
+        default=False,
+        metadata={
+            "help": "write study.md/json from the runs evaluated so far and stop (nothing trains)"
+        },
+    )
 
     def problems(self) -> list[Problem]:
         out = check(bool(self.arms), "arms", self.arms, "at least one arm", "name an arm")
@@ -95,6 +101,13 @@ class StudyConfig:
                 "rename the arm",
             )
         out += check_range(self.bootstrap, "bootstrap", low=100)
+        out += check(
+            not (self.dry_run and self.report_only),
+            "report_only",
+            self.report_only,
+            "false with dry_run=true",
+            "pass one of dry_run=true (the plan) or report_only=true (the report so far)",
+        )
         return out
 
     def directory(self) -> Path:

@@ -281,6 +281,27 @@ def _power_lines(versus: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _partial_lines(cfg: Any, s: dict[str, Any]) -> list[str]:
+    """A warning when some (arm, seed) of the study is not evaluated yet: the tables cover only
+    the evaluated ones, and arms pooled over different seeds are compared as they are."""
+    status = {(r["arm"], r["seed"]): r["status"] for r in s.get("runs", [])}
+    missing = [
+        f"{arm} seed {seed} ({status.get((arm, seed), 'pending')})"
+        for arm in cfg.arms
+        for seed in cfg.seeds
+        if seed not in s["arms"].get(arm, {}).get("seeds", [])
+    ]
+    if not missing:
+        return []
+    return [
+        f"**Partial report:** {len(missing)} of {len(cfg.arms) * len(cfg.seeds)} runs are not "
+        f"evaluated yet and are left out of every table: {', '.join(missing)}. An arm is pooled "
+        "over its evaluated seeds only (the `seeds` column), so arms with different seeds are "
+        "compared on different seed sets.",
+        "",
+    ]
+
+
 def _markdown(cfg: Any, s: dict[str, Any], plots: Sequence[Path], root: Path) -> str:
     e = cfg.eval
     arms = ", ".join(f"`{a}` ({' '.join(v)})" for a, v in cfg.arms.items())
@@ -293,9 +314,9 @@ def _markdown(cfg: Any, s: dict[str, Any], plots: Sequence[Path], root: Path) ->
         f"sampling seed {e.seed}, the same for every policy. Intervals: 95% percentile bootstrap "
         f"over questions ({cfg.bootstrap} resamples); differences are paired by question.",
         "",
-        "## Pass@1 per arm (pooled over seeds)",
-        "",
     ]
+    lines += _partial_lines(cfg, s)
+    lines += ["## Pass@1 per arm (pooled over seeds)", ""]
     k = e.samples_per_question
     lines += [
         f"| policy | seeds | Pass@1 [95% CI] | Pass@{k} | tool calls | turns | format errors |",

@@ -162,3 +162,64 @@ def test_write_study_lists_failed_runs(study_dir):
     # new - start: 1, 1, 0, 0 -> SD sqrt(1 / 3) = 0.577; (2.8016 * 0.577 / 0.5) ** 2 = 10.5 -> 11
     assert "would need about 11 questions" in md
     assert json.loads((study_dir / "study.json").read_text())["arms"]["new"]["pass@1"] == 0.5
+
+
+def test_report_only_writes_the_report_so_far_and_names_what_is_missing(study_dir, capsys):
+    from framework.cli.study import study
+    from framework.config.study import StudyConfig, StudyEvalConfig
+
+    # seed 2 of `new` was interrupted after a checkpoint; seed 2 of `base` never started
+    ckpts = study_dir / "runs" / "new" / "seed2" / "checkpoints"
+    ckpts.mkdir(parents=True)
+    (ckpts / "step-000003.ckpt").write_bytes(b"")
+    cfg = StudyConfig(
+        name="t",
+        out_dir=str(study_dir),
+        arms={"base": ["algorithm=grpo"], "new": ["algorithm=e_grpo"]},
+        baseline="base",
+        seeds=[0, 1, 2],
+        bootstrap=500,
+        eval=StudyEvalConfig(questions=4, samples_per_question=2),
+        report_only=True,
+    )
+    s = study(cfg)
+    assert s["arms"]["new"]["seeds"] == [0, 1] and s["arms"]["base"]["seeds"] == [0, 1]
+    assert [r["status"] for r in s["runs"]] == ["pending"] * 5 + ["interrupted"]
+    md = (study_dir / "study.md").read_text()
+    assert "**Partial report:** 2 of 6 runs are not evaluated yet" in md
+    assert "base seed 2 (pending), new seed 2 (interrupted)" in md
+    assert not (study_dir / "study_config.json").exists()  # it wrote only the report
+    assert "the report so far" in capsys.readouterr().out
+
+
+def test_a_complete_report_is_not_called_partial(study_dir):
+    cfg = SimpleNamespace(
+        name="t",
+        arms={"base": ["algorithm=grpo"], "new": ["algorithm=e_grpo"]},
+        seeds=[0, 1],
+        baseline="base",
+        bootstrap=500,
+        overrides=[],
+        eval=SimpleNamespace(questions=4, split="test", samples_per_question=2, seed=0),
+    )
+    write_study(study_dir, cfg, [])
+    assert "Partial report" not in (study_dir / "study.md").read_text()
+
+
+def test_report_only_without_evaluations_is_a_clear_error(tmp_path, capsys):
+    from framework.cli.study import study
+    from framework.config.study import StudyConfig
+
+    cfg = StudyConfig(arms={"a": ["algorithm=grpo"]}, baseline="a", out_dir=str(tmp_path))
+    cfg.report_only = True
+    with pytest.raises(SystemExit) as e:
+        study(cfg)
+    assert e.value.code == 2
+    assert "[report_only] got no evaluated run" in capsys.readouterr().err
+
+
+def test_dry_run_and_report_only_together_are_rejected():
+    from framework.config.study import StudyConfig
+
+    cfg = StudyConfig(arms={"a": ["x=1"]}, baseline="a", dry_run=True, report_only=True)
+    assert any(p.path == "report_only" for p in cfg.problems())
