@@ -43,7 +43,7 @@ INTERRUPTED = 130
 class RunState:
     arm: str
     seed: int
-    status: str  # done | failed | interrupted | pending
+    status: str  # done | failed | interrupted | unfinished (checkpoints on disk) | pending
     seconds: float = 0.0
     error: str = ""
 
@@ -80,8 +80,8 @@ def state_on_disk(root: Path, arm: str, seed: int) -> RunState:
         )
     if (run / "study_error.txt").is_file():
         return RunState(arm, seed, "failed", error=(run / "study_error.txt").read_text()[-2000:])
-    if any((run / "checkpoints").glob("step-*.ckpt")):
-        return RunState(arm, seed, "interrupted")
+    if any((run / "checkpoints").glob("step-*.ckpt")):  # interrupted, or training right now
+        return RunState(arm, seed, "unfinished")
     return RunState(arm, seed, "pending")
 
 

@@ -86,8 +86,12 @@ def read_scalars(run_dir: Path) -> dict[str, Series]:
 
 def _load_dir(directory: Path) -> dict[str, dict[int, float]]:
     """``tag -> {step: value}`` of the event files in one directory (not its subdirectories)."""
+    import logging
+
     from tensorboard.backend.event_processing import event_accumulator
 
+    # its directory watcher logs every event file it reads at INFO, which apps configure to show
+    logging.getLogger("tensorboard").setLevel(logging.WARNING)
     acc = event_accumulator.EventAccumulator(
         str(directory), size_guidance={event_accumulator.SCALARS: 0}
     )

@@ -294,8 +294,8 @@ def _partial_lines(cfg: Any, s: dict[str, Any]) -> list[str]:
     if not missing:
         return []
     return [
-        f"**Partial report:** {len(missing)} of {len(cfg.arms) * len(cfg.seeds)} runs are not "
-        f"evaluated yet and are left out of every table: {', '.join(missing)}. An arm is pooled "
+        f"**Partial report:** {len(missing)} of {len(cfg.arms) * len(cfg.seeds)} runs not "
+        f"evaluated yet, left out of every table: {', '.join(missing)}. An arm is pooled "
         "over its evaluated seeds only (the `seeds` column), so arms with different seeds are "
         "compared on different seed sets.",
         "",

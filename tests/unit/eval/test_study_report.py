@@ -184,10 +184,10 @@ def test_report_only_writes_the_report_so_far_and_names_what_is_missing(study_di
     )
     s = study(cfg)
     assert s["arms"]["new"]["seeds"] == [0, 1] and s["arms"]["base"]["seeds"] == [0, 1]
-    assert [r["status"] for r in s["runs"]] == ["pending"] * 5 + ["interrupted"]
+    assert [r["status"] for r in s["runs"]] == ["pending"] * 5 + ["unfinished"]
     md = (study_dir / "study.md").read_text()
-    assert "**Partial report:** 2 of 6 runs are not evaluated yet" in md
-    assert "base seed 2 (pending), new seed 2 (interrupted)" in md
+    assert "**Partial report:** 2 of 6 runs not evaluated yet" in md
+    assert "base seed 2 (pending), new seed 2 (unfinished)" in md
     assert not (study_dir / "study_config.json").exists()  # it wrote only the report
     assert "the report so far" in capsys.readouterr().out
 
