@@ -36,6 +36,8 @@ from framework.config.study import StudyConfig
 
 #: exit status of a train run stopped by SIGINT / SIGTERM after its checkpoint (see cli/train.py)
 INTERRUPTED = 130
+#: in a run directory: the exit status and log tail of a run that crashed (it marks the run failed)
+STUDY_ERROR = "study_error.txt"
 
 
 # -- one run ----------------------------------------------------------------------------------------
@@ -78,8 +80,8 @@ def state_on_disk(root: Path, arm: str, seed: int) -> RunState:
         return RunState(
             arm, seed, "done", json.loads((run / "summary.json").read_text())["seconds"]
         )
-    if (run / "study_error.txt").is_file():
-        return RunState(arm, seed, "failed", error=(run / "study_error.txt").read_text()[-2000:])
+    if (run / STUDY_ERROR).is_file():
+        return RunState(arm, seed, "failed", error=(run / STUDY_ERROR).read_text()[-2000:])
     if any((run / "checkpoints").glob("step-*.ckpt")):  # interrupted, or training right now
         return RunState(arm, seed, "unfinished")
     return RunState(arm, seed, "pending")
@@ -87,11 +89,11 @@ def state_on_disk(root: Path, arm: str, seed: int) -> RunState:
 
 def run_train(cfg: StudyConfig, arm: str, seed: int, root: Path) -> RunState:
     """Train one (arm, seed) in a child process unless it is finished; never raises for a crash."""
-    run = run_dir_of(root, arm, seed)
-    known = state_on_disk(root, arm, seed)  # finished by an earlier invocation: its own time
+    known = state_on_disk(root, arm, seed)  # done: finished by an earlier invocation, its time
     if known.status == "done" or (known.status == "failed" and not cfg.retry_failed):
         return known
-    failed = run / "study_error.txt"
+    run = run_dir_of(root, arm, seed)
+    failed = run / STUDY_ERROR
     run.mkdir(parents=True, exist_ok=True)
     failed.unlink(missing_ok=True)
     cmd = train_command(cfg, arm, seed, run)

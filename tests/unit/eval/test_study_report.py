@@ -137,8 +137,9 @@ def test_train_seconds_sums_every_logged_step(tmp_path):
     assert train_seconds(tmp_path) == pytest.approx(300.0)
 
 
-def test_write_study_lists_failed_runs(study_dir):
-    cfg = SimpleNamespace(
+def _two_arm_cfg() -> SimpleNamespace:
+    """The study config of the ``study_dir`` fixture: arms base and new, seeds 0 and 1."""
+    return SimpleNamespace(
         name="t",
         arms={"base": ["algorithm=grpo"], "new": ["algorithm=e_grpo"]},
         seeds=[0, 1],
@@ -147,6 +148,10 @@ def test_write_study_lists_failed_runs(study_dir):
         overrides=[],
         eval=SimpleNamespace(questions=4, split="test", samples_per_question=2, seed=0),
     )
+
+
+def test_write_study_lists_failed_runs(study_dir):
+    cfg = _two_arm_cfg()
     states = [
         SimpleNamespace(arm="base", seed=0, status="done", seconds=1.0),
         SimpleNamespace(arm="new", seed=2, status="failed", seconds=0.0),
@@ -193,15 +198,7 @@ def test_report_only_writes_the_report_so_far_and_names_what_is_missing(study_di
 
 
 def test_a_complete_report_is_not_called_partial(study_dir):
-    cfg = SimpleNamespace(
-        name="t",
-        arms={"base": ["algorithm=grpo"], "new": ["algorithm=e_grpo"]},
-        seeds=[0, 1],
-        baseline="base",
-        bootstrap=500,
-        overrides=[],
-        eval=SimpleNamespace(questions=4, split="test", samples_per_question=2, seed=0),
-    )
+    cfg = _two_arm_cfg()
     write_study(study_dir, cfg, [])
     assert "Partial report" not in (study_dir / "study.md").read_text()
 
