@@ -227,8 +227,17 @@ def paired_bootstrap(
     a_vals = np.array([a[q] for q in common], dtype=np.float64)  # [n]
     b_vals = np.array([b[q] for q in common], dtype=np.float64)  # [n]
     d = b_vals - a_vals  # [n]
-    diff = float(d.mean())
     boot = _bootstrap_means(d, n_boot, np.random.default_rng(seed))  # [n_boot]
+    return _result(a_vals, b_vals, boot, unpaired=unpaired, level=level)
+
+
+def _result(
+    a_vals: np.ndarray, b_vals: np.ndarray, boot: np.ndarray, *, unpaired: int, level: float
+) -> PairedResult:
+    """The :class:`PairedResult` of per-question values ``a_vals``, ``b_vals`` [n] and the
+    resampled mean differences ``boot`` [n_boot]: percentile interval and two-sided p-value."""
+    d = b_vals - a_vals  # [n]
+    diff = float(d.mean())
     tail = (1.0 - level) / 2.0
     low, high = np.quantile(boot, [tail, 1.0 - tail])
     if diff > 0:
@@ -241,7 +250,7 @@ def paired_bootstrap(
         diff=diff,
         low=float(low),
         high=float(high),
-        n=len(common),
+        n=len(d),
         p_value=min(1.0, p),
         a_mean=float(a_vals.mean()),
         b_mean=float(b_vals.mean()),
@@ -249,6 +258,88 @@ def paired_bootstrap(
         level=level,
         sd=float(d.std(ddof=1)),
     )
+
+
+def seed_bootstrap(
+    a_runs: Sequence[Mapping[QuestionKey, float]],
+    b_runs: Sequence[Mapping[QuestionKey, float]],
+    *,
+    n_boot: int = 10000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> PairedResult:
+    """Two-level bootstrap of ``b - a`` for arms trained with several seeds: resample the seeds
+    of each arm, then the questions.
+
+    :func:`paired_bootstrap` of seed-pooled means holds the seeds fixed: its interval says how
+    sure we are about *these* runs, not about the arm. Here every resample also draws each arm's
+    seeds with replacement (independently per arm: seed ``s`` of one arm has nothing to do with
+    seed ``s`` of the other), averages the drawn seeds per question, and then draws the questions
+    with replacement, paired across the arms (Davison & Hinkley 1997, sec. 3.8, resampling both
+    stages of a two-stage design). With few seeds the seed stage is coarse: the bootstrap of 3
+    values has 2/3 of their variance, so read the interval as a lower bound on the uncertainty.
+    With one run per arm it equals :func:`paired_bootstrap` of those runs (same questions, same
+    draws).
+
+    Args:
+        a_runs: per-question values of the baseline, one ``question -> float`` per seed.
+        b_runs: the same for the candidate; questions not in every run of both are dropped.
+        n_boot: number of bootstrap resamples.
+        seed: question draws use ``np.random.default_rng(seed)`` as :func:`paired_bootstrap`
+            does; seed draws use ``np.random.default_rng([seed, 1])``.
+        level: confidence level of the interval, in (0, 1).
+
+    Returns:
+        A :class:`PairedResult` whose ``diff`` is the seed-pooled mean difference (the same as
+        :func:`paired_bootstrap` of the pooled means) and whose interval covers seeds too.
+
+    Raises:
+        ValueError: an arm without runs, fewer than 2 questions common to every run,
+            ``n_boot < 1`` or ``level`` outside (0, 1).
+    """
+    if not a_runs or not b_runs:
+        raise ValueError(
+            f"[seed_bootstrap] got {len(a_runs)} and {len(b_runs)} runs; expected at least one "
+            "per arm. Fix: pass per_question(load_samples(dir)) for each seed of each arm."
+        )
+    if n_boot < 1 or not 0.0 < level < 1.0:
+        raise ValueError(
+            f"[seed_bootstrap] got n_boot={n_boot}, level={level}; expected n_boot >= 1 and "
+            "0 < level < 1. Fix: use e.g. n_boot=10000, level=0.95."
+        )
+    runs = [*a_runs, *b_runs]
+    every = set(runs[0]).intersection(*runs[1:])
+    common = sorted(every, key=repr)
+    unpaired = len(set().union(*runs) - every)
+    if len(common) < 2:
+        raise ValueError(
+            f"[seed_bootstrap] got {len(common)} question(s) common to all {len(runs)} runs; "
+            "expected at least 2. Fix: evaluate every run on the same dataset (same questions "
+            "and question ids)."
+        )
+    a = np.array([[r[q] for q in common] for r in a_runs], dtype=np.float64)  # [Sa, n]
+    b = np.array([[r[q] for q in common] for r in b_runs], dtype=np.float64)  # [Sb, n]
+    n = len(common)
+    q_rng, s_rng = np.random.default_rng(seed), np.random.default_rng([seed, 1])
+    block = max(1, _BLOCK_ELEMENTS // n)
+    boot = np.empty(n_boot, dtype=np.float64)
+    for start in range(0, n_boot, block):
+        stop = min(start + block, n_boot)
+        idx = q_rng.integers(0, n, size=(stop - start, n))  # [block, n], as _bootstrap_means
+        wa = _seed_weights(s_rng, stop - start, len(a))  # [block, Sa]
+        wb = _seed_weights(s_rng, stop - start, len(b))  # [block, Sb]
+        d = wb @ b - wa @ a  # [block, n]: each resample's seed-pooled difference per question
+        boot[start:stop] = np.take_along_axis(d, idx, axis=1).mean(axis=1)
+    return _result(a.mean(axis=0), b.mean(axis=0), boot, unpaired=unpaired, level=level)
+
+
+def _seed_weights(rng: np.random.Generator, draws: int, seeds: int) -> np.ndarray:
+    """[draws, seeds]: the share of each seed in ``draws`` resamples of ``seeds`` seeds with
+    replacement; one seed is always weight 1 (and consumes no random numbers)."""
+    if seeds == 1:
+        return np.ones((draws, 1))
+    picks = rng.integers(0, seeds, size=(draws, seeds))  # [draws, seeds]
+    return np.stack([(picks == s).mean(axis=1) for s in range(seeds)], axis=1)
 
 
 def _z_sum(level: float, power: float) -> float:

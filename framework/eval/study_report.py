@@ -21,6 +21,7 @@ from framework.eval.paired import (
     per_question,
     pooled_per_question,
     questions_needed,
+    seed_bootstrap,
 )
 
 #: training curves drawn per arm (mean over seeds, band = min..max)
@@ -115,8 +116,16 @@ def summarize_study(
     """Every figure of the report, from the evaluation directories under ``root``."""
     start_dir = root / "eval" / "start"
     start = _rows(start_dir) if (start_dir / "samples.jsonl").is_file() else None
-    out: dict[str, Any] = {"arms": {}, "versus_baseline": {}, "versus_start": {}, "by_hops": {}}
+    out: dict[str, Any] = {
+        "arms": {},
+        "versus_baseline": {},
+        "versus_start": {},
+        "versus_baseline_seeds": {},
+        "versus_start_seeds": {},
+        "by_hops": {},
+    }
     pooled: dict[str, dict[str, dict[Any, float]]] = {}
+    by_seed: dict[str, dict[str, list[dict[Any, float]]]] = {}
     if start is not None:
         o = _overall(start_dir)
         out["start"] = {
@@ -156,6 +165,7 @@ def summarize_study(
             for key in FIGURES:
                 figures[key].append(per_question(rows, key))
         pooled[arm] = {key: pooled_per_question(v) for key, v in figures.items()}
+        by_seed[arm] = figures
         p1 = _mean_ci(pooled[arm]["correct"], n_boot)
         k = results[0]["k"]
         out["arms"][arm] = {
@@ -177,6 +187,18 @@ def summarize_study(
                 )
                 for key, label in FIGURES.items()
             }
+            start_p1 = per_question(start)
+            for s, seed_p1 in zip(seeds_done, figures["correct"], strict=True):
+                per_seed[s]["minus_start"] = _as_dict(
+                    paired_bootstrap(start_p1, seed_p1, n_boot=n_boot)
+                )
+            if len(seeds_done) > 1:
+                out["versus_start_seeds"][arm] = {
+                    label: _as_dict(
+                        seed_bootstrap([per_question(start, key)], figures[key], n_boot=n_boot)
+                    )
+                    for key, label in FIGURES.items()
+                }
             by_hops = _by_hops(start, seed_rows, n_boot)
             if by_hops:
                 out["by_hops"][arm] = by_hops
@@ -190,6 +212,13 @@ def summarize_study(
                 )
                 for key, label in FIGURES.items()
             }
+            if len(by_seed[arm]["correct"]) > 1 or len(by_seed[baseline]["correct"]) > 1:
+                out["versus_baseline_seeds"][arm] = {
+                    label: _as_dict(
+                        seed_bootstrap(by_seed[baseline][key], by_seed[arm][key], n_boot=n_boot)
+                    )
+                    for key, label in FIGURES.items()
+                }
     return out
 
 
@@ -302,6 +331,32 @@ def _partial_lines(cfg: Any, s: dict[str, Any]) -> list[str]:
     ]
 
 
+def _seed_lines(cfg: Any, s: dict[str, Any]) -> list[str]:
+    """The comparisons again with each arm's seeds resampled too (``seed_bootstrap``): the
+    tables above hold the seeds fixed, so they speak for these runs; these speak for the arms."""
+    rows = [("the warm start", arm, d) for arm, d in s.get("versus_start_seeds", {}).items()]
+    rows += [(f"`{cfg.baseline}`", arm, d) for arm, d in s.get("versus_baseline_seeds", {}).items()]
+    if not rows:
+        return []
+    lines = [
+        "",
+        "## Resampling seeds too (two-level bootstrap: each arm's seeds, then the questions)",
+        "",
+        "The tables above resample questions with each arm's seeds fixed: they say how sure the "
+        "difference is for these runs. Here every resample also draws each arm's seeds with "
+        "replacement (`framework.eval.paired.seed_bootstrap`), so the interval covers the spread "
+        "between seeds as well; with few seeds (a bootstrap of 3 values has 2/3 of their variance) it understates it.",
+        "",
+        "| arm | minus | " + " | ".join(FIGURES.values()) + " |",
+        "|---|---" + "|---" * len(FIGURES) + "|",
+    ]
+    for versus, arm, d in rows:
+        lines.append(
+            f"| {arm} | {versus} | " + " | ".join(_diff(d[f]) for f in FIGURES.values()) + " |"
+        )
+    return lines
+
+
 def _markdown(cfg: Any, s: dict[str, Any], plots: Sequence[Path], root: Path) -> str:
     e = cfg.eval
     arms = ", ".join(f"`{a}` ({' '.join(v)})" for a, v in cfg.arms.items())
@@ -339,13 +394,15 @@ def _markdown(cfg: Any, s: dict[str, Any], plots: Sequence[Path], root: Path) ->
         "",
         "### Per seed",
         "",
-        "| arm | seed | Pass@1 [95% CI] | tool calls |",
-        "|---|---|---|---|",
+        "| arm | seed | Pass@1 [95% CI] | minus the warm start (paired) | tool calls |",
+        "|---|---|---|---|---|",
     ]
     for arm, a in s["arms"].items():
         for seed, p in a["per_seed"].items():
+            gain = _diff(p["minus_start"]) if "minus_start" in p else "-"
             lines.append(
-                f"| {arm} | {seed} | {p['pass@1']:.3f} {_ci(p['pass@1_ci'])} | {p['tool_calls']:.2f} |"
+                f"| {arm} | {seed} | {p['pass@1']:.3f} {_ci(p['pass@1_ci'])} | {gain} | "
+                f"{p['tool_calls']:.2f} |"
             )
     if s["versus_start"]:
         lines += ["", "## Each arm minus the warm start (paired over questions)", ""]
@@ -377,6 +434,7 @@ def _markdown(cfg: Any, s: dict[str, Any], plots: Sequence[Path], root: Path) ->
         for arm, d in s["versus_baseline"].items():
             lines.append(f"| {arm} | " + " | ".join(_diff(d[f]) for f in FIGURES.values()) + " |")
         lines += _power_lines(s["versus_baseline"])
+    lines += _seed_lines(cfg, s)
     lines += [
         "",
         "## Entity analysis (the paper's: entities matched in correct vs wrong rollouts)",

@@ -15,6 +15,7 @@ from framework.eval.paired import (
     per_question,
     pooled_per_question,
     questions_needed,
+    seed_bootstrap,
 )
 
 
@@ -208,3 +209,61 @@ def test_paired_result_carries_the_sd_of_the_differences():
 def test_detectable_difference_rejects_bad_inputs(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+# -- seed_bootstrap: resample each arm's seeds, then the questions ----------------------------------
+
+
+def test_seed_bootstrap_with_one_run_per_arm_is_the_paired_bootstrap():
+    a = _qs([0.0, 0.25, 0.5, 1.0, 0.75, 0.0])
+    b = _qs([0.5, 0.25, 1.0, 1.0, 0.25, 0.5])
+    assert seed_bootstrap([a], [b], n_boot=3000, seed=7) == paired_bootstrap(
+        a, b, n_boot=3000, seed=7
+    )
+
+
+def test_seed_bootstrap_of_identical_seeds_is_the_paired_bootstrap_of_one():
+    # copies of one run: every draw of seeds averages to that run, and the question draws are the
+    # paired bootstrap's (same generator), so the interval is exactly the same
+    a = _qs([0.0, 0.25, 0.5, 1.0])
+    b = _qs([0.5, 0.75, 0.5, 1.0])
+    got = seed_bootstrap([a, a], [b, b, b], n_boot=2000, seed=3)
+    assert got == paired_bootstrap(a, b, n_boot=2000, seed=3)
+
+
+def test_seed_bootstrap_hand_derived_two_disagreeing_seeds():
+    # a: one run, 0 everywhere. b: seed 0 right on every question, seed 1 on none, so every
+    # question of b pools to 0.5 and resampling questions changes nothing. Drawing b's 2 seeds with
+    # replacement gives seed 0 a share of 0, 1/2 or 1 with probability 1/4, 1/2, 1/4: the
+    # resampled difference is 0, 0.5 or 1, so the 95% interval is [0, 1] and the p-value
+    # 2 * P(diff <= 0) = 1/2. Holding the seeds fixed (paired_bootstrap of the pooled means)
+    # the interval is the single point 0.5.
+    a = _qs([0.0] * 5)
+    b0, b1 = _qs([1.0] * 5), _qs([0.0] * 5)
+    got = seed_bootstrap([a], [b0, b1], n_boot=20000, seed=0)
+    assert got.diff == pytest.approx(0.5) and got.n == 5
+    assert (got.low, got.high) == (0.0, 1.0)
+    assert got.p_value == pytest.approx(0.5, abs=0.03)
+    fixed = paired_bootstrap(a, pooled_per_question([b0, b1]), n_boot=2000)
+    assert (fixed.low, fixed.high, fixed.p_value) == (0.5, 0.5, 0.0)
+
+
+def test_seed_bootstrap_drops_questions_missing_from_any_run():
+    a = _qs([0.0, 0.0, 0.0])
+    b_full, b_short = _qs([1.0, 1.0, 1.0]), {("synth", "q0"): 1.0, ("synth", "q1"): 1.0}
+    got = seed_bootstrap([a], [b_full, b_short], n_boot=500)
+    assert got.n == 2 and got.unpaired == 1 and got.diff == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    ("a_runs", "b_runs", "kwargs", "match"),
+    [
+        ([], [_qs([1.0, 0.0])], {}, "at least one per arm"),
+        ([_qs([1.0])], [_qs([1.0])], {}, "at least 2"),
+        ([_qs([1.0, 0.0])], [_qs([1.0, 0.0])], {"n_boot": 0}, "n_boot"),
+        ([_qs([1.0, 0.0])], [_qs([1.0, 0.0])], {"level": 1.0}, "level"),
+    ],
+)
+def test_seed_bootstrap_rejects_bad_inputs(a_runs, b_runs, kwargs, match):
+    with pytest.raises(ValueError, match=rf"\[seed_bootstrap\].*{match}"):
+        seed_bootstrap(a_runs, b_runs, **kwargs)

@@ -86,6 +86,36 @@ def test_pooled_pass1_and_paired_differences(study_dir):
     assert d["detectable"] == pytest.approx(2.801585 * math.sqrt(0.6875 / 3) / 2, rel=1e-6)
 
 
+def test_seed_resampled_comparisons_and_per_seed_gains(study_dir):
+    s = summarize_study(study_dir, ["base", "new"], [0, 1], "base", n_boot=4000)
+    # each seed of `new` is right on q1 and q2: 0.5 over the warm start's 0, seed by seed
+    for seed in (0, 1):
+        assert s["arms"]["new"]["per_seed"][seed]["minus_start"]["diff"] == pytest.approx(0.5)
+    assert s["arms"]["base"]["per_seed"][1]["minus_start"]["diff"] == 0.0
+    # base minus the start, q1 only: base's seeds score q1 1 and 0. Seeds fixed, q1 pools to 0.5
+    # and the resampled difference is 0.5 * c / 4 with c ~ Binomial(4, 1/4) draws of q1: upper
+    # end 0.375 (P(c >= 3) = 0.051), p = 2 * P(c = 0) = 2 * 0.316. Seeds drawn too, q1 is w in
+    # {0, 0.5, 1} (probabilities 1/4, 1/2, 1/4) and the difference w * c / 4: upper end 0.5
+    # (P(w = 1, c >= 3) = 0.013 < 0.025 < P(>= 0.5) = 0.067), p = 2 * (1/4 + 3/4 * 0.316) = 0.975
+    fixed, seeds = s["versus_start"]["base"]["Pass@1"], s["versus_start_seeds"]["base"]["Pass@1"]
+    assert fixed["diff"] == seeds["diff"] == pytest.approx(0.125)
+    assert fixed["ci"] == pytest.approx([0.0, 0.375]) and seeds["ci"] == pytest.approx([0.0, 0.5])
+    assert fixed["p_value"] == pytest.approx(0.633, abs=0.04)
+    assert seeds["p_value"] == pytest.approx(0.975, abs=0.04)
+    # new's two seeds are identical, base's differ: the comparison with the baseline resamples both
+    assert s["versus_baseline_seeds"]["new"]["Pass@1"]["diff"] == pytest.approx(0.375)
+    assert set(s["versus_start_seeds"]) == {"base", "new"}
+
+
+def test_one_seed_per_arm_adds_no_seed_resampled_tables(tmp_path):
+    root = tmp_path / "study"
+    qs = {"q1": [True, False], "q2": [False, False]}
+    for d in ("start", "a/seed0", "b/seed0"):
+        _eval_dir(root / "eval" / d, qs)
+    s = summarize_study(root, ["a", "b"], [0], "a", n_boot=200)
+    assert s["versus_baseline_seeds"] == {} and s["versus_start_seeds"] == {}
+
+
 def test_pass1_by_hops_is_paired_within_each_hop_count(tmp_path):
     root = tmp_path / "study"
     hops = {"q1": 1, "q2": 1, "q3": 2, "q4": 2}
@@ -200,7 +230,16 @@ def test_report_only_writes_the_report_so_far_and_names_what_is_missing(study_di
 def test_a_complete_report_is_not_called_partial(study_dir):
     cfg = _two_arm_cfg()
     write_study(study_dir, cfg, [])
-    assert "Partial report" not in (study_dir / "study.md").read_text()
+    md = (study_dir / "study.md").read_text()
+    assert "Partial report" not in md
+    # two seeds per arm: the seed-resampled table, with a row per arm against the start and one
+    # against the baseline; each seed's own gain over the start in the per-seed table
+    assert "## Resampling seeds too" in md
+    assert (
+        "| new | `base` | +0.375 [" in md
+        and "| base | the warm start | +0.125 [0.000, 0.500]" in md
+    )
+    assert "| new | 0 | 0.500 [0.400, 0.600] | +0.500 [" in md
 
 
 def test_report_only_without_evaluations_is_a_clear_error(tmp_path, capsys):
