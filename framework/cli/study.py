@@ -237,8 +237,14 @@ def in_child(target: Any, *args: Any) -> None:
     proc.start()
     wait_forwarding_sigterm(lambda signum: os.kill(proc.pid, signum), proc.join)
     code = proc.exitcode
-    if code in (-signal.SIGINT, -signal.SIGTERM):
-        code = INTERRUPTED
+    if code in (-signal.SIGINT, -signal.SIGTERM, INTERRUPTED):
+        # as after an interrupted train run: say so, and that nothing finished is lost
+        print(
+            f"seekrl-study: interrupted during {getattr(target, '__name__', target)}; the same "
+            "command resumes (finished runs, evaluations and evaluation batches are kept)",
+            flush=True,
+        )
+        raise SystemExit(INTERRUPTED)
     if code:
         raise SystemExit(code)
 

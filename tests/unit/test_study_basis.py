@@ -151,7 +151,7 @@ def test_in_child_passes_on_a_failed_childs_exit_status():
     assert exc.value.code == 2
 
 
-def test_sigterm_to_the_study_goes_on_to_the_child_and_reads_as_interrupted():
+def test_sigterm_to_the_study_goes_on_to_the_child_and_reads_as_interrupted(capsys):
     import os
     import signal
     import threading
@@ -169,4 +169,6 @@ def test_sigterm_to_the_study_goes_on_to_the_child_and_reads_as_interrupted():
         timer.cancel()
     assert exc.value.code == INTERRUPTED
     assert time.perf_counter() - clock < 30  # the child ended on the signal, not after its sleep
+    # the study says it was interrupted and how to go on, as it does for a train run
+    assert "interrupted during sleep; the same command resumes" in capsys.readouterr().out
     assert signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, signal.default_int_handler)
