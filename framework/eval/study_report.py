@@ -138,6 +138,8 @@ def summarize_study(
             "format_error_rate": o["format_error_rate"],
             "entity": o.get("entity"),
         }
+    # the warm start's per-question figures, shared by every arm's comparisons
+    start_pq = {key: per_question(start, key) for key in FIGURES} if start is not None else {}
     for arm in arms:
         seeds_done = [
             s for s in seeds if (root / "eval" / arm / f"seed{s}" / "samples.jsonl").is_file()
@@ -182,21 +184,16 @@ def summarize_study(
         }
         if start is not None:
             out["versus_start"][arm] = {
-                label: _as_dict(
-                    paired_bootstrap(per_question(start, key), pooled[arm][key], n_boot=n_boot)
-                )
+                label: _as_dict(paired_bootstrap(start_pq[key], pooled[arm][key], n_boot=n_boot))
                 for key, label in FIGURES.items()
             }
-            start_p1 = per_question(start)
             for s, seed_p1 in zip(seeds_done, figures["correct"], strict=True):
                 per_seed[s]["minus_start"] = _as_dict(
-                    paired_bootstrap(start_p1, seed_p1, n_boot=n_boot)
+                    paired_bootstrap(start_pq["correct"], seed_p1, n_boot=n_boot)
                 )
             if len(seeds_done) > 1:
                 out["versus_start_seeds"][arm] = {
-                    label: _as_dict(
-                        seed_bootstrap([per_question(start, key)], figures[key], n_boot=n_boot)
-                    )
+                    label: _as_dict(seed_bootstrap([start_pq[key]], figures[key], n_boot=n_boot))
                     for key, label in FIGURES.items()
                 }
             by_hops = _by_hops(start, seed_rows, n_boot)
@@ -345,7 +342,8 @@ def _seed_lines(cfg: Any, s: dict[str, Any]) -> list[str]:
         "The tables above resample questions with each arm's seeds fixed: they say how sure the "
         "difference is for these runs. Here every resample also draws each arm's seeds with "
         "replacement (`framework.eval.paired.seed_bootstrap`), so the interval covers the spread "
-        "between seeds as well; with few seeds (a bootstrap of 3 values has 2/3 of their variance) it understates it.",
+        "between seeds as well; with few seeds (a bootstrap of 3 values has 2/3 of their "
+        "variance) it understates it.",
         "",
         "| arm | minus | " + " | ".join(FIGURES.values()) + " |",
         "|---|---" + "|---" * len(FIGURES) + "|",
