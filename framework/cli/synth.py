@@ -19,13 +19,14 @@ from framework.lightning.trainer import INTERRUPTED
 def synth(cfg: SynthConfig) -> Path:
     """Run the synthesis (rebuilding even when output for these settings exists)."""
     from framework.data.datasets import synthesize
+    from framework.data.leakage import LeakError
     from framework.data.synthesis import SynthesisError
     from framework.retrieval.types import RetrievalError
 
     try:
         with sigterm_as_interrupt():
             return synthesize(cfg.dataset)
-    except (SynthesisError, RetrievalError) as exc:
+    except (SynthesisError, LeakError, RetrievalError) as exc:
         print(exc, file=sys.stderr)
         raise SystemExit(1) from None
     except KeyboardInterrupt:

@@ -19,6 +19,13 @@ from typing import Any
 
 from framework.config import ComponentConfig, Problem, check, check_range
 from framework.data.entity_graph import Article, GraphConfig, build_graph
+from framework.data.leakage import (
+    HeldOut,
+    answer_key,
+    answer_repeats,
+    refuse_leaks,
+    split_overlaps,
+)
 from framework.data.quality import answerability, report, write_report
 from framework.data.schema import DatasetError, QAItem, read_dataset, write_split
 from framework.data.synthesis import (
@@ -32,10 +39,12 @@ from framework.paths import cache_root
 from framework.registry.kinds import DATASETS
 from framework.retrieval.corpus import CorpusConfig, corpus_fingerprint, iter_documents
 
-FORMAT_VERSION = 4  # bump when synthesis logic changes: cached outputs are keyed by it
+FORMAT_VERSION = 5  # bump when synthesis logic changes: cached outputs are keyed by it
 #: rounds of "generate, drop the unanswerable, generate again"; a round with want=1 takes
 #: milliseconds, and a dropping rate of 70% still fills 18 questions well within this
 MAX_REFILL_ROUNDS = 64
+#: why the synthesizer refuses a train walk that would leak a held-out question
+LEAK_REASONS = ("answer_in_train_chain", "link_in_train_chain", "answer_in_train_question")
 
 
 @dataclass
@@ -73,6 +82,17 @@ class SynthDatasetConfig(ComponentConfig):
         default_factory=lambda: [0.3, 0.3, 0.25, 0.15],
         metadata={"help": "share of 1, 2, 3, 4(, ...) hop questions"},
     )
+    split_salt: str = field(
+        default="leakfree-1",
+        metadata={
+            "help": "salt of the answer -> split hash: a new salt draws a fresh partition (a test "
+            "split no earlier run has seen); '' = the unsalted partition of format 4"
+        },
+    )
+    max_answer_repeats: int = field(
+        default=1,
+        metadata={"help": "validation / test questions per answer at most (0 = no cap)"},
+    )
     fuzz_prob: float = field(default=0.3, metadata={"help": "chance a clue's years become decades"})
     attempts_per_question: int = field(
         default=200,
@@ -107,6 +127,7 @@ class SynthDatasetConfig(ComponentConfig):
         out += check_range(self.fuzz_prob, "fuzz_prob", low=0.0, high=1.0)
         out += check_range(self.attempts_per_question, "attempts_per_question", low=1)
         out += check_range(self.min_fill, "min_fill", low=0.0, high=1.0)
+        out += check_range(self.max_answer_repeats, "max_answer_repeats", low=0)
         return out
 
     def key(self) -> str:
@@ -173,50 +194,31 @@ def synthesize(cfg: SynthDatasetConfig, *, log: Any = print) -> Path:
         f"{stats['articles_with_out_edges']} with out-links"
     )
     sizes = {"train": cfg.train_size, "validation": cfg.validation_size, "test": cfg.test_size}
-    synth = QuestionSynthesizer(graph, seed=cfg.seed, fuzz_prob=cfg.fuzz_prob)
+    synth = QuestionSynthesizer(
+        graph,
+        seed=cfg.seed,
+        fuzz_prob=cfg.fuzz_prob,
+        split_salt=cfg.split_salt,
+        max_answer_repeats=cfg.max_answer_repeats,
+    )
     wanted = {s: quotas_for(n, cfg.hop_weights) for s, n in sizes.items()}
-    quotas = {s: dict(q) for s, q in wanted.items()}
     kept: dict[str, list[QAItem]] = {s: [] for s in SPLITS}
-    checked = dropped = 0
-    dropped_by: Counter = Counter()  # (split, hops) -> questions the answerability check dropped
-    per_hop: dict[int, list[bool]] = {}
+    fill = _Fill(cfg, synth, sizes, kept)
     retriever = _answerability_retriever(cfg) if cfg.answerability.enabled else None
     try:
-        for _ in range(MAX_REFILL_ROUNDS):  # each round refills what answerability dropped
-            want = sum(sum(q.values()) for q in quotas.values())
-            if want == 0:
-                break
-            new = synth.generate(
-                quotas,
-                [sizes[s] for s in SPLITS],
-                max_attempts=cfg.attempts_per_question * want,
-                # the search tries every walk of a small corpus; on a large one random walks fill
-                # the quotas, so it runs only for rare (split, hops) pairs and stops soon
-                max_search_steps=cfg.attempts_per_question * sum(sizes.values()),
-                progress=cfg.progress,
-            )
-            for split, items in new.items():
-                flags = None
-                if retriever is not None:
-                    k = cfg.answerability.k
-                    flags = answerability(items, retriever, k, progress=cfg.progress)
-                for i, item in enumerate(items):
-                    ok = all(flags[i]) if flags is not None else True
-                    if flags is not None:
-                        checked += 1
-                        per_hop.setdefault(item.hops, []).append(ok)
-                    if ok or not cfg.answerability.drop_unanswerable:
-                        extra = {**item.extra, "answerable": ok if flags is not None else None}
-                        kept[split].append(dataclasses.replace(item, extra=extra))
-                        quotas[split][item.hops] -= 1
-                    else:
-                        dropped += 1
-                        dropped_by[(split, item.hops)] += 1
-            if sum(len(v) for v in new.values()) == 0:
-                break
+        # the held-out splits first; then train, kept off their answers and links
+        fill.run({s: dict(q) for s, q in wanted.items() if s != "train"}, retriever)
+        synth.held_out = HeldOut.of(kept)
+        fill.run({"train": dict(wanted["train"])}, retriever)
     finally:
         if retriever is not None:
             retriever.close()
+    checked, dropped, dropped_by, per_hop = (
+        fill.checked,
+        fill.dropped,
+        fill.dropped_by,
+        fill.per_hop,
+    )
     shortfall = unfilled_quotas(wanted, kept, synth.stats, dropped_by)
     for s in shortfall:
         log(
@@ -231,6 +233,8 @@ def synthesize(cfg: SynthDatasetConfig, *, log: Any = print) -> Path:
                 f"{stats['edges']} links; expected at least {cfg.min_fill:.0%}. Fix: use a larger or "
                 "more interlinked corpus, lower the sizes, or raise attempts_per_question."
             )
+    overlaps = split_overlaps(kept)
+    refuse_leaks(overlaps, "dataset")  # never reached unless the synthesizer's filter is broken
     for split in SPLITS:
         items = [
             dataclasses.replace(it, id=f"seekrl-synth-{split}-{i:06d}")
@@ -238,6 +242,7 @@ def synthesize(cfg: SynthDatasetConfig, *, log: Any = print) -> Path:
         ]
         kept[split] = items
         write_split(items, out_dir, split)
+    answers = {s: answer_repeats(v) for s, v in kept.items()}
     rates = None
     if checked:
         rates = {
@@ -263,11 +268,15 @@ def synthesize(cfg: SynthDatasetConfig, *, log: Any = print) -> Path:
         settings=settings,
         seed=cfg.seed,
         shortfall=shortfall,
+        overlaps=overlaps,
+        answers=answers,
     )
     report_path = write_report(out_dir, data, markdown)
     manifest = {
         "key": cfg.key(),
         "sizes": {s: len(v) for s, v in kept.items()},
+        "overlaps": overlaps,
+        "answers": answers,
         "shortfall": shortfall,
         "seconds": time.perf_counter() - clock,
     }
@@ -277,7 +286,64 @@ def synthesize(cfg: SynthDatasetConfig, *, log: Any = print) -> Path:
     log(
         f"wrote {manifest['sizes']} to {out_dir} in {manifest['seconds']:.1f} s; report: {report_path}"
     )
+    log(
+        "held-out overlaps with the training data: "
+        + ", ".join(f"{k} {v}" for k, v in overlaps.items())
+        + "; distinct answers: "
+        + ", ".join(f"{s} {a['distinct_answers']} of {a['questions']}" for s, a in answers.items())
+    )
     return out_dir
+
+
+@dataclass
+class _Fill:
+    """Fills quotas with synthesized questions, dropping (and refilling) the unanswerable ones."""
+
+    cfg: SynthDatasetConfig
+    synth: QuestionSynthesizer
+    sizes: dict[str, int]
+    kept: dict[str, list[QAItem]]
+    checked: int = 0
+    dropped: int = 0
+    dropped_by: Counter = field(default_factory=Counter)  # (split, hops) -> questions dropped
+    per_hop: dict[int, list[bool]] = field(default_factory=dict)
+
+    def run(self, quotas: dict[str, dict[int, int]], retriever: Any) -> None:
+        """Fill ``quotas`` (split -> hops -> count) into ``kept``, as far as the corpus allows."""
+        cfg, sizes = self.cfg, self.sizes
+        for _ in range(MAX_REFILL_ROUNDS):  # each round refills what answerability dropped
+            want = sum(sum(q.values()) for q in quotas.values())
+            if want == 0:
+                break
+            new = self.synth.generate(
+                quotas,
+                [sizes[s] for s in SPLITS],
+                max_attempts=cfg.attempts_per_question * want,
+                # the search tries every walk of a small corpus; on a large one random walks fill
+                # the quotas, so it runs only for rare (split, hops) pairs and stops soon
+                max_search_steps=cfg.attempts_per_question * sum(sizes.values()),
+                progress=cfg.progress,
+            )
+            for split, items in new.items():
+                flags = None
+                if retriever is not None:
+                    k = cfg.answerability.k
+                    flags = answerability(items, retriever, k, progress=cfg.progress)
+                for i, item in enumerate(items):
+                    ok = all(flags[i]) if flags is not None else True
+                    if flags is not None:
+                        self.checked += 1
+                        self.per_hop.setdefault(item.hops, []).append(ok)
+                    if ok or not cfg.answerability.drop_unanswerable:
+                        extra = {**item.extra, "answerable": ok if flags is not None else None}
+                        self.kept[split].append(dataclasses.replace(item, extra=extra))
+                        quotas[split][item.hops] -= 1
+                    else:
+                        self.dropped += 1
+                        self.dropped_by[(split, item.hops)] += 1
+                        self.synth.answer_counts[(split, answer_key(item))] -= 1
+            if sum(len(v) for v in new.values()) == 0:
+                break
 
 
 def unfilled_quotas(
@@ -307,6 +373,12 @@ def unfilled_quotas(
             why = []
             if dropped_by[(split, hops)]:
                 why.append(f"the answerability check dropped {dropped_by[(split, hops)]}")
+            refused = sum(stats.skipped[k] for k in LEAK_REASONS) if split == "train" else 0
+            if refused:
+                why.append(
+                    "train walks that would leak a held-out question (its answer or a link of "
+                    f"its chain) were refused {refused} times"
+                )
             search = stats.search.get((split, hops))
             if search == "exhausted":
                 why.append(

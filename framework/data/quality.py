@@ -67,6 +67,8 @@ def report(
     settings: dict[str, Any],
     seed: int,
     shortfall: Sequence[dict[str, Any]] = (),
+    overlaps: dict[str, int] | None = None,
+    answers: dict[str, dict[str, int]] | None = None,
     samples_per_hop: int = 3,
 ) -> tuple[dict[str, Any], str]:
     """The quality report as data and as markdown.
@@ -81,6 +83,8 @@ def report(
         "sizes": {s: len(v) for s, v in splits.items()},
         "per_hop": per_hop,
         "shortfall": list(shortfall),
+        "overlaps": overlaps,
+        "answers": answers,
         "sampling": sampling,
         "answerability": answerability_rates,
         "graph": graph_stats,
@@ -109,6 +113,25 @@ def report(
         ]
     else:
         lines.append("Every split's hop mix is exact (each per-hop quota is filled).")
+    if overlaps is not None:
+        lines += [
+            "",
+            "Held-out questions that leak into the training data (framework/data/leakage.py; "
+            "0 of every kind is required): "
+            + ", ".join(f"{k} {v}" for k, v in overlaps.items())
+            + ".",
+        ]
+    if answers:
+        lines += [
+            "",
+            "Distinct answers: "
+            + "; ".join(
+                f"{s} {a['distinct_answers']} of {a['questions']} questions (at most "
+                f"{a['max_repeats']} per answer)"
+                for s, a in answers.items()
+            )
+            + ".",
+        ]
     rej = sampling["rejections"]
     lines += [
         "",

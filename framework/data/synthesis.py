@@ -9,10 +9,16 @@ previous one has the same clue), the question gives none of the hidden entities 
 :meth:`QuestionSynthesizer.item`), and no bridge or answer is a hub. The ground-truth entities are
 the walk's nodes with their aliases.
 
-Splits are decided by a hash of the answer, so train, validation and test share no answer (and
-therefore no chain). Quotas per (split, hops) give the configured hop mix: random walks fill them,
-and what random walks leave open is filled by searching every walk, so a quota stays short only when
-the corpus has no further valid walk for it (``stats.search`` says which).
+Splits are decided by a salted hash of the answer, so train, validation and test share no answer.
+That alone does not keep a held-out question out of training: a test answer can be a bridge of a
+train chain, and a test chain's link can be walked by a train question. So the held-out splits are
+drawn first, and a train walk is then refused when any of its entities is a held-out answer, when it
+walks a held-out link (either way), or when its question names a held-out answer
+(:mod:`framework.data.leakage` counts each kind on the written splits, and 0 is required). Held-out
+answers are capped at ``max_answer_repeats`` questions each, so that questions are close to
+independent. Quotas per (split, hops) give the configured hop mix: random walks fill them, and what
+random walks leave open is filled by searching every walk, so a quota stays short only when the
+corpus has no further valid walk for it (``stats.search`` says which).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from framework.data.entity_graph import Article, EntityGraph, aliases, strip_qualifier
+from framework.data.leakage import HELD_OUT, HeldOut, entity_key
 from framework.data.schema import QAItem
 from framework.progress import Progress
 from framework.rewards.entity_match import entities_found_by_any
@@ -193,8 +200,9 @@ def render_question(anchor: str, clues: Sequence[Clue], rng: random.Random) -> t
     return " ".join(parts), f"chain-{o}{m}{c_}"
 
 
-def split_of(answer: str, seed: int, weights: Sequence[float]) -> str:
-    """The split an answer belongs to, by a seeded hash (stable across runs and machines)."""
+def split_of(answer: str, seed: int | str, weights: Sequence[float]) -> str:
+    """The split an answer belongs to, by a seeded hash (stable across runs and machines); ``seed``
+    may carry a salt (``"0:leakfree-1"``) that draws another partition."""
     h = hashlib.blake2b(f"{seed}:{answer}".encode(), digest_size=8).digest()
     u = int.from_bytes(h, "big") / 2**64
     total = sum(weights)
@@ -227,11 +235,30 @@ class QuestionSynthesizer:
         graph: the entity graph.
         seed: everything (walks, templates, fuzzing, split hashing) follows from it.
         fuzz_prob: chance that a clue's years are fuzzed to decades.
+        split_salt: mixed into the answer -> split hash; another salt draws another partition
+            (a fresh test split), "" keeps the unsalted partition of earlier versions.
+        max_answer_repeats: held-out questions per answer at most (0 = no cap).
+
+    Attributes:
+        held_out: once set (after the held-out splits are drawn), train walks that would leak one
+            of them are refused (see the module docstring).
     """
 
-    def __init__(self, graph: EntityGraph, *, seed: int, fuzz_prob: float) -> None:
+    def __init__(
+        self,
+        graph: EntityGraph,
+        *,
+        seed: int,
+        fuzz_prob: float,
+        split_salt: str = "",
+        max_answer_repeats: int = 0,
+    ) -> None:
         self.graph = graph
         self.seed = seed
+        self.split_seed: int | str = f"{seed}:{split_salt}" if split_salt else seed
+        self.max_answer_repeats = max_answer_repeats
+        self.held_out: HeldOut | None = None
+        self.answer_counts: Counter = Counter()  # (split, answer key) -> questions kept
         self.fuzz_prob = fuzz_prob
         self.rng = random.Random(seed)
         indeg = graph.in_degree()
@@ -434,14 +461,29 @@ class QuestionSynthesizer:
         # by the qualifier-free name: "Mercury (planet)" and "Mercury (element)" both accept
         # "Mercury", so they must land in the same split
         answer_key = strip_qualifier(self.graph.articles[walk[-1]].title).lower()
-        split = split_of(answer_key, self.seed, split_weights)
+        split = split_of(answer_key, self.split_seed, split_weights)
         if left.get(split, {}).get(hops, 0) == 0:
             return "quota_full"
         if tuple(walk) in self.seen:
             return "duplicate_chain"
+        keys = [entity_key(self.graph.articles[d].title) for d in walk]
+        if split == "train" and self.held_out is not None:
+            leak = self.held_out.train_walk_leak(keys)
+            if leak is not None:
+                return leak
+        cap = self.max_answer_repeats
+        if split in HELD_OUT and cap and self.answer_counts[(split, keys[-1])] >= cap:
+            return "answer_cap"
         item = self.item(walk, clues, split, len(out[split]))
         if item is None:
             return "name_leak"
+        if (
+            split == "train"
+            and self.held_out is not None
+            and self.held_out.mentioned(item.question)
+        ):
+            return "answer_in_train_question"
+        self.answer_counts[(split, keys[-1])] += 1
         self.seen.add(tuple(walk))
         left[split][hops] -= 1
         out[split].append(item)

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from framework.data.schema import DatasetError
 from framework.sft.config import SFTConfig
 
 
@@ -75,6 +76,35 @@ def write_expert(folder: Path, kept: list, report: Any, tokenizer: Any) -> None:
     (folder / "report.md").write_text("\n".join(lines) + "\n")
 
 
+def check_expert_leaks(kept: list, load: Any, tokenizer: Any, folder: Path) -> dict[str, int]:
+    """Refuse expert trajectories whose trained (model-written) tokens name a held-out answer.
+
+    The expert writes the names and clues of its train chain; synthesis keeps those off held-out
+    answers, and this checks what is actually trained on (tool observations are masked out of the
+    loss and not checked). The counts go to ``<folder>/leakage.json``.
+
+    Raises:
+        LeakError: a validation or test answer is named (a :class:`DatasetError`).
+    """
+    from framework.data.leakage import refuse_leaks, trained_text_overlaps
+
+    held = {}
+    for split in ("validation", "test"):
+        try:
+            held[split] = load(split)
+        except DatasetError:  # a user's files without that split: nothing to check against
+            continue
+    texts = [
+        tokenizer.decode([t for t, m in zip(traj.token_ids, traj.loss_mask, strict=True) if m])
+        for _, traj in kept
+    ]
+    counts = trained_text_overlaps(texts, held)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "leakage.json").write_text(json.dumps(counts, indent=2) + "\n")
+    refuse_leaks(counts, "sft.expert")
+    return counts
+
+
 def run_sft(cfg: SFTConfig, *, quiet: bool = False) -> dict[str, Any]:
     """The whole SFT stage; returns the summary (also written to ``<run_dir>/summary.json``).
 
@@ -132,6 +162,7 @@ def run_sft(cfg: SFTConfig, *, quiet: bool = False) -> dict[str, Any]:
             )
         expert_seconds = time.perf_counter() - mark
         write_expert(run_dir / "expert", kept, report, tok)
+        check_expert_leaks(kept, load, tok, run_dir / "expert")
         if not kept:
             print(
                 f"[expert] no trajectory passed the evidence check ({dict(report.dropped)}). "

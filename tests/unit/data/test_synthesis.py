@@ -10,6 +10,7 @@ import dataclasses
 import itertools
 import json
 import random
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -949,7 +950,8 @@ def test_synthesize_drops_and_refills_unanswerable_questions(tmp_path, monkeypat
 
 def test_synthesize_reports_each_quota_it_cannot_fill(tmp_path):
     # Grid Town 0 -> 1 -> 2 -> 3 -> 4: four 1-hop walks, one per answer; with sizes 3 / 1 / 1 the
-    # answers fall in validation, test, train, train, so train gets 2 of its 3
+    # answers fall in validation, test, train, train; the walk 2 -> 3 starts at the test answer,
+    # so the leak check refuses it and train gets 1 of its 3
     answers = [f"grid town {i}" for i in range(1, 5)]
     assert [split_of(a, 0, [3, 1, 1]) for a in answers] == [
         "validation",
@@ -964,20 +966,34 @@ def test_synthesize_reports_each_quota_it_cannot_fill(tmp_path):
         validation_size=1,
         test_size=1,
         hop_weights=[1.0],
+        split_salt="",
+        min_fill=0.3,
     )
     logs: list[str] = []
     out = synthesize(cfg, log=logs.append)
     assert {s: len(read_dataset(out / f"{s}.jsonl")) for s in SPLITS} == {
-        "train": 2,
+        "train": 1,
         "validation": 1,
         "test": 1,
     }
-    why = "walks exhausted: the corpus has no other valid 1-hop walk whose answer belongs to train"
-    expected = [{"split": "train", "hops": 1, "got": 2, "wanted": 3, "why": why}]
-    assert json.loads((out / "quality_report.json").read_text())["shortfall"] == expected
-    assert json.loads((out / "manifest.json").read_text())["shortfall"] == expected
-    assert f"[dataset] train 1-hop quota not filled: got 2 of 3: {why}" in logs
-    assert f"- train 1-hop: 2 of 3; {why}" in (out / "quality_report.md").read_text()
+    (short,) = json.loads((out / "quality_report.json").read_text())["shortfall"]
+    why = short.pop("why")
+    assert short == {"split": "train", "hops": 1, "got": 1, "wanted": 3}
+    leak, exhausted = why.split("; ")
+    assert re.fullmatch(
+        r"train walks that would leak a held-out question \(its answer or a link of its chain\) "
+        r"were refused [1-9][0-9]* times",
+        leak,
+    )
+    assert exhausted == (
+        "walks exhausted: the corpus has no other valid 1-hop walk whose answer belongs to train"
+    )
+    expected = [{**short, "why": why}]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["shortfall"] == expected
+    assert set(manifest["overlaps"].values()) == {0}
+    assert f"[dataset] train 1-hop quota not filled: got 1 of 3: {why}" in logs
+    assert f"- train 1-hop: 1 of 3; {why}" in (out / "quality_report.md").read_text()
 
 
 def test_unfilled_quotas_say_why():
