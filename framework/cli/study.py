@@ -148,9 +148,21 @@ def _tail(path: Path, lines: int) -> str:
 
 
 # -- evaluation -------------------------------------------------------------------------------------
-def eval_config(train_cfg: Any, cfg: StudyConfig, checkpoint: Path | None, out: Path) -> Any:
+def eval_settings(cfg: StudyConfig, start: bool) -> dict[str, Any]:
+    """The eval settings of one of the study's evaluations: the warm start's has its own k."""
+    settings = asdict(cfg.eval)
+    settings.pop("start_samples_per_question", None)
+    if start:
+        settings["samples_per_question"] = cfg.start_samples()
+    return settings
+
+
+def eval_config(
+    train_cfg: Any, cfg: StudyConfig, checkpoint: Path | None, out: Path, start: bool = False
+) -> Any:
     """The eval app's config for ``checkpoint``: the train run's dataset, retriever, rollout
-    settings and agent budgets, the study's questions, k and seed, the rule judge."""
+    settings and agent budgets, the study's questions, k and seed, the rule judge; ``start``: the
+    warm start's evaluation, with its own number of samples."""
     from framework.cli.app import load_config
 
     e = cfg.eval
@@ -160,7 +172,7 @@ def eval_config(train_cfg: Any, cfg: StudyConfig, checkpoint: Path | None, out: 
             f"run_dir={out}",
             f"split={e.split}",
             f"questions={e.questions}",
-            f"samples_per_question={e.samples_per_question}",
+            f"samples_per_question={eval_settings(cfg, start)['samples_per_question']}",
             f"seed={e.seed}",
             f"batch_questions={e.batch_questions}",
         ],
@@ -175,9 +187,12 @@ def eval_config(train_cfg: Any, cfg: StudyConfig, checkpoint: Path | None, out: 
     )
 
 
-def evaluate_once(train_cfg: Any, cfg: StudyConfig, checkpoint: Path | None, out: Path) -> dict:
+def evaluate_once(
+    train_cfg: Any, cfg: StudyConfig, checkpoint: Path | None, out: Path, start: bool = False
+) -> dict:
     """The evaluation in ``out`` (made now, in a child process, unless ``results.json`` is there);
-    ``checkpoint`` None evaluates ``train_cfg.rollout.policy`` itself."""
+    ``checkpoint`` None evaluates ``train_cfg.rollout.policy`` itself; ``start``: it is the warm
+    start's. A finished evaluation on the test split is counted (:func:`count_test_evaluation`)."""
     done = out / "results.json"
     if done.is_file() and (out / "samples.jsonl").is_file():
         return json.loads(done.read_text())
@@ -186,11 +201,28 @@ def evaluate_once(train_cfg: Any, cfg: StudyConfig, checkpoint: Path | None, out
     # an interrupted evaluation left its finished batches in partial/journal-*.jsonl: kept, so the
     # rerun rolls out only the rest
     partial = out.with_name(out.name + ".partial")
-    in_child(_evaluate_child, eval_config(train_cfg, cfg, checkpoint, partial))
-    (partial / EVAL_SETTINGS).write_text(json.dumps(asdict(cfg.eval), indent=2) + "\n")
+    in_child(_evaluate_child, eval_config(train_cfg, cfg, checkpoint, partial, start))
+    (partial / EVAL_SETTINGS).write_text(json.dumps(eval_settings(cfg, start), indent=2) + "\n")
     shutil.rmtree(out, ignore_errors=True)
     partial.rename(out)
+    if cfg.eval.split == "test":
+        root = out.parent if start else out.parent.parent.parent
+        count_test_evaluation(root, str(out.relative_to(root / "eval")))
     return json.loads(done.read_text())
+
+
+def count_test_evaluation(root: Path, policy: str) -> dict[str, int]:
+    """Add one to ``policy``'s count of finished test-split evaluations in the study directory
+    (``test_evaluations.json``, which the report prints); returns the counts."""
+    from framework.eval.study_archive import TEST_COUNTS
+
+    path = root / TEST_COUNTS
+    counts = json.loads(path.read_text()) if path.is_file() else {}
+    counts[policy] = counts.get(policy, 0) + 1
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(counts, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+    return counts
 
 
 def _evaluate_child(eval_cfg: Any) -> None:
@@ -272,25 +304,79 @@ def eval_settings_changed(out: Path, now: dict[str, Any]) -> list[str]:
     ]
 
 
-def check_evals_match(root: Path, eval_cfg: Any) -> None:
+def check_evals_match(root: Path, cfg: StudyConfig) -> None:
     """Refuse to go on when a finished evaluation in ``root`` was made with other eval settings
     (questions, samples, seed, split, batch size): its rows would not pair with new ones.
 
     Raises:
         SystemExit: status 2, naming each changed setting of each evaluation.
     """
-    now = asdict(eval_cfg)
     changed = [
         line
         for done in sorted((root / "eval").glob("**/results.json"))
         if ".partial" not in done.parent.name
-        for line in eval_settings_changed(done.parent, now)
+        for line in eval_settings_changed(
+            done.parent, eval_settings(cfg, start=done.parent == root / "eval" / "start")
+        )
     ]
     if changed:
         print(
             "\n".join(changed) + "\nFix: run the study with the eval settings it was made with, "
             "or pass a new out_dir=... (or delete an evaluation directory to evaluate that policy "
             "again with the new settings).",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+
+
+# -- the protocol: the test split only for a study fixed in advance ---------------------------------
+PREREGISTRATION = "preregistration.json"
+
+
+def check_preregistration(root: Path, cfg: StudyConfig) -> None:
+    """A study on the test split must name its committed pre-registration, and is frozen: its
+    first launch records the pre-registration, the git commit and the study's settings, and a
+    later launch with other settings is refused (choices are made on validation, before).
+
+    Raises:
+        SystemExit: status 2 when the pre-registration file is missing, or the settings changed.
+    """
+    if cfg.eval.split != "test":
+        return
+    from framework.eval.study_archive import CONFIG_KEYS
+    from framework.lightning.run_info import git_commit
+
+    doc = Path(cfg.preregistration.split("#", 1)[0])
+    if not doc.is_file():
+        print(
+            f"[preregistration] got {cfg.preregistration!r}, which names no file here; expected "
+            "the committed pre-registration of this study (docs/study.md#<section>). Fix: write "
+            "and commit it first, then pass its path.",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    settings = {k: v for k, v in asdict(cfg).items() if k in CONFIG_KEYS}
+    path = root / PREREGISTRATION
+    if not path.is_file():
+        record = {
+            "preregistration": cfg.preregistration,
+            "git_commit": git_commit(),
+            "settings": settings,
+        }
+        path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        return
+    frozen = json.loads(path.read_text())["settings"]
+    changed = [
+        f"{k}: pre-registered {frozen.get(k)!r}, now {v!r}"
+        for k, v in settings.items()
+        if frozen.get(k) != v
+    ]
+    if changed:
+        print(
+            f"[study] got settings that differ from those {root} was pre-registered with:\n  "
+            + "\n  ".join(changed)
+            + "\nexpected the frozen settings of a test-split study. Fix: run it as "
+            "pre-registered; a changed design is a new study (new pre-registration, new out_dir).",
             file=sys.stderr,
         )
         raise SystemExit(2)
@@ -435,13 +521,14 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
     first = [*cfg.overrides, *cfg.arms[next(iter(cfg.arms))], f"run_dir={root / 'start'}"]
     first_cfg = load_config("train", first)
     check_basis(root, study_basis(first_cfg))
-    check_evals_match(root, cfg.eval)
+    check_evals_match(root, cfg)
+    check_preregistration(root, cfg)
     if needs_sft(first_cfg):
         in_child(_warm_start_child, first_cfg)  # the cold-start SFT, cached for every run
     train_cfg = warm_start(first_cfg)  # now only reads the cached policy's folder
     start = train_cfg.rollout.policy
     start_ckpt = Path(start.path) if start.source == "path" else None
-    evaluate_once(train_cfg, cfg, start_ckpt, root / "eval" / "start")
+    evaluate_once(train_cfg, cfg, start_ckpt, root / "eval" / "start", start=True)
 
     # 2. every (arm, seed): train (or resume, or skip), then evaluate; first, every run already
     # there must have been made with its arm's config as it is now
@@ -484,21 +571,41 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
 
 def report_so_far(cfg: StudyConfig, root: Path, jobs: list[tuple[str, int]]) -> dict[str, Any]:
     """``report_only=true``: the report of the evaluations already in ``root`` (a long study
-    looked at between sessions); it trains and evaluates nothing and says what is missing."""
-    from framework.eval.study_report import write_study
+    looked at between sessions, or a published study's committed archive); it trains and
+    evaluates nothing and says what is missing.
 
-    if not any((root / "eval").glob("*/seed*/samples.jsonl")):
+    A directory with evaluations is archived first; one with only ``archive/`` (a committed copy)
+    is reported from it as archived, with the study config saved there, so the published tables
+    regenerate exactly whatever the presets say now.
+    """
+    from framework.eval.study_archive import ARCHIVE, StudyArchive
+    from framework.eval.study_report import write_report, write_study
+
+    archive = StudyArchive(root / ARCHIVE)
+    if any((root / "eval").glob("*/seed*/samples.jsonl")):
+        result = write_study(root, cfg, [state_on_disk(root, *job) for job in jobs])
+    elif archive.exists():
+        cfg = archived_config(archive.config(), cfg)
+        print(f"seekrl-study: reporting from the archive {archive.path} (its study config)")
+        result = write_report(root, cfg)
+    else:
         print(
             f"[report_only] got no evaluated run in {root}; expected a study directory with "
-            "eval/<arm>/seed<S>/samples.jsonl. Fix: run the study first (without "
-            "report_only=true), or pass its out_dir=...",
+            "eval/<arm>/seed<S>/samples.jsonl, or a study's archive/. Fix: run the study first "
+            "(without report_only=true), or pass its out_dir=...",
             file=sys.stderr,
         )
         raise SystemExit(2)
-    result = write_study(root, cfg, [state_on_disk(root, *job) for job in jobs])
     print((root / "study.md").read_text())
     print(f"seekrl-study: the report so far, written to {root}")
     return result
+
+
+def archived_config(saved: dict[str, Any], cfg: StudyConfig) -> StudyConfig:
+    """``cfg`` with the settings an archive was made with (arms, seeds, baseline, evaluation,
+    analysis); settings the archive predates keep ``cfg``'s values."""
+    fields = {k: v for k, v in saved.items() if k != "eval"}
+    return replace(cfg, **fields, eval=replace(cfg.eval, **saved.get("eval", {})))
 
 
 def _arm_config(cfg: StudyConfig, root: Path, arm: str, seed: int, strict: bool = False) -> Any:

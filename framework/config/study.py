@@ -13,9 +13,22 @@ class StudyEvalConfig:
     """How every policy of the study (and the warm start) is evaluated: the same questions, the
     same sampling seed (common random numbers), k samples each."""
 
-    split: str = field(default="test", metadata={"help": "held-out split of the train dataset"})
+    split: str = field(
+        default="validation",
+        metadata={
+            "help": "held-out split: validation for every choice; test only in a pre-registered "
+            "study (needs preregistration=...)"
+        },
+    )
     questions: int = field(default=100, metadata={"help": "questions (0 = the whole split)"})
     samples_per_question: int = field(default=4, metadata={"help": "k (Pass@1 averages them)"})
+    start_samples_per_question: int | None = field(
+        default=None,
+        metadata={
+            "help": "k of the warm start's evaluation; None = samples_per_question x the number "
+            "of seeds, as many as an arm pooled over its seeds"
+        },
+    )
     seed: int = field(default=0, metadata={"help": "question subset and sampling seed"})
     batch_questions: int = field(default=25, metadata={"help": "questions rolled out together"})
 
@@ -23,6 +36,15 @@ class StudyEvalConfig:
         out = check_range(self.questions, "questions", low=0)
         out += check_range(self.samples_per_question, "samples_per_question", low=1)
         out += check_range(self.batch_questions, "batch_questions", low=1)
+        if self.start_samples_per_question is not None:
+            out += check(
+                self.start_samples_per_question >= self.samples_per_question,
+                "start_samples_per_question",
+                self.start_samples_per_question,
+                f"at least samples_per_question ({self.samples_per_question})",
+                "evaluate the warm start with at least as many samples as any arm, or leave it "
+                "null",
+            )
         out += check(
             self.split in ("validation", "test"),
             "split",
@@ -53,6 +75,20 @@ class StudyConfig:
     )
     eval: StudyEvalConfig = field(default_factory=StudyEvalConfig)
     bootstrap: int = field(default=10000, metadata={"help": "bootstrap resamples (paired CIs)"})
+    min_effect: float = field(
+        default=0.05,
+        metadata={
+            "help": "the smallest Pass@1 difference that matters: the report gives each design's "
+            "power for it"
+        },
+    )
+    preregistration: str = field(
+        default="",
+        metadata={
+            "help": "the committed file (and section) that fixed this study's hypothesis, arms, "
+            "seeds and analysis before it ran; required when eval.split=test"
+        },
+    )
     retry_failed: bool = field(
         default=False, metadata={"help": "run again the runs that crashed last time"}
     )
@@ -101,6 +137,19 @@ class StudyConfig:
                 "rename the arm",
             )
         out += check_range(self.bootstrap, "bootstrap", low=100)
+        out += check_range(self.min_effect, "min_effect", low=0.0, high=1.0)
+        out += check(
+            self.eval.split != "test"
+            or bool(self.preregistration)
+            or self.report_only
+            or self.dry_run,
+            "preregistration",
+            self.preregistration or "''",
+            "the pre-registration of a study that evaluates on the test split",
+            "choose settings on eval.split=validation; for the confirmatory study, commit its "
+            "pre-registration first (docs/study.md, 'Protocol') and pass "
+            "preregistration=docs/study.md#<its section>",
+        )
         out += check(
             not (self.dry_run and self.report_only),
             "report_only",
@@ -112,3 +161,9 @@ class StudyConfig:
 
     def directory(self) -> Path:
         return Path(self.out_dir or f"runs/study/{self.name}").expanduser()
+
+    def start_samples(self) -> int:
+        """Samples per question of the warm start's evaluation."""
+        if self.eval.start_samples_per_question is not None:
+            return self.eval.start_samples_per_question
+        return self.eval.samples_per_question * len(self.seeds)

@@ -140,7 +140,7 @@ def arm_curve(series: Sequence[Series]) -> ArmCurve:
 
 
 def plot_arms(
-    runs: Mapping[str, Sequence[Path]],
+    runs: Mapping[str, Sequence[Path | Mapping[str, Series]]],
     tags: Sequence[str],
     out: Path,
     *,
@@ -149,7 +149,8 @@ def plot_arms(
     """One PNG per tag with one line per arm (mean over its runs) and the min..max band shaded.
 
     Args:
-        runs: ``arm -> training run directories`` (seeds of that arm).
+        runs: ``arm -> training run directories`` (seeds of that arm), or their scalars already
+            read (``tag -> series`` per run, as a study archive keeps them).
         tags: scalar tags to plot, e.g. ``["rollout/reward", "loss/entropy"]``.
         out: directory for the plots (created); ``rollout/reward`` becomes ``rollout_reward.png``.
         title_prefix: put before each tag in the plot title.
@@ -198,7 +199,9 @@ def plot_arms(
     return written
 
 
-def curve_table(runs: Mapping[str, Sequence[Path]], tags: Sequence[str]) -> list[dict[str, Any]]:
+def curve_table(
+    runs: Mapping[str, Sequence[Path | Mapping[str, Series]]], tags: Sequence[str]
+) -> list[dict[str, Any]]:
     """Start and end of each arm's curves: mean over runs of the first- and last-quarter averages.
 
     A run's quarter is its first (last) ``max(1, len // 4)`` logged points, so a short run still
@@ -245,8 +248,14 @@ def _quarter_means(series: Series) -> tuple[float, float]:
     return sum(head) / q, sum(tail) / q
 
 
-def _load_runs(runs: Mapping[str, Sequence[Path]]) -> dict[str, list[dict[str, Series]]]:
-    return {arm: [read_scalars(Path(r)) for r in dirs] for arm, dirs in runs.items()}
+def _load_runs(
+    runs: Mapping[str, Sequence[Path | Mapping[str, Series]]],
+) -> dict[str, list[dict[str, Series]]]:
+    """Each run's scalars: read from its directory, or given already (``tag -> series``)."""
+    return {
+        arm: [dict(r) if isinstance(r, Mapping) else read_scalars(Path(r)) for r in dirs]
+        for arm, dirs in runs.items()
+    }
 
 
 def _file_stem(tag: str) -> str:

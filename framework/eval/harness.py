@@ -11,11 +11,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from framework.data.leakage import answer_key
 from framework.data.schema import QAItem
 from framework.eval.judge import JudgeInputs
 from framework.eval.metrics import entity_comparison, histogram, mean_ci, summarize_samples
+from framework.eval.records import entity_kinds
 from framework.progress import Progress
-from framework.rewards.entity import EntityRewardConfig, entity_match_rate
+from framework.rewards.entity import EntityRewardConfig
+from framework.rewards.entity_match import entities_found
 from framework.rewards.text import exact_match, token_f1
 
 
@@ -70,11 +73,13 @@ def rollout_rows(
             item = chunk[t.group]
             answer = t.answer if t.status == "ok" else None
             entities = list(item.entities or [])
-            rate = entity_match_rate(t.think_text, entities, entity_cfg) if entities else None
+            flags = entities_found(t.think_text, entities, entity_cfg.matching())
+            rate = sum(flags) / len(entities) if entities else None
             rows.append(
                 {
                     "dataset": dataset,
                     "question_id": item.id,
+                    "answer_key": answer_key(item),
                     "hops": item.hops,
                     "sample": i % k,
                     "status": t.status,
@@ -91,6 +96,7 @@ def rollout_rows(
                     "entities": len(entities) if entities else None,
                     "matched": round(rate * len(entities)) if rate is not None else None,
                     "match_rate": rate,
+                    **entity_kinds(flags),
                     "think_text": t.think_text,
                 }
             )

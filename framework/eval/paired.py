@@ -44,7 +44,11 @@ class PairedResult:
         unpaired: questions present in only one of the two evaluations (dropped).
         level: confidence level of the interval.
         sd: sample standard deviation (ddof 1) of the per-question differences; with ``n`` it
-            sizes what the comparison can detect (:attr:`detectable`).
+            sizes what the comparison can detect (:attr:`detectable`). For a clustered bootstrap
+            it is the SD that independent questions would need to give the same standard error
+            (``se * sqrt(n)``), so :attr:`detectable` carries the design effect.
+        se: standard deviation of the resampled mean differences: the bootstrap standard error,
+            from which :meth:`power` is computed.
     """
 
     diff: float
@@ -57,6 +61,12 @@ class PairedResult:
     unpaired: int = 0
     level: float = 0.95
     sd: float = float("nan")
+    se: float = float("nan")
+
+    def power(self, difference: float) -> float:
+        """Chance that this design's interval excludes 0 when the true difference is
+        ``difference`` (see :func:`power_at`)."""
+        return power_at(difference, self.se, level=self.level)
 
     @property
     def excludes_zero(self) -> bool:
@@ -232,7 +242,13 @@ def paired_bootstrap(
 
 
 def _result(
-    a_vals: np.ndarray, b_vals: np.ndarray, boot: np.ndarray, *, unpaired: int, level: float
+    a_vals: np.ndarray,
+    b_vals: np.ndarray,
+    boot: np.ndarray,
+    *,
+    unpaired: int,
+    level: float,
+    sd: float | None = None,
 ) -> PairedResult:
     """The :class:`PairedResult` of per-question values ``a_vals``, ``b_vals`` [n] and the
     resampled mean differences ``boot`` [n_boot]: percentile interval and two-sided p-value."""
@@ -256,7 +272,8 @@ def _result(
         b_mean=float(b_vals.mean()),
         unpaired=unpaired,
         level=level,
-        sd=float(d.std(ddof=1)),
+        sd=float(d.std(ddof=1)) if sd is None else sd,
+        se=float(boot.std(ddof=1)) if len(boot) > 1 else float("nan"),
     )
 
 
@@ -331,6 +348,156 @@ def seed_bootstrap(
         d = wb @ b - wa @ a  # [block, n]: each resample's seed-pooled difference per question
         boot[start:stop] = np.take_along_axis(d, idx, axis=1).mean(axis=1)
     return _result(a.mean(axis=0), b.mean(axis=0), boot, unpaired=unpaired, level=level)
+
+
+def cluster_bootstrap(
+    a: Mapping[QuestionKey, float],
+    b: Mapping[QuestionKey, float],
+    clusters: Mapping[QuestionKey, Any],
+    *,
+    n_boot: int = 10000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> PairedResult:
+    """Paired bootstrap of ``b - a`` that resamples clusters of questions, not questions.
+
+    Questions that share an answer (New York City five times) are not independent: a policy that
+    knows the answer gets all of them. Each resample draws the clusters with replacement and takes
+    the mean difference over every question of the drawn clusters (a ratio estimator: clusters of
+    unequal size weigh by their questions), so the interval widens by the design effect of the
+    clustering (Field & Welsh 2007, resampling the top stage of a clustered design). With one
+    question per cluster it equals :func:`paired_bootstrap` in distribution (not draw for draw).
+
+    Args:
+        a: per-question values of the baseline.
+        b: per-question values of the candidate (questions in only one are dropped).
+        clusters: question -> its cluster label (the answer key); a question without a label is
+            its own cluster.
+        n_boot: number of bootstrap resamples.
+        seed: seed of ``np.random.default_rng``.
+        level: confidence level of the interval, in (0, 1).
+
+    Returns:
+        A :class:`PairedResult`; its ``sd`` is ``se * sqrt(n)`` (see the class).
+
+    Raises:
+        ValueError: fewer than 2 clusters among the common questions, ``n_boot < 1`` or
+            ``level`` outside (0, 1).
+    """
+    if n_boot < 1 or not 0.0 < level < 1.0:
+        raise ValueError(
+            f"[cluster_bootstrap] got n_boot={n_boot}, level={level}; expected n_boot >= 1 and "
+            "0 < level < 1. Fix: use e.g. n_boot=10000, level=0.95."
+        )
+    common = sorted(set(a) & set(b), key=repr)
+    labels = [clusters.get(q, ("question", q)) for q in common]
+    order = sorted(set(labels), key=repr)
+    if len(order) < 2:
+        raise ValueError(
+            f"[cluster_bootstrap] got {len(order)} cluster(s) among {len(common)} common "
+            "questions; expected at least 2. Fix: evaluate more questions with distinct answers."
+        )
+    index = {c: i for i, c in enumerate(order)}
+    members = np.array([index[c] for c in labels])  # [n]
+    a_vals = np.array([a[q] for q in common], dtype=np.float64)  # [n]
+    b_vals = np.array([b[q] for q in common], dtype=np.float64)  # [n]
+    g = len(order)
+    sums = np.bincount(members, weights=b_vals - a_vals, minlength=g)  # [g]
+    sizes = np.bincount(members, minlength=g).astype(np.float64)  # [g]
+    rng = np.random.default_rng(seed)
+    block = max(1, _BLOCK_ELEMENTS // g)
+    boot = np.empty(n_boot, dtype=np.float64)
+    for start in range(0, n_boot, block):
+        stop = min(start + block, n_boot)
+        idx = rng.integers(0, g, size=(stop - start, g))  # [block, g]
+        boot[start:stop] = sums[idx].sum(axis=1) / sizes[idx].sum(axis=1)
+    se = float(boot.std(ddof=1)) if n_boot > 1 else float("nan")
+    return _result(
+        a_vals,
+        b_vals,
+        boot,
+        unpaired=len(set(a) ^ set(b)),
+        level=level,
+        sd=se * math.sqrt(len(common)),
+    )
+
+
+def power_at(difference: float, se: float, *, level: float = 0.95) -> float:
+    """Chance that a two-sided test at ``level`` with standard error ``se`` rejects 0 when the
+    true difference is ``difference`` (normal approximation, both tails):
+    ``Phi(|d|/se - z) + Phi(-|d|/se - z)`` with ``z = z_{(1+level)/2}``. ``nan`` when ``se`` is
+    not a positive finite number.
+
+    Raises:
+        ValueError: ``level`` outside (0, 1).
+    """
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"[power_at] got level={level}; expected 0 < level < 1. Fix: use 0.95.")
+    if not math.isfinite(se) or se <= 0:
+        return float("nan")
+    nd = NormalDist()
+    z = nd.inv_cdf((1.0 + level) / 2.0)
+    shift = abs(difference) / se
+    return nd.cdf(shift - z) + nd.cdf(-shift - z)
+
+
+@dataclass(frozen=True)
+class VarianceComponents:
+    """Where the variance of a paired per-question difference comes from.
+
+    Attributes:
+        between: variance across questions of the true per-question difference (what more
+            questions average out and more samples do not).
+        within: per-sample variance of one policy's outcome within a question, summed over the two
+            policies (what more samples per question average out).
+        questions: questions the estimate comes from.
+    """
+
+    between: float
+    within: float
+    questions: int
+
+    def se(self, questions: int, samples: int) -> float:
+        """Standard error of the mean difference with ``questions`` x ``samples`` per policy."""
+        return math.sqrt(max(0.0, self.between + self.within / samples) / questions)
+
+
+def variance_components(
+    a: Mapping[QuestionKey, Sequence[float]], b: Mapping[QuestionKey, Sequence[float]]
+) -> VarianceComponents:
+    """Split the variance of per-question differences into between- and within-question parts.
+
+    With ``k_a`` and ``k_b`` samples of question ``q``, ``d_q = mean(b_q) - mean(a_q)`` has
+    variance ``between + s2_a / k_a + s2_b / k_b``; the within-question sample variances ``s2``
+    (ddof 1) are pooled over questions, and ``between`` is the variance of ``d_q`` minus their mean
+    share (floored at 0). Questions with fewer than 2 samples of either policy inform ``between``
+    only through ``d_q``.
+
+    Args:
+        a: question -> the baseline's per-sample values (e.g. correctness 0/1).
+        b: question -> the candidate's per-sample values.
+
+    Raises:
+        ValueError: fewer than 2 common questions.
+    """
+    common = sorted(set(a) & set(b), key=repr)
+    if len(common) < 2:
+        raise ValueError(
+            f"[variance_components] got {len(common)} common question(s); expected at least 2. "
+            "Fix: pass per-sample values of both policies on the same questions."
+        )
+    d, share, s2 = [], [], []
+    for q in common:
+        xa, xb = np.asarray(a[q], dtype=np.float64), np.asarray(b[q], dtype=np.float64)
+        d.append(xb.mean() - xa.mean())
+        va = xa.var(ddof=1) if len(xa) > 1 else np.nan
+        vb = xb.var(ddof=1) if len(xb) > 1 else np.nan
+        share.append(va / len(xa) + vb / len(xb))
+        s2.append(va + vb)
+    share_mean = float(np.nanmean(share)) if not np.all(np.isnan(share)) else 0.0
+    within = float(np.nanmean(s2)) if not np.all(np.isnan(s2)) else 0.0
+    between = max(0.0, float(np.var(d, ddof=1)) - share_mean)
+    return VarianceComponents(between=between, within=within, questions=len(common))
 
 
 def _seed_weights(rng: np.random.Generator, draws: int, seeds: int) -> np.ndarray:

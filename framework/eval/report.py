@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from framework.eval.records import RECORDS, write_records
+
 TABLE_KEYS = (
     "questions",
     "rollouts",
@@ -72,6 +74,7 @@ def write_outputs(
     with (run_dir / "samples.jsonl").open("w") as fh:
         for r in rows:
             fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+    write_records(run_dir / RECORDS, rows)
     datasets = results["datasets"]
     _write_csv(
         run_dir / "summary.csv",

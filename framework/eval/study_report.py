@@ -1,9 +1,16 @@
 """The study's report: per-arm tables, paired differences, entity analysis, curves, provenance.
 
-Reads what ``seekrl-study`` left in its directory (``eval/start``, ``eval/<arm>/seed<S>``,
-``runs/<arm>/seed<S>``) and writes ``study.md``, ``study.json`` and ``curves/*.png``. Pass@1 of an
-arm pooled over seeds is the mean over questions of the seeds' per-question means; its interval and
-every difference (arm minus baseline, arm minus warm start) resample questions (paired bootstrap).
+Everything is computed from the study's archive (:mod:`framework.eval.study_archive`): the
+per-question, per-sample records of every evaluation, the runs' curves and versions, and the
+study's config. :func:`write_study` first brings the archive up to date from the study directory,
+then writes ``study.md``, ``study.json`` and ``curves/*.png`` from the archive alone, so a committed
+archive regenerates the published report exactly.
+
+Pass@1 of an arm pooled over seeds is the mean over questions of the seeds' per-question means.
+Every difference (arm minus baseline, arm minus warm start) is given three ways side by side:
+resampling questions (paired bootstrap), resampling clusters of questions that share an answer
+(clustered bootstrap), and resampling each arm's seeds and then the questions (seed bootstrap);
+with the power of each design for the smallest difference that matters (``min_effect``).
 """
 
 from __future__ import annotations
@@ -13,42 +20,31 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from framework.eval.curves import curve_table, plot_arms, read_scalars
+from framework.eval.curves import curve_table, plot_arms
+from framework.eval.metrics import entity_comparison, summarize_samples
 from framework.eval.paired import (
     PairedResult,
-    load_samples,
+    QuestionKey,
+    cluster_bootstrap,
     paired_bootstrap,
     per_question,
     pooled_per_question,
+    power_at,
     questions_needed,
     seed_bootstrap,
+    variance_components,
 )
+from framework.eval.study_archive import CURVE_TAGS, StudyArchive, archive_study
 
-#: training curves drawn per arm (mean over seeds, band = min..max)
-CURVE_TAGS = (
-    "rollout/reward",
-    "rollout/accuracy",
-    "rollout/entity_match_rate",
-    "rollout/zero_variance_groups",
-    "rollout/response_length",
-    "rollout/tool_calls",
-    "loss/entropy",
-)
-
-#: per-rollout figures compared between arms (key in samples.jsonl -> label)
+#: per-rollout figures compared between arms (record field -> label)
 FIGURES = {
     "correct": "Pass@1",
     "tool_calls": "tool calls",
     "turns": "turns",
     "format_error": "format errors",
 }
-
-
-def _rows(eval_dir: Path) -> list[dict[str, Any]]:
-    rows = load_samples(eval_dir)
-    for r in rows:
-        r["format_error"] = float(r.get("status") == "format_error")
-    return rows
+#: samples per question of the sizing table (same rollout budget, other splits of it)
+SIZING_SAMPLES = (1, 2, 4, 8)
 
 
 def _mean_ci(values: Mapping[Any, float], n_boot: int) -> PairedResult:
@@ -56,26 +52,83 @@ def _mean_ci(values: Mapping[Any, float], n_boot: int) -> PairedResult:
     return paired_bootstrap(dict.fromkeys(values, 0.0), values, n_boot=n_boot)
 
 
-def _entity(results: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
-    """The paper's analysis summed over seeds: matched entities in correct vs wrong rollouts."""
-    ents = [r["entity"] for r in results if r.get("entity")]
-    if not ents:
-        return None
-    both = sum(e["questions_with_correct_and_wrong"] for e in ents)
+def overall(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One evaluation's headline figures from its records: Pass@1 (normal interval over
+    questions), Pass@k at the smallest number of samples any question has, tool use, format
+    errors, and the bridge-entity analysis."""
+    by_q: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_q.setdefault(r["question_id"], []).append(r)
+    k = min(len(g) for g in by_q.values())
+    sampling = summarize_samples([[bool(r["correct"]) for r in g] for g in by_q.values()], k)
     return {
-        "questions_with_correct_and_wrong": both,
-        "correct_matches_more": sum(e["correct_matches_more"] for e in ents),
-        "wrong_matches_more": sum(e["wrong_matches_more"] for e in ents),
-        "ties": sum(e["ties"] for e in ents),
-        "match_rate": sum(e["match_rate"] for e in ents) / len(ents),
-        "mean_matched_correct": _nanmean([e["mean_matched_correct"] for e in ents]),
-        "mean_matched_wrong": _nanmean([e["mean_matched_wrong"] for e in ents]),
+        "pass@1": sampling.pass1.mean,
+        "pass@1_ci": [sampling.pass1.low, sampling.pass1.high],
+        "k": k,
+        "pass@k": sampling.pass_k,
+        "questions": len(by_q),
+        "samples": len(rows),
+        "tool_calls": _mean([r["tool_calls"] for r in rows]),
+        "turns": _mean([r["turns"] for r in rows]),
+        "format_error_rate": _mean([r["format_error"] for r in rows]),
+        "entity": bridge_analysis(by_q.values()),
     }
 
 
-def _nanmean(values: Sequence[float | None]) -> float | None:
-    vals = [v for v in values if v is not None and v == v]
+def _mean(values: Sequence[Any]) -> float | None:
+    vals = [float(v) for v in values if v is not None]
     return sum(vals) / len(vals) if vals else None
+
+
+def bridge_analysis(groups: Any) -> dict[str, Any] | None:
+    """The paper's entity analysis on the hidden bridge entities only.
+
+    The anchor is named in the question and the answer is written by every correct rollout, so
+    counting them makes "correct rollouts match more entities" close to automatic. Here only the
+    bridges (entities between anchor and answer) count: per question with bridges and with both
+    correct and wrong rollouts, do the correct ones match more of them? Also: the bridge match
+    rate, and the share of wrong rollouts that match at least one bridge (those E-GRPO credits
+    for something the question did not give away). None when no question has bridges.
+    """
+    groups = [g for g in groups if (g[0].get("bridges") or 0) > 0]
+    if not groups:
+        return None
+    cmp = entity_comparison(
+        [[r["matched_bridges"] for r in g] for g in groups],
+        [[bool(r["correct"]) for r in g] for g in groups],
+    )
+    rows = [r for g in groups for r in g]
+    wrong = [r for r in rows if not r["correct"]]
+    return {
+        "questions_with_bridges": len(groups),
+        "questions_with_correct_and_wrong": cmp.questions_with_both,
+        "correct_matches_more": cmp.correct_more,
+        "wrong_matches_more": cmp.wrong_more,
+        "ties": cmp.ties,
+        "mean_matched_correct": cmp.mean_matched_correct,
+        "mean_matched_wrong": cmp.mean_matched_wrong,
+        "bridge_match_rate": sum(r["matched_bridges"] for r in rows)
+        / sum(r["bridges"] for r in rows),
+        "wrong_with_a_bridge": (
+            sum(r["matched_bridges"] > 0 for r in wrong) / len(wrong) if wrong else None
+        ),
+    }
+
+
+def _samples(rows: Sequence[dict[str, Any]]) -> dict[QuestionKey, list[float]]:
+    out: dict[QuestionKey, list[float]] = {}
+    for r in rows:
+        out.setdefault((r["dataset"], r["question_id"]), []).append(float(r["correct"]))
+    return out
+
+
+def _clusters(rows: Sequence[dict[str, Any]]) -> dict[QuestionKey, Any]:
+    """question -> its answer key (records without one leave the question its own cluster)."""
+    return {
+        (r["dataset"], r["question_id"]): r["answer_key"]
+        for r in rows
+        if r.get("answer_key") is not None
+    }
 
 
 def _by_hops(
@@ -96,91 +149,115 @@ def _by_hops(
     return out
 
 
-def train_seconds(run: Path) -> float | None:
-    """Seconds the run's steps took, summed over every step it logged (``timing/step``): the
-    whole run, also when it was resumed by a later process; None without logged steps."""
-    steps = read_scalars(run).get("timing/step", []) if (run / "tensorboard").is_dir() else []
-    return sum(v for _, v in steps) if steps else None
+def _three_ways(
+    a_runs: Sequence[Mapping[QuestionKey, float]],
+    b_runs: Sequence[Mapping[QuestionKey, float]],
+    clusters: Mapping[QuestionKey, Any],
+    n_boot: int,
+    min_effect: float,
+) -> dict[str, Any]:
+    """The Pass@1 difference ``b - a`` by the question, the answer-clustered and the seed
+    bootstrap, each with its power for ``min_effect``."""
+    a, b = pooled_per_question(a_runs), pooled_per_question(b_runs)
+    out = {
+        "questions": paired_bootstrap(a, b, n_boot=n_boot),
+        "answer_clusters": cluster_bootstrap(a, b, clusters, n_boot=n_boot),
+    }
+    if len(a_runs) > 1 or len(b_runs) > 1:
+        out["seeds"] = seed_bootstrap(a_runs, b_runs, n_boot=n_boot)
+    return {
+        name: {**_as_dict(r), "power_at_min_effect": r.power(min_effect)} for name, r in out.items()
+    }
 
 
-def _overall(eval_dir: Path) -> dict[str, Any]:
-    datasets = json.loads((eval_dir / "results.json").read_text())["datasets"]
-    if len(datasets) != 1:
-        raise ValueError(f"[study] {eval_dir} evaluated {len(datasets)} datasets; expected one.")
-    return next(iter(datasets.values()))["overall"]
+def _sizing(
+    a_rows: Sequence[dict[str, Any]], b_rows: Sequence[dict[str, Any]], min_effect: float
+) -> dict[str, Any]:
+    """How the same rollout budget would be best spent, from the measured variance components of
+    the Pass@1 difference (:func:`framework.eval.paired.variance_components`)."""
+    a, b = _samples(a_rows), _samples(b_rows)
+    vc = variance_components(a, b)
+    budget = sum(len(v) for v in b.values())  # rollouts of the candidate (same for the baseline)
+    designs = []
+    for k in SIZING_SAMPLES:
+        q = max(2, budget // k)
+        se = vc.se(q, k)
+        designs.append(
+            {
+                "samples_per_question": k,
+                "questions": q,
+                "se": se,
+                "detectable": 2.8016 * se,
+                "power_at_min_effect": power_at(min_effect, se),
+            }
+        )
+    return {"between": vc.between, "within": vc.within, "budget": budget, "designs": designs}
 
 
 def summarize_study(
-    root: Path, arms: Sequence[str], seeds: Sequence[int], baseline: str, n_boot: int
+    archive: StudyArchive,
+    arms: Sequence[str],
+    seeds: Sequence[int],
+    baseline: str,
+    n_boot: int,
+    min_effect: float = 0.05,
 ) -> dict[str, Any]:
-    """Every figure of the report, from the evaluation directories under ``root``."""
-    start_dir = root / "eval" / "start"
-    start = _rows(start_dir) if (start_dir / "samples.jsonl").is_file() else None
+    """Every figure of the report, from the study's archive alone."""
+    start = archive.records(None) if archive.has_eval(None) else None
     out: dict[str, Any] = {
+        "min_effect": min_effect,
         "arms": {},
         "versus_baseline": {},
         "versus_start": {},
         "versus_baseline_seeds": {},
         "versus_start_seeds": {},
+        "pass1_three_ways": {},
         "by_hops": {},
+        "sizing": {},
+        "test_evaluations": archive.test_evaluations(),
     }
     pooled: dict[str, dict[str, dict[Any, float]]] = {}
     by_seed: dict[str, dict[str, list[dict[Any, float]]]] = {}
+    all_rows: dict[str, list[dict[str, Any]]] = {}
+    clusters: dict[QuestionKey, Any] = {}
     if start is not None:
-        o = _overall(start_dir)
-        out["start"] = {
-            "pass@1": o["pass@1"],
-            "pass@1_ci": o["pass@1_ci"],
-            "k": o["k"],
-            f"pass@{o['k']}": o[f"pass@{o['k']}"],
-            "tool_calls": o["tool_calls"],
-            "turns": o["turns"],
-            "format_error_rate": o["format_error_rate"],
-            "entity": o.get("entity"),
-        }
+        out["start"] = overall(start)
+        clusters.update(_clusters(start))
     # the warm start's per-question figures, shared by every arm's comparisons
     start_pq = {key: per_question(start, key) for key in FIGURES} if start is not None else {}
     for arm in arms:
-        seeds_done = [
-            s for s in seeds if (root / "eval" / arm / f"seed{s}" / "samples.jsonl").is_file()
-        ]
+        seeds_done = [s for s in seeds if archive.has_eval(arm, s)]
         if not seeds_done:
             continue
         per_seed = {}
         figures: dict[str, list[dict[Any, float]]] = {k: [] for k in FIGURES}
         results, seed_rows = [], []
         for s in seeds_done:
-            d = root / "eval" / arm / f"seed{s}"
-            rows = _rows(d)
+            rows = archive.records(arm, s)
+            clusters.update(_clusters(rows))
             seed_rows.append(rows)
-            o = _overall(d)
+            o = overall(rows)
             results.append(o)
-            k = o["k"]
-            per_seed[s] = {
-                "pass@1": o["pass@1"],
-                "pass@1_ci": o["pass@1_ci"],
-                f"pass@{k}": o[f"pass@{k}"],
-                "tool_calls": o["tool_calls"],
-                "turns": o["turns"],
-                "format_error_rate": o["format_error_rate"],
-            }
+            per_seed[s] = {k: o[k] for k in ("pass@1", "pass@1_ci", "pass@k", "tool_calls")}
+            per_seed[s] |= {k: o[k] for k in ("turns", "format_error_rate")}
             for key in FIGURES:
                 figures[key].append(per_question(rows, key))
+        all_rows[arm] = [r for rows in seed_rows for r in rows]
         pooled[arm] = {key: pooled_per_question(v) for key, v in figures.items()}
         by_seed[arm] = figures
         p1 = _mean_ci(pooled[arm]["correct"], n_boot)
-        k = results[0]["k"]
         out["arms"][arm] = {
             "seeds": seeds_done,
             "pass@1": p1.diff,
             "pass@1_ci": [p1.low, p1.high],
             "questions": p1.n,
-            f"pass@{k}": sum(r[f"pass@{k}"] for r in results) / len(results),
+            "k": min(r["k"] for r in results),
+            "pass@k": sum(r["pass@k"] for r in results) / len(results),
             "tool_calls": sum(r["tool_calls"] for r in results) / len(results),
             "turns": sum(r["turns"] for r in results) / len(results),
             "format_error_rate": sum(r["format_error_rate"] for r in results) / len(results),
             "per_seed": per_seed,
-            "entity": _entity(results),
+            "entity": bridge_analysis(_grouped(all_rows[arm])),
         }
         if start is not None:
             out["versus_start"][arm] = {
@@ -196,6 +273,9 @@ def summarize_study(
                     label: _as_dict(seed_bootstrap([start_pq[key]], figures[key], n_boot=n_boot))
                     for key, label in FIGURES.items()
                 }
+            out["pass1_three_ways"][f"{arm} - start"] = _three_ways(
+                [start_pq["correct"]], figures["correct"], clusters, n_boot, min_effect
+            )
             by_hops = _by_hops(start, seed_rows, n_boot)
             if by_hops:
                 out["by_hops"][arm] = by_hops
@@ -216,7 +296,20 @@ def summarize_study(
                     )
                     for key, label in FIGURES.items()
                 }
+            out["pass1_three_ways"][f"{arm} - {baseline}"] = _three_ways(
+                by_seed[baseline]["correct"], by_seed[arm]["correct"], clusters, n_boot, min_effect
+            )
+            out["sizing"][f"{arm} - {baseline}"] = _sizing(
+                all_rows[baseline], all_rows[arm], min_effect
+            )
     return out
+
+
+def _grouped(rows: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    by_q: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_q.setdefault(r["question_id"], []).append(r)
+    return list(by_q.values())
 
 
 def _as_dict(r: PairedResult) -> dict[str, Any]:
@@ -229,48 +322,44 @@ def _as_dict(r: PairedResult) -> dict[str, Any]:
         "b_mean": r.b_mean,
         "excludes_zero": r.excludes_zero,
         "sd": r.sd,
+        "se": r.se,
         "detectable": r.detectable,
     }
 
 
 def write_study(root: Path, cfg: Any, states: Sequence[Any]) -> dict[str, Any]:
-    """``study.md``, ``study.json`` and ``curves/`` for the study in ``root``."""
+    """Archive the study in ``root`` (:func:`archive_study`), then write its report from the
+    archive alone (:func:`write_report`)."""
+    archive_study(root, cfg, states)
+    return write_report(root, cfg)
+
+
+def write_report(root: Path, cfg: Any) -> dict[str, Any]:
+    """``study.md``, ``study.json`` and ``curves/`` in ``root``, from ``<root>/archive`` only."""
+    archive = StudyArchive(root / "archive")
     arms, seeds = list(cfg.arms), list(cfg.seeds)
-    summary = summarize_study(root, arms, seeds, cfg.baseline, cfg.bootstrap)
-    runs = {
-        arm: [
-            root / "runs" / arm / f"seed{s}"
-            for s in seeds
-            if (root / "runs" / arm / f"seed{s}" / "tensorboard").is_dir()
-        ]
-        for arm in arms
-    }
+    summary = summarize_study(archive, arms, seeds, cfg.baseline, cfg.bootstrap, cfg.min_effect)
+    runs = {arm: [archive.curves(arm, s) for s in seeds] for arm in arms}
+    runs = {a: [c for c in r if c] for a, r in runs.items()}
     runs = {a: r for a, r in runs.items() if r}
     plots = plot_arms(runs, list(CURVE_TAGS), root / "curves", title_prefix=f"{cfg.name}: ")
-    table = curve_table(runs, list(CURVE_TAGS))
-    summary["curves"] = table
+    summary["curves"] = curve_table(runs, list(CURVE_TAGS))
     summary["runs"] = [
         {
-            "arm": s.arm,
-            "seed": s.seed,
-            "status": s.status,
-            "seconds": s.seconds,
-            "train_seconds": train_seconds(root / "runs" / s.arm / f"seed{s.seed}"),
-            "dir": str(root / "runs" / s.arm / f"seed{s.seed}"),
-            "versions": _read_json(root / "runs" / s.arm / f"seed{s.seed}" / "versions.json"),
+            "arm": arm,
+            "seed": seed,
+            "status": run["status"],
+            "seconds": run["seconds"],
+            "train_seconds": run["train_seconds"],
+            "dir": f"runs/{arm}/seed{seed}",
+            "versions": run["versions"],
         }
-        for s in states
+        for arm, seed in archive.runs(arms)
+        if (run := archive.run(arm, seed)) is not None
     ]
     (root / "study.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     (root / "study.md").write_text(_markdown(cfg, summary, plots, root))
     return summary
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
 
 
 def _pct(v: float | None) -> str:
@@ -304,6 +393,84 @@ def _power_lines(versus: dict[str, dict[str, Any]]) -> list[str]:
             n = questions_needed(p["sd"], p["diff"])
             line += f"; a true {p['diff']:+.3f} (the measured one) would need about {n} questions"
         lines.append(line + ".")
+    return lines
+
+
+def _start_k(s: dict[str, Any]) -> str:
+    return f"{s['start']['k']} samples per question" if "start" in s else "not evaluated"
+
+
+def _test_line(s: dict[str, Any]) -> str:
+    """How many times each policy was evaluated on the test split (the protocol counts them)."""
+    counts = s.get("test_evaluations") or {}
+    if not counts:
+        return "Test-split evaluations: none (this study evaluated on validation only)."
+    return (
+        "Test-split evaluations (each counted when it finished): "
+        + ", ".join(f"{policy} {n}" for policy, n in sorted(counts.items()))
+        + "."
+    )
+
+
+def _power_cell(d: dict[str, Any]) -> str:
+    p = d["power_at_min_effect"]
+    return "n/a" if p != p else f"{p:.2f}"
+
+
+def _three_way_lines(s: dict[str, Any]) -> list[str]:
+    """Pass@1 differences by the three resampling schemes, side by side, with their power."""
+    if not s["pass1_three_ways"]:
+        return []
+    m = s["min_effect"]
+    lines = [
+        "",
+        "## Pass@1 differences three ways, and the power for the smallest difference that matters",
+        "",
+        "Questions: resample questions (seeds fixed). Answer clusters: resample the groups of "
+        "questions that share an answer, so questions about one answer count once. Seeds: resample "
+        "each arm's seeds, then the questions. Power: the chance that the design's interval "
+        f"excludes 0 if the true difference were {m:+.3f} (`min_effect`), from the resampling "
+        "standard error.",
+        "",
+        "| comparison | questions [95% CI] | power | answer clusters [95% CI] | power | "
+        "seeds [95% CI] | power |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, d in s["pass1_three_ways"].items():
+        cells = []
+        for scheme in ("questions", "answer_clusters", "seeds"):
+            if scheme in d:
+                cells += [_diff(d[scheme]), _power_cell(d[scheme])]
+            else:
+                cells += ["- (one seed each)", "-"]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _sizing_lines(s: dict[str, Any]) -> list[str]:
+    """The same rollout budget split into questions x samples, from the measured variance."""
+    if not s["sizing"]:
+        return []
+    lines = [
+        "",
+        "## Sizing the next evaluation (questions x samples for the same rollout budget)",
+        "",
+        "From the measured variance of the Pass@1 difference: `between` questions (what more "
+        "questions average out) and `within` a question (what more samples average out; "
+        "`framework.eval.paired.variance_components`). Detectable: the true difference found "
+        "with 80% power; questions beyond the split's size are not available.",
+        "",
+        "| comparison | between | within | rollouts per policy | samples per question | questions "
+        "| standard error | detectable | power at min_effect |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, z in s["sizing"].items():
+        for d in z["designs"]:
+            lines.append(
+                f"| {name} | {z['between']:.4f} | {z['within']:.4f} | {z['budget']} | "
+                f"{d['samples_per_question']} | {d['questions']} | {d['se']:.4f} | "
+                f"{d['detectable']:.3f} | {d['power_at_min_effect']:.2f} |"
+            )
     return lines
 
 
@@ -363,30 +530,34 @@ def _markdown(cfg: Any, s: dict[str, Any], plots: Sequence[Path], root: Path) ->
         "",
         f"Arms: {arms}; seeds "
         f"{list(cfg.seeds)}; shared overrides: `{' '.join(cfg.overrides) or '(none)'}`.",
-        f"Evaluation: {e.questions or 'all'} {e.split} questions x {e.samples_per_question} samples, "
-        f"sampling seed {e.seed}, the same for every policy. Intervals: 95% percentile bootstrap "
-        f"over questions ({cfg.bootstrap} resamples); differences are paired by question.",
+        f"Evaluation: {e.questions or 'all'} {e.split} questions x {e.samples_per_question} samples "
+        f"per run (the warm start: {_start_k(s)}), sampling seed {e.seed}, the same for every "
+        f"policy. Intervals: 95% percentile bootstrap ({cfg.bootstrap} resamples); differences are "
+        "paired by question. Every figure below is computed from the records in `archive/` "
+        "(`seekrl-study report_only=true` regenerates this report from them).",
+        "",
+        _test_line(s),
         "",
     ]
     lines += _partial_lines(cfg, s)
     lines += ["## Pass@1 per arm (pooled over seeds)", ""]
-    k = e.samples_per_question
     lines += [
-        f"| policy | seeds | Pass@1 [95% CI] | Pass@{k} | tool calls | turns | format errors |",
-        "|---|---|---|---|---|---|---|",
+        "| policy | seeds | samples per question | Pass@1 [95% CI] | Pass@k | tool calls | turns "
+        "| format errors |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     if "start" in s:
         st = s["start"]
         lines.append(
-            f"| warm start | - | {st['pass@1']:.3f} {_ci(st['pass@1_ci'])} | "
-            f"{st[f'pass@{k}']:.3f} | {st['tool_calls']:.2f} | {st['turns']:.2f} | "
+            f"| warm start | - | {st['k']} | {st['pass@1']:.3f} {_ci(st['pass@1_ci'])} | "
+            f"{st['pass@k']:.3f} | {st['tool_calls']:.2f} | {st['turns']:.2f} | "
             f"{st['format_error_rate']:.3f} |"
         )
     for arm, a in s["arms"].items():
         lines.append(
-            f"| {arm} | {len(a['seeds'])} | {a['pass@1']:.3f} {_ci(a['pass@1_ci'])} | "
-            f"{a[f'pass@{k}']:.3f} | {a['tool_calls']:.2f} | {a['turns']:.2f} | "
-            f"{a['format_error_rate']:.3f} |"
+            f"| {arm} | {len(a['seeds'])} | {a['k']} x {len(a['seeds'])} | {a['pass@1']:.3f} "
+            f"{_ci(a['pass@1_ci'])} | {a['pass@k']:.3f} | {a['tool_calls']:.2f} | "
+            f"{a['turns']:.2f} | {a['format_error_rate']:.3f} |"
         )
     lines += [
         "",
@@ -433,13 +604,19 @@ def _markdown(cfg: Any, s: dict[str, Any], plots: Sequence[Path], root: Path) ->
             lines.append(f"| {arm} | " + " | ".join(_diff(d[f]) for f in FIGURES.values()) + " |")
         lines += _power_lines(s["versus_baseline"])
     lines += _seed_lines(cfg, s)
+    lines += _three_way_lines(s)
+    lines += _sizing_lines(s)
     lines += [
         "",
-        "## Entity analysis (the paper's: entities matched in correct vs wrong rollouts)",
+        "## Entity analysis on the hidden bridge entities (anchor and answer not counted)",
         "",
-        "| policy | questions with both | correct matches more | wrong matches more | ties | "
-        "mean matched (correct) | mean matched (wrong) | match rate |",
-        "|---|---|---|---|---|---|---|---|",
+        "Questions with bridges (two hops or more) only. The anchor is named by the question and "
+        "the answer is written by every correct rollout, so they are left out.",
+        "",
+        "| policy | questions with bridges | with correct and wrong | correct matches more | "
+        "wrong matches more | ties | mean bridges matched (correct) | (wrong) | bridge match rate "
+        "| wrong rollouts with a bridge |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     ents = ([("warm start", s["start"].get("entity"))] if "start" in s else []) + [
         (arm, a["entity"]) for arm, a in s["arms"].items()
@@ -447,9 +624,11 @@ def _markdown(cfg: Any, s: dict[str, Any], plots: Sequence[Path], root: Path) ->
     for label, en in ents:
         if en:
             lines.append(
-                f"| {label} | {en['questions_with_correct_and_wrong']} | {en['correct_matches_more']} | "
+                f"| {label} | {en['questions_with_bridges']} | "
+                f"{en['questions_with_correct_and_wrong']} | {en['correct_matches_more']} | "
                 f"{en['wrong_matches_more']} | {en['ties']} | {_pct(en['mean_matched_correct'])} | "
-                f"{_pct(en['mean_matched_wrong'])} | {en['match_rate']:.3f} |"
+                f"{_pct(en['mean_matched_wrong'])} | {en['bridge_match_rate']:.3f} | "
+                f"{_pct(en['wrong_with_a_bridge'])} |"
             )
     if s["curves"]:
         lines += [

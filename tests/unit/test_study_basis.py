@@ -11,8 +11,9 @@ from framework.cli.study import (
     check_evals_match,
     check_runs_match_arms,
     config_drift,
+    eval_settings,
 )
-from framework.config.study import StudyEvalConfig
+from framework.config.study import StudyConfig, StudyEvalConfig
 
 
 def test_a_study_is_pinned_to_its_questions_and_warm_start(tmp_path, capsys):
@@ -93,6 +94,10 @@ def test_runs_made_with_another_config_stop_the_study(tmp_path, capsys):
     assert "Fix: give the changed arm a new name" in err
 
 
+def study_of(e: StudyEvalConfig, seeds=(0,)) -> StudyConfig:
+    return StudyConfig(arms={"a": []}, seeds=list(seeds), eval=e)
+
+
 def _finished_eval(out, results, settings=None) -> None:
     out.mkdir(parents=True)
     (out / "results.json").write_text(json.dumps(results))
@@ -105,12 +110,12 @@ def test_finished_evaluations_made_with_other_eval_settings_stop_the_study(tmp_p
     made = asdict(e)
     _finished_eval(tmp_path / "eval" / "start", {"k": 4, "seed": 0}, made)
     _finished_eval(tmp_path / "eval" / "a" / "seed0", {"k": 4, "seed": 0}, made)
-    check_evals_match(tmp_path, e)  # the same settings go on
+    check_evals_match(tmp_path, study_of(e))  # the same settings go on
     (tmp_path / "eval" / "b" / "seed0.partial").mkdir(parents=True)  # unfinished: not checked
     (tmp_path / "eval" / "b" / "seed0.partial" / "results.json").write_text("{}")
-    check_evals_match(tmp_path, e)
+    check_evals_match(tmp_path, study_of(e))
     with pytest.raises(SystemExit) as exc:
-        check_evals_match(tmp_path, replace(e, questions=200))
+        check_evals_match(tmp_path, study_of(replace(e, questions=200)))
     assert exc.value.code == 2
     err = capsys.readouterr().err
     start = tmp_path / "eval" / "start"
@@ -122,9 +127,9 @@ def test_finished_evaluations_made_with_other_eval_settings_stop_the_study(tmp_p
 def test_evaluations_without_recorded_settings_are_checked_on_k_and_seed(tmp_path, capsys):
     _finished_eval(tmp_path / "eval" / "start", {"k": 4, "seed": 0})
     e = StudyEvalConfig(questions=100, samples_per_question=4, seed=0)
-    check_evals_match(tmp_path, replace(e, questions=200))  # not recorded: cannot be told
+    check_evals_match(tmp_path, study_of(replace(e, questions=200)))  # not recorded: cannot be told
     with pytest.raises(SystemExit):
-        check_evals_match(tmp_path, replace(e, samples_per_question=8, seed=1))
+        check_evals_match(tmp_path, study_of(replace(e, samples_per_question=8, seed=1)))
     err = capsys.readouterr().err
     assert "[eval.samples_per_question] got 8; expected 4" in err
     assert "[eval.seed] got 1; expected 0" in err
@@ -172,3 +177,45 @@ def test_sigterm_to_the_study_goes_on_to_the_child_and_reads_as_interrupted(caps
     # the study says it was interrupted and how to go on, as it does for a train run
     assert "interrupted during sleep; the same command resumes" in capsys.readouterr().out
     assert signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, signal.default_int_handler)
+
+
+def test_the_warm_start_is_evaluated_with_as_many_samples_as_an_arm_pooled_over_seeds(tmp_path):
+    e = StudyEvalConfig(questions=100, samples_per_question=2, seed=0)
+    cfg = study_of(e, seeds=(0, 1, 2))
+    assert cfg.start_samples() == 6
+    assert eval_settings(cfg, start=True)["samples_per_question"] == 6
+    assert eval_settings(cfg, start=False)["samples_per_question"] == 2
+    _finished_eval(tmp_path / "eval" / "start", {"k": 6, "seed": 0}, eval_settings(cfg, True))
+    _finished_eval(
+        tmp_path / "eval" / "a" / "seed0", {"k": 2, "seed": 0}, eval_settings(cfg, False)
+    )
+    check_evals_match(tmp_path, cfg)  # each evaluation against its own k
+    with pytest.raises(SystemExit):  # a fourth seed would need 8 samples of the start
+        check_evals_match(tmp_path, study_of(e, seeds=(0, 1, 2, 3)))
+    fixed = replace(e, start_samples_per_question=6)
+    check_evals_match(tmp_path, study_of(fixed, seeds=(0, 1, 2, 3)))
+    assert replace(e, start_samples_per_question=1).problems()  # fewer than an arm: refused
+
+
+def test_a_test_split_study_needs_its_preregistration_and_is_frozen(tmp_path, capsys):
+    from framework.cli.study import PREREGISTRATION, check_preregistration
+
+    e = StudyEvalConfig(split="test")
+    unregistered = StudyConfig(arms={"a": []}, baseline="a", eval=e)
+    (problem,) = [p for p in unregistered.problems() if p.path == "preregistration"]
+    assert "eval.split=validation" in problem.fix
+    assert not StudyConfig(arms={"a": []}, baseline="a").problems()  # validation: no need
+    doc = tmp_path / "prereg.md"
+    cfg = replace(unregistered, preregistration=f"{tmp_path / 'missing.md'}#study")
+    with pytest.raises(SystemExit):
+        check_preregistration(tmp_path, cfg)
+    assert "names no file here" in capsys.readouterr().err
+    doc.write_text("# Pre-registration\n")
+    cfg = replace(unregistered, preregistration=f"{doc}#study")
+    check_preregistration(tmp_path, cfg)  # the first launch records it
+    record = json.loads((tmp_path / PREREGISTRATION).read_text())
+    assert record["preregistration"] == f"{doc}#study" and record["settings"]["seeds"] == [0, 1, 2]
+    check_preregistration(tmp_path, cfg)  # the same settings go on
+    with pytest.raises(SystemExit):
+        check_preregistration(tmp_path, replace(cfg, seeds=[0, 1]))
+    assert "seeds: pre-registered [0, 1, 2], now [0, 1]" in capsys.readouterr().err

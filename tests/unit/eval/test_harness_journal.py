@@ -112,3 +112,36 @@ def test_a_line_cut_short_by_a_kill_is_dropped(tmp_path):
     assert journal.stat().st_size == whole  # the torn line is gone: the next append is clean
     append_journal(journal, {"batch": 1, "k": 2, "ids": ["q1"], "rows": []})
     assert [json.loads(x)["batch"] for x in journal.read_text().splitlines()] == [0, 1]
+
+
+def test_rows_carry_the_answer_key_and_entities_matched_by_kind():
+    # a two-hop question: anchor Kent, bridge Thames, answer London; the think text names the
+    # anchor and the bridge
+    item = QAItem(
+        "q",
+        "Which city?",
+        ("London",),
+        (("Kent",), ("Thames",), ("London (city)", "London")),
+        2,
+        ("d1", "d2", "d3"),
+        "t",
+    )
+
+    class ThinkLoop:
+        def run(self, questions, k):
+            return [
+                Trajectory(
+                    question=0,
+                    group=0,
+                    token_ids=[],
+                    loss_mask=[],
+                    prompt_len=0,
+                    answer="Paris",
+                    think_text="Kent borders the Thames estuary.",
+                )
+            ] * k
+
+    (row,) = rollout_rows(ThinkLoop(), [item], 1, judge, dataset="d")
+    assert row["answer_key"] == "london"
+    assert (row["matched_anchor"], row["matched_bridges"], row["bridges"]) == (1, 1, 1)
+    assert row["matched_answer"] == 0 and row["match_rate"] == pytest.approx(2 / 3)

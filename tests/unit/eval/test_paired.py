@@ -267,3 +267,53 @@ def test_seed_bootstrap_drops_questions_missing_from_any_run():
 def test_seed_bootstrap_rejects_bad_inputs(a_runs, b_runs, kwargs, match):
     with pytest.raises(ValueError, match=rf"\[seed_bootstrap\].*{match}"):
         seed_bootstrap(a_runs, b_runs, **kwargs)
+
+
+# -- clustered bootstrap, power, variance components ----------------------------------------------
+def test_cluster_bootstrap_resamples_answers_not_questions():
+    from framework.eval.paired import cluster_bootstrap
+
+    # cluster X: two questions with difference 1; cluster Y: one with 0. Resamples of 2 clusters:
+    # XX -> 1, XY / YX -> 2/3, YY -> 0 (1/4, 1/2, 1/4): interval [0, 1], p = 2 * 1/4
+    a = {("d", "x1"): 0.0, ("d", "x2"): 0.0, ("d", "y"): 0.0}
+    b = {("d", "x1"): 1.0, ("d", "x2"): 1.0, ("d", "y"): 0.0}
+    clusters = {("d", "x1"): "X", ("d", "x2"): "X", ("d", "y"): "Y"}
+    r = cluster_bootstrap(a, b, clusters, n_boot=20000)
+    assert r.diff == pytest.approx(2 / 3) and r.n == 3
+    assert (r.low, r.high) == pytest.approx((0.0, 1.0))
+    assert r.p_value == pytest.approx(0.5, abs=0.02)
+    # sd: the independent-question SD with the same standard error; se of {1, 2/3, 0} draws
+    expected_se = math.sqrt(0.25 * 1 + 0.5 * (2 / 3) ** 2 - (0.25 + 1 / 3) ** 2)
+    assert r.se == pytest.approx(expected_se, rel=0.03)
+    assert r.sd == pytest.approx(r.se * math.sqrt(3))
+    # every question its own cluster: the same distribution as the question bootstrap
+    own = cluster_bootstrap(a, b, {}, n_boot=20000)
+    plain = paired_bootstrap(a, b, n_boot=20000)
+    assert own.p_value == pytest.approx(plain.p_value, abs=0.02)  # 2 * (1/3)^3
+    with pytest.raises(ValueError, match="at least 2"):
+        cluster_bootstrap(a, b, dict.fromkeys(a, "same"))
+
+
+def test_power_at_matches_the_normal_approximation():
+    from framework.eval.paired import power_at
+
+    assert power_at(0.0, 0.1) == pytest.approx(0.05, abs=1e-9)  # the test's level
+    # 2.8 standard errors: 80% power (plus a negligible far tail)
+    assert power_at(2.801585 * 0.02, 0.02) == pytest.approx(0.80, abs=1e-3)
+    assert power_at(-0.05, 0.02) == power_at(0.05, 0.02)
+    assert math.isnan(power_at(0.05, 0.0)) and math.isnan(power_at(0.05, float("nan")))
+
+
+def test_variance_components_split_between_and_within():
+    from framework.eval.paired import variance_components
+
+    # no within-question spread: all variance is between questions (d = 1, 0 -> var 0.5)
+    vc = variance_components({"q1": [0, 0], "q2": [1, 1]}, {"q1": [1, 1], "q2": [1, 1]})
+    assert (vc.between, vc.within, vc.questions) == (pytest.approx(0.5), 0.0, 2)
+    # every question 0/1 for both: d = 0, 0; s2 = 0.5 each -> within 1.0, between floored at 0
+    vc = variance_components({"q1": [0, 1], "q2": [0, 1]}, {"q1": [0, 1], "q2": [1, 0]})
+    assert vc.between == 0.0 and vc.within == pytest.approx(1.0)
+    assert vc.se(questions=2, samples=2) == pytest.approx(0.5)  # sqrt((0 + 1 / 2) / 2)
+    assert vc.se(questions=4, samples=1) == pytest.approx(0.5)  # same budget, same SE here
+    with pytest.raises(ValueError, match="at least 2"):
+        variance_components({"q1": [0]}, {"q1": [1]})

@@ -9,7 +9,19 @@ from types import SimpleNamespace
 
 import pytest
 
-from framework.eval.study_report import summarize_study, write_study
+from framework.eval.study_archive import StudyArchive, archive_study
+from framework.eval.study_report import summarize_study as summarize_archive
+from framework.eval.study_report import write_study
+
+
+def summarize_study(root, arms, seeds, baseline, n_boot, min_effect=0.05):
+    """Archive the study directory, then summarise from the archive (as write_study does)."""
+    cfg = SimpleNamespace(
+        name="t", arms={a: [] for a in arms}, seeds=list(seeds), baseline=baseline, eval={}
+    )
+    archive_study(root, cfg, [])
+    archive = StudyArchive(root / "archive")
+    return summarize_archive(archive, arms, seeds, baseline, n_boot, min_effect)
 
 
 def _eval_dir(
@@ -17,6 +29,7 @@ def _eval_dir(
     correct: dict[str, list[bool]],
     tool_calls: int = 1,
     hops: dict[str, int] | None = None,
+    answers: dict[str, str] | None = None,
 ) -> None:
     """An evaluation as seekrl-eval writes it: samples.jsonl and results.json (overall only)."""
     path.mkdir(parents=True)
@@ -30,6 +43,7 @@ def _eval_dir(
             "turns": 2,
             "status": "ok",
             **({"hops": hops[q]} if hops else {}),
+            **({"answer_key": answers[q]} if answers else {}),
         }
         for q, cs in correct.items()
         for i, c in enumerate(cs)
@@ -153,18 +167,26 @@ def test_a_hop_count_with_one_question_is_left_out(tmp_path):
     assert s["by_hops"]["arm"]["1"]["diff"] == 0.0
 
 
-def test_train_seconds_sums_every_logged_step(tmp_path):
+def test_the_archive_keeps_each_runs_step_seconds_and_curves(tmp_path):
     from torch.utils.tensorboard import SummaryWriter
 
-    from framework.eval.study_report import train_seconds
-
-    assert train_seconds(tmp_path) is None  # no TensorBoard directory
-    writer = SummaryWriter(log_dir=str(tmp_path / "tensorboard"))
+    run = tmp_path / "runs" / "a" / "seed0"
+    writer = SummaryWriter(log_dir=str(run / "tensorboard"))
     for step, seconds in [(1, 100.0), (2, 150.5), (3, 49.5)]:
         writer.add_scalar("train/step", float(step), step)
         writer.add_scalar("timing/step", seconds, step)
+        writer.add_scalar("rollout/reward", step / 10, step)
     writer.close()
-    assert train_seconds(tmp_path) == pytest.approx(300.0)
+    cfg = SimpleNamespace(name="t", arms={"a": []}, seeds=[0, 1], baseline="a", eval={})
+    states = [SimpleNamespace(arm="a", seed=s, status="done", seconds=9.0) for s in (0, 1)]
+    archive = StudyArchive(archive_study(tmp_path, cfg, states))
+    assert archive.run("a", 0)["train_seconds"] == pytest.approx(300.0)
+    assert archive.run("a", 1)["train_seconds"] is None  # no TensorBoard directory
+    curves = archive.curves("a", 0)
+    assert list(curves) == ["rollout/reward"]  # only the curves the report draws
+    assert [x for x, _ in curves["rollout/reward"]] == [1, 2, 3]
+    assert [y for _, y in curves["rollout/reward"]] == pytest.approx([0.1, 0.2, 0.3])
+    assert archive.config()["arms"] == {"a": []}
 
 
 def _two_arm_cfg() -> SimpleNamespace:
@@ -175,6 +197,7 @@ def _two_arm_cfg() -> SimpleNamespace:
         seeds=[0, 1],
         baseline="base",
         bootstrap=500,
+        min_effect=0.05,
         overrides=[],
         eval=SimpleNamespace(questions=4, split="test", samples_per_question=2, seed=0),
     )
@@ -239,7 +262,8 @@ def test_a_complete_report_is_not_called_partial(study_dir):
         "| new | `base` | +0.375 [" in md
         and "| base | the warm start | +0.125 [0.000, 0.500]" in md
     )
-    assert "| new | 0 | 0.500 [0.400, 0.600] | +0.500 [" in md
+    # per seed: q1, q2 right, q3, q4 wrong: 0.5 +- 1.96 * 0.577 / 2, clipped to [0, 1]
+    assert "| new | 0 | 0.500 [0.000, 1.000] | +0.500 [" in md
 
 
 def test_report_only_without_evaluations_is_a_clear_error(tmp_path, capsys):
@@ -259,3 +283,77 @@ def test_dry_run_and_report_only_together_are_rejected():
 
     cfg = StudyConfig(arms={"a": ["x=1"]}, baseline="a", dry_run=True, report_only=True)
     assert any(p.path == "report_only" for p in cfg.problems())
+
+
+def test_answer_clusters_widen_the_interval_and_power_is_reported(tmp_path):
+    # 6 questions, two answers: the new arm gets every question about answer X right (3 of them)
+    # and none about Y. Resampling questions, P(no X question drawn) = 2^-6; resampling the two
+    # answer clusters, P(only Y drawn) = 1/4, so the clustered p-value is 2 * 1/4 = 0.5
+    root = tmp_path / "study"
+    qs = [f"q{i}" for i in range(6)]
+    answers = {q: ("X" if i < 3 else "Y") for i, q in enumerate(qs)}
+    _eval_dir(root / "eval" / "start", {q: [False, False] for q in qs}, answers=answers)
+    _eval_dir(
+        root / "eval" / "a" / "seed0",
+        {q: [answers[q] == "X"] * 2 for q in qs},
+        answers=answers,
+    )
+    s = summarize_study(root, ["a"], [0], "a", n_boot=4000, min_effect=0.2)
+    three = s["pass1_three_ways"]["a - start"]
+    q, c = three["questions"], three["answer_clusters"]
+    assert q["diff"] == c["diff"] == pytest.approx(0.5)
+    assert q["p_value"] == pytest.approx(2 / 64, abs=0.015)
+    assert c["p_value"] == pytest.approx(0.5, abs=0.04)
+    assert c["ci"] == pytest.approx([0.0, 1.0])
+    assert c["se"] > q["se"] and c["detectable"] > q["detectable"]
+    assert 0 < c["power_at_min_effect"] < q["power_at_min_effect"] < 1
+    assert "seeds" not in three  # one seed each
+
+
+def test_a_committed_archive_regenerates_the_report_exactly(study_dir, tmp_path, capsys):
+    import shutil
+
+    from framework.cli.study import study
+    from framework.config.study import StudyConfig, StudyEvalConfig
+
+    cfg = StudyConfig(
+        name="t",
+        out_dir=str(study_dir),
+        arms={"base": ["algorithm=grpo"], "new": ["algorithm=e_grpo"]},
+        baseline="base",
+        seeds=[0, 1],
+        bootstrap=500,
+        eval=StudyEvalConfig(questions=4, samples_per_question=2),
+        report_only=True,
+    )
+    first = study(cfg)
+    published = tmp_path / "published"
+    shutil.copytree(study_dir / "archive", published / "archive")  # what gets committed
+    # reported from the archive alone, with other presets on the command line: the archive's
+    # own study config is used
+    again = study(
+        StudyConfig(arms={"x": []}, baseline="x", out_dir=str(published), report_only=True)
+    )
+    assert "reporting from the archive" in capsys.readouterr().out
+    for name in ("study.md", "study.json"):
+        assert (published / name).read_text() == (study_dir / name).read_text()
+    # a headline interval recomputed by hand from the archived records
+    from framework.eval.paired import paired_bootstrap, per_question, pooled_per_question
+
+    archive = StudyArchive(published / "archive")
+    base = pooled_per_question([per_question(archive.records("base", s)) for s in (0, 1)])
+    new = pooled_per_question([per_question(archive.records("new", s)) for s in (0, 1)])
+    r = paired_bootstrap(base, new, n_boot=500)
+    assert again["versus_baseline"]["new"]["Pass@1"]["ci"] == [r.low, r.high]
+    assert first["versus_baseline"]["new"]["Pass@1"]["ci"] == [r.low, r.high]
+
+
+def test_test_split_evaluations_are_counted_and_printed(study_dir):
+    from framework.cli.study import count_test_evaluation
+
+    count_test_evaluation(study_dir, "start")
+    assert count_test_evaluation(study_dir, "start") == {"start": 2}
+    write_study(study_dir, _two_arm_cfg(), [])
+    md = (study_dir / "study.md").read_text()
+    assert "Test-split evaluations (each counted when it finished): start 2." in md
+    assert "## Pass@1 differences three ways" in md and "## Sizing the next evaluation" in md

@@ -1,0 +1,171 @@
+"""A study's archive: everything its report is computed from, small enough to commit.
+
+``seekrl-study`` keeps, under ``<out_dir>/archive/``:
+
+* ``study_config.json``: the arms, seeds, baseline, evaluation settings and analysis settings;
+* ``eval/start.jsonl.gz`` and ``eval/<arm>/seed<S>.jsonl.gz``: every evaluation's per-question,
+  per-sample records (:mod:`framework.eval.records`);
+* ``runs/<arm>/seed<S>.json``: each run's status, times, versions (git commit, precision, CPU) and
+  the training curves the report draws (the logged scalars of :data:`CURVE_TAGS` only);
+* ``test_evaluations.json``: how many times each policy was evaluated on the test split.
+
+:func:`archive_study` brings the archive up to date from the study directory (it never deletes:
+an archive copied elsewhere without its study directory stays whole), and :class:`StudyArchive`
+reads it. The report (:mod:`framework.eval.study_report`) reads nothing else, so a committed
+archive regenerates the published tables exactly: ``seekrl-study report_only=true
+out_dir=<the directory that holds archive/>``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import Any
+
+from framework.eval.curves import Series, read_scalars
+from framework.eval.records import RECORDS, read_records, write_records
+
+ARCHIVE = "archive"
+TEST_COUNTS = "test_evaluations.json"
+#: training curves drawn per arm (mean over seeds, band = min..max)
+CURVE_TAGS = (
+    "rollout/reward",
+    "rollout/accuracy",
+    "rollout/entity_match_rate",
+    "rollout/zero_variance_groups",
+    "rollout/response_length",
+    "rollout/tool_calls",
+    "loss/entropy",
+)
+#: the study config fields the report depends on (not where it runs or how it was invoked)
+CONFIG_KEYS = ("name", "arms", "baseline", "seeds", "overrides", "eval", "bootstrap", "min_effect")
+#: versions.json fields kept per run
+VERSION_KEYS = ("git_commit", "precision", "precision_reason", "cpu", "platform", "packages")
+
+
+def eval_dir(root: Path, arm: str | None, seed: int | None = None) -> Path:
+    """The study's evaluation directory of the warm start (``arm`` None) or of one run."""
+    return root / "eval" / "start" if arm is None else root / "eval" / arm / f"seed{seed}"
+
+
+def archive_study(root: Path, cfg: Any, states: Sequence[Any]) -> Path:
+    """Bring ``<root>/archive`` up to date with the study directory; returns the archive."""
+    arc = root / ARCHIVE
+    arc.mkdir(parents=True, exist_ok=True)
+    saved = {k: v for k, v in _as_plain(cfg).items() if k in CONFIG_KEYS}
+    _write_json(arc / "study_config.json", saved)
+    sources = [(None, None, arc / "eval" / "start.jsonl.gz")]
+    sources += [
+        (arm, seed, arc / "eval" / arm / f"seed{seed}.jsonl.gz")
+        for arm in cfg.arms
+        for seed in cfg.seeds
+    ]
+    for arm, seed, target in sources:
+        src = eval_dir(root, arm, seed)
+        if (src / RECORDS).is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes((src / RECORDS).read_bytes())
+        elif (src / "samples.jsonl").is_file():  # an evaluation from before records existed
+            from framework.eval.paired import load_samples
+
+            write_records(target, load_samples(src))
+    for s in states:
+        run = root / "runs" / s.arm / f"seed{s.seed}"
+        target = arc / "runs" / s.arm / f"seed{s.seed}.json"
+        if not run.is_dir() and target.is_file():
+            continue  # archived elsewhere; the run directory is not here
+        _write_json(target, _run_record(run, s))
+    if (root / TEST_COUNTS).is_file():
+        (arc / TEST_COUNTS).write_text((root / TEST_COUNTS).read_text())
+    return arc
+
+
+def _as_plain(node: Any) -> Any:
+    """A dataclass or namespace config as plain dicts and lists (for JSON)."""
+    if is_dataclass(node) and not isinstance(node, type):
+        return asdict(node)
+    if hasattr(node, "__dict__"):
+        return {k: _as_plain(v) for k, v in vars(node).items()}
+    if isinstance(node, dict):
+        return {k: _as_plain(v) for k, v in node.items()}
+    if isinstance(node, list | tuple):
+        return [_as_plain(v) for v in node]
+    return node
+
+
+def _run_record(run: Path, state: Any) -> dict[str, Any]:
+    scalars = read_scalars(run) if (run / "tensorboard").is_dir() else {}
+    steps = scalars.get("timing/step", [])
+    versions = _read_json(run / "versions.json") or {}
+    return {
+        "arm": state.arm,
+        "seed": state.seed,
+        "status": state.status,
+        "seconds": round(float(state.seconds), 1),
+        "train_seconds": round(sum(v for _, v in steps), 1) if steps else None,
+        "versions": {k: versions[k] for k in VERSION_KEYS if k in versions},
+        "curves": {
+            t: [[int(x), float(y)] for x, y in scalars[t]] for t in CURVE_TAGS if t in scalars
+        },
+    }
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+class StudyArchive:
+    """Read access to one study's archive directory."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    def exists(self) -> bool:
+        return (self.path / "study_config.json").is_file()
+
+    def config(self) -> dict[str, Any]:
+        return json.loads((self.path / "study_config.json").read_text())
+
+    def _eval_file(self, arm: str | None, seed: int | None) -> Path:
+        if arm is None:
+            return self.path / "eval" / "start.jsonl.gz"
+        return self.path / "eval" / arm / f"seed{seed}.jsonl.gz"
+
+    def has_eval(self, arm: str | None, seed: int | None = None) -> bool:
+        return self._eval_file(arm, seed).is_file()
+
+    def records(self, arm: str | None, seed: int | None = None) -> list[dict[str, Any]]:
+        """The records of the warm start (``arm`` None) or of one run's evaluation."""
+        rows = read_records(self._eval_file(arm, seed))
+        for r in rows:
+            r["format_error"] = float(r.get("status") == "format_error")
+        return rows
+
+    def run(self, arm: str, seed: int) -> dict[str, Any] | None:
+        return _read_json(self.path / "runs" / arm / f"seed{seed}.json")
+
+    def runs(self, arms: Sequence[str]) -> list[tuple[str, int]]:
+        """The archived runs of ``arms``, arm by arm in that order, seeds ascending."""
+        out = []
+        for arm in arms:
+            files = (self.path / "runs" / arm).glob("seed*.json")
+            seeds = sorted(int(f.stem[4:]) for f in files if f.stem[4:].isdigit())
+            out += [(arm, s) for s in seeds]
+        return out
+
+    def curves(self, arm: str, seed: int) -> dict[str, Series]:
+        run = self.run(arm, seed) or {}
+        return {t: [(int(x), float(y)) for x, y in v] for t, v in run.get("curves", {}).items()}
+
+    def test_evaluations(self) -> dict[str, int]:
+        return _read_json(self.path / TEST_COUNTS) or {}
