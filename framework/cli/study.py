@@ -206,8 +206,8 @@ def evaluate_once(
     shutil.rmtree(out, ignore_errors=True)
     partial.rename(out)
     if cfg.eval.split == "test":
-        root = out.parent if start else out.parent.parent.parent
-        count_test_evaluation(root, str(out.relative_to(root / "eval")))
+        evals = out.parent if start else out.parent.parent  # <root>/eval
+        count_test_evaluation(evals.parent, out.relative_to(evals).as_posix())
     return json.loads(done.read_text())
 
 

@@ -55,7 +55,7 @@ def archive_study(root: Path, cfg: Any, states: Sequence[Any]) -> Path:
     arc = root / ARCHIVE
     arc.mkdir(parents=True, exist_ok=True)
     saved = {k: v for k, v in _as_plain(cfg).items() if k in CONFIG_KEYS}
-    _write_json(arc / "study_config.json", saved)
+    _write_json(arc / "study_config.json", saved, sort_keys=False)  # arm order is the report's
     sources = [(None, None, arc / "eval" / "start.jsonl.gz")]
     sources += [
         (arm, seed, arc / "eval" / arm / f"seed{seed}.jsonl.gz")
@@ -112,9 +112,9 @@ def _run_record(run: Path, state: Any) -> dict[str, Any]:
     }
 
 
-def _write_json(path: Path, data: Any) -> None:
+def _write_json(path: Path, data: Any, sort_keys: bool = True) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    path.write_text(json.dumps(data, indent=2, sort_keys=sort_keys, default=str) + "\n")
 
 
 def _read_json(path: Path) -> Any:

@@ -60,10 +60,26 @@ def test_study_runs_arms_evaluates_reports_and_resumes(tmp_path):
     d = result["versus_baseline"]["e_grpo"]["Pass@1"]
     assert d["questions"] == 4 and d["ci"][0] <= d["diff"] <= d["ci"][1]
     md = (out / "study.md").read_text()
-    assert "Each arm minus `grpo`" in md and "Entity analysis" in md
+    assert "Each arm minus `grpo`" in md and "Entity analysis on the hidden bridge" in md
     assert (out / "curves" / "rollout_reward.png").is_file()
     status = json.loads((out / "status.json").read_text())
     assert [s["status"] for s in status] == ["done", "done"]
+    # every evaluation's records, archived with the runs' curves; the archive alone regenerates
+    # the report exactly (what a committed study under docs/benchmarks does)
+    for d in ("start", "grpo/seed0", "e_grpo/seed0"):
+        assert (out / "eval" / d / "records.jsonl.gz").is_file()
+    arc = out / "archive"
+    assert (arc / "eval" / "start.jsonl.gz").is_file()
+    assert (arc / "eval" / "e_grpo" / "seed0.jsonl.gz").is_file()
+    assert json.loads((arc / "runs" / "grpo" / "seed0.json").read_text())["curves"]
+    import shutil
+
+    published = tmp_path / "published"
+    shutil.copytree(arc, published / "archive")
+    study_in_process(published, "report_only=true")
+    for name in ("study.md", "study.json"):
+        assert (published / name).read_text() == (out / name).read_text()
+    assert "Test-split evaluations: none" in md  # the default split is validation
     log = (out / "runs" / "grpo" / "seed0" / "train.log").read_text()
     assert "[rl] step 2/2" in log and "seekrl: precision" in log  # plain progress in the log
 
@@ -93,3 +109,30 @@ def test_a_crashed_run_is_reported_and_the_others_go_on(tmp_path):
     assert "clip_low" in (out / "runs" / "broken" / "seed0" / "study_error.txt").read_text()
     assert set(result["arms"]) == {"grpo"}
     assert "Failed runs" in (out / "study.md").read_text()
+
+
+@pytest.mark.slow  # one tiny train and two evaluations: about 15 s
+def test_a_test_split_study_needs_a_preregistration_and_counts_its_evaluations(tmp_path, capsys):
+    out = tmp_path / "study"
+    one_arm = ["study=learn_cpu", "seeds=[0]", "eval.split=test"]  # learn_cpu: one arm, grpo
+    with pytest.raises(SystemExit) as exc:  # refused before anything runs
+        study_in_process(out, *one_arm)
+    assert exc.value.code == 2
+    assert "[preregistration]" in capsys.readouterr().err
+    assert not (out / "eval").exists()
+    doc = tmp_path / "prereg.md"
+    doc.write_text("## Pre-registration: tiny\n")
+    study_in_process(out, *one_arm, f"preregistration='{doc}#tiny'")
+    assert json.loads((out / "test_evaluations.json").read_text()) == {
+        "grpo/seed0": 1,
+        "start": 1,
+    }
+    md = (out / "study.md").read_text()
+    assert "Test-split evaluations (each counted when it finished): grpo/seed0 1, start 1." in md
+    assert json.loads((out / "preregistration.json").read_text())["preregistration"].endswith(
+        "#tiny"
+    )
+    with pytest.raises(SystemExit):  # frozen: another design is another study
+        study_in_process(
+            out, *one_arm[:-2], "seeds=[0,1]", "eval.split=test", f"preregistration='{doc}#tiny'"
+        )
