@@ -39,7 +39,7 @@ from framework.paths import cache_root
 from framework.registry.kinds import DATASETS
 from framework.retrieval.corpus import CorpusConfig, corpus_fingerprint, iter_documents
 
-FORMAT_VERSION = 5  # bump when synthesis logic changes: cached outputs are keyed by it
+FORMAT_VERSION = 6  # bump when synthesis logic changes: cached outputs are keyed by it
 #: rounds of "generate, drop the unanswerable, generate again"; a round with want=1 takes
 #: milliseconds, and a dropping rate of 70% still fills 18 questions well within this
 MAX_REFILL_ROUNDS = 64

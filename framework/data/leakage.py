@@ -5,7 +5,8 @@ lead to it, were never shown in training. The splits of ``seekrl-synth`` are che
 held-out question can leak into the training data:
 
 * ``{split}_answer_in_train_chain``: the held-out answer is an entity (anchor, bridge or answer) of
-  a train question's chain, so the SFT expert writes it and RL rewards reaching it;
+  a train question's chain, or a whole-word part of one's name (``Ural`` in ``Ural Mountains``), so
+  the SFT expert writes it and RL rewards reaching it;
 * ``{split}_answer_in_train_question``: a train question's text names the held-out answer (in a clue
   it describes another entity, but the name is shown);
 * ``{split}_link_in_train_chain``: a link of a held-out chain (two consecutive entities, in either
@@ -115,7 +116,7 @@ class HeldOut:
 
     def train_walk_leak(self, keys: Sequence[str]) -> str | None:
         """Why a train chain of entity ``keys`` would leak a held-out question, or None."""
-        if set(keys) & self.all_answers():
+        if any(self.mentioned(k) for k in keys):
             return "answer_in_train_chain"
         if links(keys) & self.all_links():
             return "link_in_train_chain"
@@ -137,12 +138,15 @@ def split_overlaps(splits: Mapping[str, Sequence[QAItem]]) -> dict[str, int]:
     mentioned: set[str] = set()
     for it in train:
         mentioned |= held.mentioned(it.question)
+    in_chains: set[str] = set()  # held-out answers named by (or inside the name of) a chain entity
+    for key in train_entities:
+        in_chains |= held.mentioned(key)
     out: dict[str, int] = {}
     for split in HELD_OUT:
         counts: Counter = Counter()
         for it in splits.get(split, ()):
             key = answer_key(it)
-            counts["answer_in_train_chain"] += key in train_entities
+            counts["answer_in_train_chain"] += key in in_chains
             counts["answer_in_train_question"] += key in mentioned
             counts["link_in_train_chain"] += bool(links(chain_keys(it)) & train_links)
             counts["answer_in_train_split"] += key in train_answers

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from framework.data import leakage
+from framework.data import datasets
 from framework.data.datasets import synthesize
 from framework.data.leakage import (
     HeldOut,
@@ -64,6 +65,8 @@ def test_clean_splits_have_no_overlap():
         (item("t9", ("Kent", "Thames", "Oxford")), "test_answer_in_train_chain"),
         # ... or its anchor, under another qualifier and case
         (item("t9", ("thames (river)", "Oxford")), "test_answer_in_train_chain"),
+        # ... or is a whole word of a train entity's name ("Thames" in "Thames Barrier")
+        (item("t9", ("Kent", "Thames Barrier")), "test_answer_in_train_chain"),
         # a train question's clue names the test answer
         (
             item("t9", ("Kent", "Dover"), "Which port near the THAMES estuary does Kent mention?"),
@@ -105,6 +108,8 @@ def test_mentions_are_whole_words():
     assert held.mentioned("New Yorker magazine") == set()
     assert held.train_walk_leak(["boston", "chicago"]) is None
     assert held.train_walk_leak(["boston", "new york city"]) == "answer_in_train_chain"
+    assert held.train_walk_leak(["new york city fc", "boston"]) == "answer_in_train_chain"
+    assert held.train_walk_leak(["new yorker", "boston"]) is None
 
 
 def test_trained_text_overlaps_counts_held_out_answers_in_expert_text():
@@ -135,8 +140,12 @@ def test_synthesized_splits_are_leak_free_and_capped(tmp_path):
 
 def test_synthesis_refuses_splits_when_its_filter_is_off(tmp_path, monkeypatch):
     # the filter is what keeps leaks out; with it off, the final check must refuse to write
-    monkeypatch.setattr(HeldOut, "train_walk_leak", lambda self, keys: None)
-    monkeypatch.setattr(HeldOut, "mentioned", lambda self, text: set())
+    class NothingHeldOut(HeldOut):  # what the synthesizer is told to keep out: nothing
+        @classmethod
+        def of(cls, splits):
+            return cls()
+
+    monkeypatch.setattr(datasets, "HeldOut", NothingHeldOut)
     corpus = write_corpus(tmp_path / "c.jsonl", grid_articles(1, 5))
     cfg = synth_cfg(
         tmp_path,
