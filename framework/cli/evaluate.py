@@ -1,6 +1,6 @@
 """``seekrl-eval``: evaluate a policy as a search agent, or compare evaluations.
 
-seekrl-eval                                          # the base policy, 64 test questions, k = 3
+seekrl-eval                                          # the base policy, 64 validation questions, k = 3
 seekrl-eval checkpoint=runs/train/<run>              # a trained policy (its policy/ folder)
 seekrl-eval checkpoint=runs/train/<run>/checkpoints/step-000004.ckpt
 seekrl-eval files=[nq_test.jsonl] questions=0        # more datasets, all their questions

@@ -1,6 +1,6 @@
 """``seekrl-rollout``: run the policy as a search agent on a few questions and show its trajectories.
 
-seekrl-rollout                                  # 4 test questions x 2 rollouts, SmolLM2, FAISS
+seekrl-rollout                                  # 4 validation questions x 2 rollouts, SmolLM2, FAISS
 seekrl-rollout num_questions=8 group_size=4 split=validation agent.max_turns=6
 seekrl-rollout rollout.policy.source=path rollout.policy.path=runs/.../checkpoint
 """

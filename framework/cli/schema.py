@@ -158,7 +158,13 @@ class EvalConfig:
         },
     )
     dataset: Any = MISSING
-    split: str = field(default="test", metadata={"help": "split of the configured dataset"})
+    split: str = field(
+        default="validation",
+        metadata={
+            "help": "split of the configured dataset: validation for choices; test only for a "
+            "pre-registered study (docs/study.md, Protocol)"
+        },
+    )
     files: list[str] = field(
         default_factory=list,
         metadata={"help": "more datasets (Search-R1 JSONL or parquet), reported separately"},
@@ -306,7 +312,7 @@ class RolloutsConfig:
     run_dir: str = RUN_DIR
     seed: int = field(default=0, metadata={"help": "which questions are drawn"})
     dataset: Any = MISSING
-    split: str = field(default="test", metadata={"help": "train, validation or test"})
+    split: str = field(default="validation", metadata={"help": "train, validation or test"})
     num_questions: int = field(default=4, metadata={"help": "questions drawn from the split"})
     group_size: int = field(default=2, metadata={"help": "rollouts per question"})
     rollout: Any = MISSING

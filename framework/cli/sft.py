@@ -34,7 +34,7 @@ def print_summary(summary: dict[str, Any], run_dir: Path) -> None:
         m = summary[when]
         if m:
             print(
-                f"  {when:<6} on {m['questions']} test questions: format valid "
+                f"  {when:<6} on {m['questions']} validation questions: format valid "
                 f"{m['format_valid']:.2f}, accuracy {m['accuracy']:.2f}, tool calls {m['tool_calls']:.2f}"
             )
     print(f"  policy: {summary['policy']}  (seekrl-train warm_start.path={run_dir})")

@@ -50,7 +50,7 @@ class WarmStartConfig:
     expert: ExpertConfig = field(default_factory=ExpertConfig)
     optim: SFTOptimConfig = field(default_factory=SFTOptimConfig)
     eval_questions: int = field(
-        default=16, metadata={"help": "test questions for the before/after check; 0 skips it"}
+        default=16, metadata={"help": "validation questions for the before/after check; 0 skips it"}
     )
 
     def problems(self) -> list[Problem]:
@@ -91,7 +91,7 @@ class SFTConfig:
         default=0.05, metadata={"help": "expert trajectories held out for the validation loss"}
     )
     eval_questions: int = field(
-        default=16, metadata={"help": "test questions rolled out before and after; 0 skips"}
+        default=16, metadata={"help": "validation questions rolled out before and after; 0 skips"}
     )
 
     def problems(self) -> list[Problem]:

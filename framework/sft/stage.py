@@ -261,8 +261,9 @@ def run_sft(cfg: SFTConfig, *, quiet: bool = False) -> dict[str, Any]:
 
 
 def _eval_items(cfg: SFTConfig, load: Any) -> list:
-    """The test questions of the before/after check (none when ``eval_questions`` is 0)."""
+    """The validation questions of the before/after check (none when ``eval_questions`` is 0):
+    the test split is kept for pre-registered studies (docs/study.md, Protocol)."""
     if not cfg.eval_questions:
         return []
-    items = load("test")
+    items = load("validation")
     return random.Random(cfg.seed + 1).sample(items, min(cfg.eval_questions, len(items)))

@@ -98,7 +98,7 @@ def warm_start(cfg: Any) -> Any:
             )
             if before and after:
                 print(
-                    f"  on {after['questions']} test questions: format valid "
+                    f"  on {after['questions']} validation questions: format valid "
                     f"{before['format_valid']:.2f} -> {after['format_valid']:.2f}, accuracy "
                     f"{before['accuracy']:.2f} -> {after['accuracy']:.2f} (details: {done}/summary.json)"
                 )

@@ -8,8 +8,7 @@ import json
 
 import pytest
 
-from framework.data import leakage
-from framework.data import datasets
+from framework.data import datasets, leakage
 from framework.data.datasets import synthesize
 from framework.data.leakage import (
     HeldOut,
