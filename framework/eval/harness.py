@@ -189,12 +189,7 @@ def summarize(rows: Sequence[dict[str, Any]], k: int) -> dict[str, Any]:
         out["entity"] = {
             "match_rate": _mean([r["match_rate"] for r in rows]),
             "match_rate_ci": _ci(mean_ci([r["match_rate"] for r in rows])),
-            "questions_with_correct_and_wrong": cmp.questions_with_both,
-            "correct_matches_more": cmp.correct_more,
-            "wrong_matches_more": cmp.wrong_more,
-            "ties": cmp.ties,
-            "mean_matched_correct": cmp.mean_matched_correct,
-            "mean_matched_wrong": cmp.mean_matched_wrong,
+            **cmp.as_dict(),
             "norm_rate_hist_correct": histogram(right),
             "norm_rate_hist_wrong": histogram(wrong),
         }

@@ -102,6 +102,17 @@ class EntityComparison:
     mean_matched_correct: float
     mean_matched_wrong: float
 
+    def as_dict(self) -> dict[str, float]:
+        """The report's keys for these figures."""
+        return {
+            "questions_with_correct_and_wrong": self.questions_with_both,
+            "correct_matches_more": self.correct_more,
+            "wrong_matches_more": self.wrong_more,
+            "ties": self.ties,
+            "mean_matched_correct": self.mean_matched_correct,
+            "mean_matched_wrong": self.mean_matched_wrong,
+        }
+
 
 def entity_comparison(
     matched: Sequence[Sequence[float]], correct: Sequence[Sequence[bool]]

@@ -101,12 +101,7 @@ def bridge_analysis(groups: Any) -> dict[str, Any] | None:
     wrong = [r for r in rows if not r["correct"]]
     return {
         "questions_with_bridges": len(groups),
-        "questions_with_correct_and_wrong": cmp.questions_with_both,
-        "correct_matches_more": cmp.correct_more,
-        "wrong_matches_more": cmp.wrong_more,
-        "ties": cmp.ties,
-        "mean_matched_correct": cmp.mean_matched_correct,
-        "mean_matched_wrong": cmp.mean_matched_wrong,
+        **cmp.as_dict(),
         "bridge_match_rate": sum(r["matched_bridges"] for r in rows)
         / sum(r["bridges"] for r in rows),
         "wrong_with_a_bridge": (
@@ -177,7 +172,7 @@ def _sizing(
     the Pass@1 difference (:func:`framework.eval.paired.variance_components`)."""
     a, b = _samples(a_rows), _samples(b_rows)
     vc = variance_components(a, b)
-    budget = sum(len(v) for v in b.values())  # rollouts of the candidate (same for the baseline)
+    budget = sum(len(v) for v in b.values())  # rollouts of the candidate
     designs = []
     for k in SIZING_SAMPLES:
         q = max(2, budget // k)
@@ -187,7 +182,7 @@ def _sizing(
                 "samples_per_question": k,
                 "questions": q,
                 "se": se,
-                "detectable": 2.8016 * se,
+                "detectable": 2.8016 * se,  # z_0.975 + z_0.8 standard errors
                 "power_at_min_effect": power_at(min_effect, se),
             }
         )
@@ -276,6 +271,7 @@ def summarize_study(
             out["pass1_three_ways"][f"{arm} - start"] = _three_ways(
                 [start_pq["correct"]], figures["correct"], clusters, n_boot, min_effect
             )
+            out["sizing"][f"{arm} - start"] = _sizing(start, all_rows[arm], min_effect)
             by_hops = _by_hops(start, seed_rows, n_boot)
             if by_hops:
                 out["by_hops"][arm] = by_hops
