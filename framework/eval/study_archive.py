@@ -34,6 +34,8 @@ CURVE_TAGS = (
     "rollout/reward",
     "rollout/accuracy",
     "rollout/entity_match_rate",
+    "rollout/partial_credit_share",
+    "rollout/wrong_entity_rate_mean",
     "rollout/zero_variance_groups",
     "rollout/response_length",
     "rollout/tool_calls",

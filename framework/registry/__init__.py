@@ -39,6 +39,7 @@ BUILTIN_MODULES = (
     "framework.algorithms.group_advantages",
     "framework.algorithms.turn_advantages",
     "framework.algorithms.step_advantages",
+    "framework.algorithms.controls",
     "framework.algorithms.losses",
     "framework.algorithms.loss_variants",
     "framework.algorithms.kl",

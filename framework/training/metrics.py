@@ -9,9 +9,10 @@ import torch
 from torch import Tensor
 
 from framework.algorithms.group import group_max, group_min
+from framework.algorithms.shaping import entity_shaped_reward
 from framework.data.schema import QAItem
 from framework.rewards.composite import WeightedSumConfig, term_config
-from framework.rewards.entity import EntityRewardConfig, entity_match_rate
+from framework.rewards.entity import EntityRewardConfig, entity_match_rate, hidden_entities
 from framework.rewards.text import answer_metric, verdict_metrics
 from framework.rollout.scoring import Scores
 from framework.rollout.tools import tool_stats
@@ -65,6 +66,51 @@ def match_rates(
     ]
 
 
+def partial_credit(
+    trajectories: Sequence[Trajectory],
+    items: Sequence[QAItem],
+    correct_flags: Sequence[bool],
+    cfg: object = None,
+) -> dict[str, float]:
+    """What E-GRPO's entity term gives the wrong rollouts of a batch (whatever the arm trains with).
+
+    Each wrong, valid rollout's ``γ̂``: the share of its question's ``E_q`` (the reward's own entity
+    set: hidden entities only under ``skip_question_entities``) named in its thinking, over the best
+    share in its group, exactly as :func:`~framework.algorithms.shaping.entity_shaped_reward`
+    normalises it. Returns ``partial_credit_share`` (share of wrong rollouts with ``γ̂ > 0``: those
+    E-GRPO credits), and the distribution of ``γ̂`` over wrong rollouts as its mean, the share at
+    0 and the share at 1 (the paper finds it bimodal); empty without entities or wrong rollouts.
+    """
+    if not trajectories or not all(items[t.group].entities for t in trajectories):
+        return {}
+    cfg = cfg if isinstance(cfg, EntityRewardConfig) else EntityRewardConfig(name="e_grpo")
+    rates = []
+    for t in trajectories:
+        item = items[t.group]
+        entities = list(item.entities or [])
+        if cfg.skip_question_entities:
+            entities = hidden_entities(item.question, entities, cfg)
+        rates.append(entity_match_rate(t.think_text, entities, cfg) if entities else 0.0)
+    valid = torch.tensor([t.status == "ok" for t in trajectories])
+    correct_t = torch.tensor(list(correct_flags))
+    gamma_hat = entity_shaped_reward(
+        torch.zeros_like(correct_t),  # every rollout "wrong": its shaped value is γ̂ itself
+        torch.tensor(rates),
+        valid,
+        torch.tensor([t.group for t in trajectories]),
+        1.0,
+    )
+    wrong = gamma_hat[~correct_t]
+    if wrong.numel() == 0:
+        return {}
+    return {
+        "partial_credit_share": float((wrong > 0).float().mean()),
+        "wrong_entity_rate_mean": float(wrong.mean()),
+        "wrong_entity_rate_zero": float((wrong == 0).float().mean()),
+        "wrong_entity_rate_full": float((wrong >= 1).float().mean()),
+    }
+
+
 def rollout_metrics(
     trajectories: Sequence[Trajectory],
     items: Sequence[QAItem],
@@ -81,9 +127,10 @@ def rollout_metrics(
     n = len(trajectories)
     if n == 0:
         return {}
+    right = correct(trajectories, items, correctness_metric(reward_cfg))
     out: dict[str, float] = {
         "reward": float(scores.total.float().mean()),
-        "accuracy": mean(correct(trajectories, items, correctness_metric(reward_cfg))),
+        "accuracy": mean(right),
         "format_valid": mean(t.status == "ok" for t in trajectories),
         "format_error": mean(t.status == "format_error" for t in trajectories),
         "over_budget": mean(t.status == "over_budget" for t in trajectories),
@@ -94,6 +141,7 @@ def rollout_metrics(
     rates = match_rates(trajectories, items, reward_cfg)  # type: ignore[arg-type]
     if rates is not None:
         out["entity_match_rate"] = mean(rates)
+    out |= partial_credit(trajectories, items, right, reward_cfg)
     for stat in ("turns", "tool_calls", *tool_stats(), "invalid_calls"):
         out[stat] = mean(t.stats.get(stat, 0) for t in trajectories)
     out["response_length"] = mean(t.stats.get("response_tokens", 0) for t in trajectories)

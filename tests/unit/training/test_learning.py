@@ -45,7 +45,10 @@ ADVANTAGE_OPTIONS = [
     "matchtir",
     "gigpo",
     "hgpo",
+    "raft",
 ]
+# estimators that must NOT learn: the placebo control (framework/algorithms/controls.py)
+CONTROL_OPTIONS = ["placebo"]
 LOSS_OPTIONS = ["ppo_clip", "gspo", "dr_grpo", "ngrpo", "nsr", "etr", "cispo", "disco"]
 
 
@@ -195,6 +198,14 @@ def test_flipped_advantage_unlearns(overrides):
     assert end < 1 - TARGET, f"mean reward {start:.2f} -> {end:.2f} with the sign flipped"
 
 
+def test_the_placebo_control_does_not_learn():
+    """Rewards shuffled across the batch: the same updates with the signal removed stay at chance
+    (a placebo arm's gain would be the extra training's, not the reward's)."""
+    start, end = _start_and_end(_learn(["algorithm=placebo"]))
+    assert 0.35 < start < 0.65
+    assert 0.3 < end < 0.7, f"mean reward {start:.2f} -> {end:.2f} with shuffled rewards"
+
+
 def test_every_shipped_option_is_covered():
     """A new registered estimator or loss (or loss preset) must join the lists above."""
     from framework.paths import config_dir
@@ -203,6 +214,6 @@ def test_every_shipped_option_is_covered():
     def shipped(names: list[str]) -> set[str]:  # not the components other tests register
         return {n for n in names if not n.startswith("test_")}
 
-    assert set(ADVANTAGE_OPTIONS) >= shipped(ADVANTAGES.names())
+    assert set(ADVANTAGE_OPTIONS) | set(CONTROL_OPTIONS) >= shipped(ADVANTAGES.names())
     presets = {p.stem for p in (config_dir() / "loss").glob("*.yaml")}
     assert set(LOSS_OPTIONS) >= shipped(POLICY_LOSSES.names()) | presets
