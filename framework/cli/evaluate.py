@@ -16,6 +16,7 @@ from __future__ import annotations
 import random
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -104,6 +105,27 @@ def load_datasets(cfg: EvalConfig) -> tuple[dict[str, list], list[str]]:
                 "skipped for it (the other metrics are reported)."
             )
     return sets, notices
+
+
+def eval_config_for(
+    train_cfg: Any, checkpoint: Path | None, out: Path, settings: Mapping[str, Any]
+) -> EvalConfig:
+    """The eval app's config for a policy of a train run: the run's dataset, retriever, rollout
+    settings and agent budgets, the rule judge, and ``settings`` (``split``, ``questions``,
+    ``samples_per_question``, ``seed``, ``batch_questions``); ``checkpoint`` None evaluates
+    ``train_cfg.rollout.policy`` itself (the warm start)."""
+    from framework.cli.app import load_config
+
+    keys = ("split", "questions", "samples_per_question", "seed", "batch_questions")
+    base = load_config("eval", [f"run_dir={out}", *(f"{k}={settings[k]}" for k in keys)])
+    return replace(
+        base,
+        checkpoint=None if checkpoint is None else str(checkpoint),
+        dataset=train_cfg.dataset,
+        retriever=train_cfg.retriever,
+        rollout=train_cfg.rollout,
+        agent=train_cfg.agent,
+    )
 
 
 def journal_path(run_dir: Path, dataset: str) -> Path:

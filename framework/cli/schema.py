@@ -89,6 +89,38 @@ class LoggingConfig:
 
 
 @dataclass
+class FinalEvalConfig:
+    """The comparison a run ends with: its warm start and its trained policy evaluated on the same
+    validation questions with the same sampling (common random numbers), paired by question."""
+
+    enabled: bool = field(
+        default=True, metadata={"help": "evaluate the warm start and the trained policy at the end"}
+    )
+    questions: int = field(default=32, metadata={"help": "validation questions (0 = all)"})
+    samples_per_question: int = field(default=2, metadata={"help": "samples of each question"})
+    seed: int = field(default=0, metadata={"help": "question subset and sampling seed"})
+    batch_questions: int = field(default=16, metadata={"help": "questions rolled out together"})
+    bootstrap: int = field(default=2000, metadata={"help": "resamples of the paired interval"})
+
+    def problems(self) -> list[Problem]:
+        out = check_range(self.questions, "questions", low=0)
+        out += check_range(self.samples_per_question, "samples_per_question", low=1)
+        out += check_range(self.batch_questions, "batch_questions", low=1)
+        out += check_range(self.bootstrap, "bootstrap", low=100)
+        return out
+
+    def settings(self) -> dict[str, Any]:
+        """The eval app's settings of both evaluations."""
+        return {
+            "split": "validation",
+            "questions": self.questions,
+            "samples_per_question": self.samples_per_question,
+            "seed": self.seed,
+            "batch_questions": self.batch_questions,
+        }
+
+
+@dataclass
 class TrainConfig:
     """The ``train`` app."""
 
@@ -115,6 +147,7 @@ class TrainConfig:
         metadata={"help": "a .ckpt file, or a run directory whose newest checkpoint is resumed"},
     )
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
+    final_eval: FinalEvalConfig = field(default_factory=FinalEvalConfig)
     dry_run: bool = field(
         default=False,
         metadata={"help": "validate, bind every component and load the data, then stop"},

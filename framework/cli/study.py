@@ -65,8 +65,12 @@ def train_finished(run: Path) -> bool:
         return False
 
 
+#: seekrl-train overrides of every study run: the study evaluates each final policy itself
+STUDY_TRAIN_ARGS = ("final_eval.enabled=false",)
+
+
 def train_command(cfg: StudyConfig, arm: str, seed: int, run: Path) -> list[str]:
-    args = [*cfg.overrides, *cfg.arms[arm], f"seed={seed}", f"run_dir={run}"]
+    args = [*cfg.overrides, *cfg.arms[arm], *STUDY_TRAIN_ARGS, f"seed={seed}", f"run_dir={run}"]
     args.append(f"hydra.run.dir={run}/.hydra_run")
     if (run / "checkpoints").is_dir() and any((run / "checkpoints").glob("step-*.ckpt")):
         args.append(f"resume={run}")
@@ -163,28 +167,9 @@ def eval_config(
     """The eval app's config for ``checkpoint``: the train run's dataset, retriever, rollout
     settings and agent budgets, the study's questions, k and seed, the rule judge; ``start``: the
     warm start's evaluation, with its own number of samples."""
-    from framework.cli.app import load_config
+    from framework.cli.evaluate import eval_config_for
 
-    e = cfg.eval
-    base = load_config(
-        "eval",
-        [
-            f"run_dir={out}",
-            f"split={e.split}",
-            f"questions={e.questions}",
-            f"samples_per_question={eval_settings(cfg, start)['samples_per_question']}",
-            f"seed={e.seed}",
-            f"batch_questions={e.batch_questions}",
-        ],
-    )
-    return replace(
-        base,
-        checkpoint=None if checkpoint is None else str(checkpoint),
-        dataset=train_cfg.dataset,
-        retriever=train_cfg.retriever,
-        rollout=train_cfg.rollout,
-        agent=train_cfg.agent,
-    )
+    return eval_config_for(train_cfg, checkpoint, out, eval_settings(cfg, start))
 
 
 def evaluate_once(
@@ -518,7 +503,12 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
     (root / "study_config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
 
     # 1. the warm start every arm and seed shares (cached SFT), and its evaluation
-    first = [*cfg.overrides, *cfg.arms[next(iter(cfg.arms))], f"run_dir={root / 'start'}"]
+    first = [
+        *cfg.overrides,
+        *cfg.arms[next(iter(cfg.arms))],
+        *STUDY_TRAIN_ARGS,
+        f"run_dir={root / 'start'}",
+    ]
     first_cfg = load_config("train", first)
     check_basis(root, study_basis(first_cfg))
     check_evals_match(root, cfg)
@@ -614,7 +604,7 @@ def _arm_config(cfg: StudyConfig, root: Path, arm: str, seed: int, strict: bool 
     from framework.cli.app import load_config
 
     run = run_dir_of(root, arm, seed)
-    args = [*cfg.overrides, *cfg.arms[arm], f"seed={seed}", f"run_dir={run}"]
+    args = [*cfg.overrides, *cfg.arms[arm], *STUDY_TRAIN_ARGS, f"seed={seed}", f"run_dir={run}"]
     try:
         return load_config("train", args)
     except (Exception, SystemExit):

@@ -80,6 +80,8 @@ def dry_run(cfg: TrainConfig) -> None:
     from framework.retrieval.types import RetrievalError
 
     print(f"seekrl-train: configuration valid (algorithm={cfg.algorithm}, seed={cfg.seed})")
+    choice = cfg.trainer.precision_choice()  # reads the CPU's flags only
+    print(f"  precision  {choice.precision} ({choice.reason})")
     for section in COMPONENT_SECTIONS:
         component = getattr(cfg, section)
         entry = ALL[section].get(component.name)
@@ -94,6 +96,12 @@ def dry_run(cfg: TrainConfig) -> None:
     print("\nbefore the first RL step (rough times from a 2-core Xeon, fp32):")
     print(plan.render(stages))
     print(f"  RL                 {plan.rl_estimate(cfg)}")
+    f = cfg.final_eval
+    if f.enabled:
+        print(
+            f"  final comparison   the warm start and the trained policy on {f.questions or 'all'} "
+            f"validation questions x {f.samples_per_question} samples, paired"
+        )
     if all(s.ready for s in stages if s.name == "questions"):
         try:  # the data exists: check its schema and the reward's needs now
             splits = load_training_data(cfg)
@@ -221,8 +229,11 @@ def train(cfg: TrainConfig) -> float | None:
         module.close()
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     if trainer.is_global_zero:
+        final = None
         if cfg.trainer.export_policy and not checkpoints.interrupted and health.stopped is None:
             export_policy(module.policy, module.tokenizer, run_dir / "policy")
+            if cfg.final_eval.enabled and val_items:
+                final = final_evaluation(cfg, run_dir)
         summary = {
             "algorithm": cfg.algorithm,
             "seed": cfg.seed,
@@ -234,10 +245,11 @@ def train(cfg: TrainConfig) -> float | None:
             "last_checkpoint": str(run_dir / "checkpoints"),
             "last_step": {f"rollout/{k}": v for k, v in module.last_rollout.items()},
             "metrics": metrics,
+            "final": final,
         }
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         record_sweep_job(cfg, run_dir, summary)
-        report(cfg, run_dir, module, metrics, checkpoints, health.stopped)
+        report(cfg, run_dir, module, metrics, checkpoints, health.stopped, final)
     if checkpoints.interrupted:
         raise SystemExit(INTERRUPTED)
     if health.stopped is not None and sweep_job() is None:
@@ -251,6 +263,33 @@ def train(cfg: TrainConfig) -> float | None:
             file=sys.stderr,
         )
     return value
+
+
+def final_evaluation(cfg: TrainConfig, run_dir: Path) -> dict[str, Any]:
+    """Evaluate the warm start and the trained policy on the same validation questions with the
+    same sampling (``final_eval``), in ``<run_dir>/final_eval/{start,trained}``; returns the paired
+    comparison (:func:`framework.eval.final.final_comparison`) with where things are. An
+    evaluation finished by an earlier, interrupted attempt is read back, not redone."""
+    from framework.cli.evaluate import eval_config_for, evaluate
+    from framework.eval.final import final_comparison
+    from framework.eval.records import RECORDS, read_records
+
+    print("\nseekrl-train: final comparison: the warm start and the trained policy", flush=True)
+    records = {}
+    for label, checkpoint in (("start", None), ("trained", run_dir)):
+        out = run_dir / "final_eval" / label
+        if not (out / RECORDS).is_file():
+            evaluate(eval_config_for(cfg, checkpoint, out, cfg.final_eval.settings()))
+        records[label] = read_records(out / RECORDS)
+    block = final_comparison(records["start"], records["trained"], n_boot=cfg.final_eval.bootstrap)
+    block["where"] = {
+        "policy": str(run_dir / "policy"),
+        "evaluations": str(run_dir / "final_eval"),
+        "summary": str(run_dir / "summary.json"),
+    }
+    if "TensorBoard" in str((cfg.logger or {}).get("_target_", "")):
+        block["where"]["TensorBoard"] = f"tensorboard --logdir {run_dir / 'tensorboard'}"
+    return block
 
 
 def record_sweep_job(cfg: TrainConfig, run_dir: Path, summary: dict[str, Any]) -> None:
@@ -305,8 +344,10 @@ def report(
     metrics: dict[str, float],
     ckpt: Any,
     stopped: Any = None,
+    final: dict[str, Any] | None = None,
 ) -> None:
-    """Where everything is, and the headline figures."""
+    """Where everything is, and the headline figures; a run that ends with its final comparison
+    ends with that block."""
     last = module.last_rollout
     verb = "was stopped by a health monitor after" if stopped is not None else "finished"
     print(f"\nseekrl-train: {cfg.algorithm} {verb} {module.rl_step} steps in {run_dir}")
@@ -335,6 +376,10 @@ def report(
     logger = cfg.logger or {}
     if "TensorBoard" in str(logger.get("_target_", "")):
         print(f"  TensorBoard: tensorboard --logdir {run_dir / 'tensorboard'}")
+    if final is not None:
+        from framework.eval.final import final_lines
+
+        print("\n" + "\n".join(final_lines(final, final["where"])))
 
 
 def main() -> None:

@@ -75,6 +75,7 @@ def test_eval_of_a_trained_checkpoint_and_a_mismatched_one(tmp_path):
         "sampler.group_size=2",
         "agent.max_turns=1",
         "agent.max_new_tokens_per_turn=8",
+        "final_eval.enabled=false",
         f"hydra.run.dir={run}",
     ]
     run_app("train", train, argv=train_args)

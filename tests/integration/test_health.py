@@ -72,6 +72,7 @@ SEARCHING_AN_EMPTY_INDEX = (
     "rollout.policy.source=tiny",
     "reward=test_length_mod",
     "agent.max_new_tokens_per_turn=64",
+    "final_eval.enabled=false",
 )
 
 

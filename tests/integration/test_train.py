@@ -50,6 +50,7 @@ TINY = [
     "trainer.val_questions=2",
     "optim.micro_batch_size=4",
     "optim.lr=1e-3",
+    "final_eval.enabled=false",  # one test below turns it on
 ]
 
 
@@ -94,10 +95,28 @@ def initial_tiny_weights() -> dict[str, torch.Tensor]:
 
 def test_training_changes_the_policy_and_logs_every_metric(tmp_path):
     run = tmp_path / "run"
-    value = train_in_process(run, "reward=test_length_mod")
+    value = train_in_process(
+        run, "reward=test_length_mod", "final_eval.enabled=true", "final_eval.questions=4"
+    )
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps"] == 2 and not summary["interrupted"]
     assert value == summary["metrics"]["val/accuracy"]  # what a sweeper receives
+
+    # the final block: both policies on the same validation questions, the interval from the pairs
+    from framework.eval.paired import paired_bootstrap, per_question
+    from framework.eval.records import read_records
+
+    final = summary["final"]
+    start = read_records(run / "final_eval" / "start" / "records.jsonl.gz")
+    after = read_records(run / "final_eval" / "trained" / "records.jsonl.gz")
+    assert {r["question_id"] for r in start} == {r["question_id"] for r in after}
+    assert all(r["dataset"].endswith("/validation") for r in start + after)
+    assert final["questions"] == 4 and final["samples_per_question"] == 2
+    pairs = paired_bootstrap(per_question(start), per_question(after), n_boot=2000)
+    assert final["pass@1_difference"]["ci"] == [pairs.low, pairs.high]
+    assert final["pass@1_difference"]["diff"] == pytest.approx(pairs.diff)
+    assert final["start"]["pass@1"] == pytest.approx(pairs.a_mean)
+    assert final["where"]["policy"] == str(run / "policy")
 
     trained = load_file(run / "policy" / "model.safetensors")
     initial = initial_tiny_weights()
@@ -111,6 +130,8 @@ def test_training_changes_the_policy_and_logs_every_metric(tmp_path):
         "rollout/reward/test_length_mod",
         "rollout/accuracy",
         "rollout/entity_match_rate",
+        "rollout/partial_credit_share",
+        "rollout/wrong_entity_rate_mean",
         "rollout/tool_calls",
         "rollout/turns",
         "rollout/response_length",
