@@ -74,7 +74,9 @@ def test_dry_run_validates_and_lists_components(tmp_path):
     assert "configuration valid (algorithm=e_grpo" in proc.stdout
     # the precision this machine would train in, and why, before anything is built
     assert re.search(r"precision +(32-true|bf16-mixed) \(.+\)", proc.stdout), proc.stdout
-    assert "final comparison   the warm start and the trained policy on 32 validation" in proc.stdout
+    assert (
+        "final comparison   the warm start and the trained policy on 32 validation" in proc.stdout
+    )
     for stage in ("passage store", "passage embeddings", "faiss index", "questions", "policy"):
         assert re.search(rf"{stage} +to build +{cache}", proc.stdout), proc.stdout
     assert re.search(
