@@ -572,7 +572,8 @@ def report_so_far(cfg: StudyConfig, root: Path, jobs: list[tuple[str, int]]) -> 
     from framework.eval.study_report import write_report, write_study
 
     archive = StudyArchive(root / ARCHIVE)
-    if any((root / "eval").glob("*/seed*/samples.jsonl")):
+    evaluated = any((root / "eval").glob("*/seed*/samples.jsonl"))
+    if evaluated or (root / "eval" / "start" / "samples.jsonl").is_file():
         result = write_study(root, cfg, [state_on_disk(root, *job) for job in jobs])
     elif archive.exists():
         cfg = archived_config(archive.config(), cfg)
@@ -581,7 +582,8 @@ def report_so_far(cfg: StudyConfig, root: Path, jobs: list[tuple[str, int]]) -> 
     else:
         print(
             f"[report_only] got no evaluated run in {root}; expected a study directory with "
-            "eval/<arm>/seed<S>/samples.jsonl, or a study's archive/. Fix: run the study first "
+            "eval/start or eval/<arm>/seed<S>/samples.jsonl, or a study's archive/. Fix: run the "
+            "study first "
             "(without report_only=true), or pass its out_dir=...",
             file=sys.stderr,
         )

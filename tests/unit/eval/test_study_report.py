@@ -357,3 +357,27 @@ def test_test_split_evaluations_are_counted_and_printed(study_dir):
     md = (study_dir / "study.md").read_text()
     assert "Test-split evaluations (each counted when it finished): start 2." in md
     assert "## Pass@1 differences three ways" in md and "## Sizing the next evaluation" in md
+
+
+def test_report_only_with_only_the_warm_start_evaluated(tmp_path, capsys):
+    from framework.cli.study import study
+    from framework.config.study import StudyConfig, StudyEvalConfig
+
+    root = tmp_path / "study"
+    _eval_dir(root / "eval" / "start", {"q1": [True, False], "q2": [False, False]})
+    cfg = StudyConfig(
+        name="t",
+        out_dir=str(root),
+        arms={"grpo": ["algorithm=grpo"]},
+        baseline="grpo",
+        seeds=[0],
+        bootstrap=200,
+        eval=StudyEvalConfig(questions=2, samples_per_question=2),
+        report_only=True,
+    )
+    s = study(cfg)
+    assert s["start"]["pass@1"] == pytest.approx(0.25) and s["arms"] == {}
+    md = (root / "study.md").read_text()
+    assert "**Partial report:** 1 of 1 runs not evaluated yet" in md
+    assert "| warm start | - | 2 | 0.250 [" in md
+    assert (root / "archive" / "eval" / "start.jsonl.gz").is_file()
