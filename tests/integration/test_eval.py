@@ -35,26 +35,29 @@ def test_eval_writes_report_tables_plots_and_compares(tmp_path):
     ]
     write_split(plain, tmp_path / "nq", "test")
     first = eval_in_process(tmp_path / "a", f"files=[{tmp_path}/nq/test.jsonl]")
-    assert set(first["datasets"]) == {"synth/test", "test"}
-    synth = first["datasets"]["synth/test"]["overall"]
+    assert set(first["datasets"]) == {"synth/validation", "test"}
+    synth = first["datasets"]["synth/validation"]["overall"]
     assert synth["questions"] == 4 and synth["rollouts"] == 8 and synth["k"] == 2
     assert 0.0 <= synth["pass@1"] <= synth["pass@2"] <= 1.0
     assert synth["entity"] is not None and first["datasets"]["test"]["overall"]["entity"] is None
     run = tmp_path / "a"
     report = (run / "report.md").read_text()
     assert "Pass@1 [95% CI]" in report and "no ground-truth entities" in report
-    assert (run / "pass1_by_hops_synth_test.png").stat().st_size > 1000
-    assert (run / "entity_match_hist_synth_test.png").stat().st_size > 1000
+    assert (run / "pass1_by_hops_synth_validation.png").stat().st_size > 1000
+    assert (run / "entity_match_hist_synth_validation.png").stat().st_size > 1000
     rows = list(csv.DictReader((run / "summary.csv").open()))
-    assert [r["dataset"] for r in rows] == ["synth/test", "test"]
+    assert [r["dataset"] for r in rows] == ["synth/validation", "test"]
     assert len((run / "samples.jsonl").read_text().splitlines()) == 8 + 3 * 2
     assert list((run / "tensorboard").glob("events.out.tfevents.*"))
+    from framework.eval.records import read_records
+
+    assert len(read_records(run / "records.jsonl.gz")) == 8 + 3 * 2  # every sample, archived
 
     eval_in_process(tmp_path / "b", "seed=1")
     out = eval_in_process(
         tmp_path / "cmp", f"compare=[{tmp_path}/a,{tmp_path}/b]", "labels=[base,base]"
     )
-    assert out["pooled"]["base / synth/test"]["runs"] == 2
+    assert out["pooled"]["base / synth/validation"]["runs"] == 2
     assert (tmp_path / "cmp" / "comparison.png").is_file()
     assert "Pooled over runs" in (tmp_path / "cmp" / "comparison.md").read_text()
 
