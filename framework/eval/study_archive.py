@@ -5,7 +5,7 @@
 * ``study_config.json``: the arms, seeds, baseline, evaluation settings and analysis settings;
 * ``eval/start.jsonl.gz`` and ``eval/<arm>/seed<S>.jsonl.gz``: every evaluation's per-question,
   per-sample records (:mod:`framework.eval.records`);
-* ``runs/<arm>/seed<S>.json``: each run's status, times, versions (git commit, precision, CPU) and
+* ``training/<arm>/seed<S>.json``: each run's status, times, versions (git commit, precision, CPU) and
   the training curves the report draws (the logged scalars of :data:`CURVE_TAGS` only);
 * ``test_evaluations.json``: how many times each policy was evaluated on the test split.
 
@@ -28,6 +28,8 @@ from framework.eval.curves import Series, read_scalars
 from framework.eval.records import RECORDS, read_records, write_records
 
 ARCHIVE = "archive"
+#: the archive's folder of run records (not ``runs/``, which .gitignore keeps out of commits)
+TRAINING = "training"
 TEST_COUNTS = "test_evaluations.json"
 #: training curves drawn per arm (mean over seeds, band = min..max)
 CURVE_TAGS = (
@@ -75,7 +77,7 @@ def archive_study(root: Path, cfg: Any, states: Sequence[Any]) -> Path:
             write_records(target, load_samples(src))
     for s in states:
         run = root / "runs" / s.arm / f"seed{s.seed}"
-        target = arc / "runs" / s.arm / f"seed{s.seed}.json"
+        target = arc / TRAINING / s.arm / f"seed{s.seed}.json"
         if not run.is_dir() and target.is_file():
             continue  # archived elsewhere; the run directory is not here
         _write_json(target, _run_record(run, s))
@@ -154,13 +156,13 @@ class StudyArchive:
         return rows
 
     def run(self, arm: str, seed: int) -> dict[str, Any] | None:
-        return _read_json(self.path / "runs" / arm / f"seed{seed}.json")
+        return _read_json(self.path / TRAINING / arm / f"seed{seed}.json")
 
     def runs(self, arms: Sequence[str]) -> list[tuple[str, int]]:
         """The archived runs of ``arms``, arm by arm in that order, seeds ascending."""
         out = []
         for arm in arms:
-            files = (self.path / "runs" / arm).glob("seed*.json")
+            files = (self.path / TRAINING / arm).glob("seed*.json")
             seeds = sorted(int(f.stem[4:]) for f in files if f.stem[4:].isdigit())
             out += [(arm, s) for s in seeds]
         return out

@@ -71,7 +71,7 @@ def test_study_runs_arms_evaluates_reports_and_resumes(tmp_path):
     arc = out / "archive"
     assert (arc / "eval" / "start.jsonl.gz").is_file()
     assert (arc / "eval" / "e_grpo" / "seed0.jsonl.gz").is_file()
-    assert json.loads((arc / "runs" / "grpo" / "seed0.json").read_text())["curves"]
+    assert json.loads((arc / "training" / "grpo" / "seed0.json").read_text())["curves"]
     import shutil
 
     published = tmp_path / "published"
