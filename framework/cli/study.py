@@ -328,7 +328,7 @@ def check_preregistration(root: Path, cfg: StudyConfig) -> None:
     """
     if cfg.eval.split != "test":
         return
-    from framework.eval.study_archive import CONFIG_KEYS
+    from framework.eval.study_archive import study_settings
     from framework.lightning.run_info import git_commit
 
     doc = Path(cfg.preregistration.split("#", 1)[0])
@@ -340,7 +340,7 @@ def check_preregistration(root: Path, cfg: StudyConfig) -> None:
             file=sys.stderr,
         )
         raise SystemExit(2)
-    settings = {k: v for k, v in asdict(cfg).items() if k in CONFIG_KEYS}
+    settings = study_settings(cfg)
     path = root / PREREGISTRATION
     if not path.is_file():
         record = {

@@ -213,13 +213,7 @@ def synthesize(cfg: SynthDatasetConfig, *, log: Any = print) -> Path:
     finally:
         if retriever is not None:
             retriever.close()
-    checked, dropped, dropped_by, per_hop = (
-        fill.checked,
-        fill.dropped,
-        fill.dropped_by,
-        fill.per_hop,
-    )
-    shortfall = unfilled_quotas(wanted, kept, synth.stats, dropped_by)
+    shortfall = unfilled_quotas(wanted, kept, synth.stats, fill.dropped_by)
     for s in shortfall:
         log(
             f"[dataset] {s['split']} {s['hops']}-hop quota not filled: got {s['got']} of "
@@ -244,14 +238,14 @@ def synthesize(cfg: SynthDatasetConfig, *, log: Any = print) -> Path:
         write_split(items, out_dir, split)
     answers = {s: answer_repeats(v) for s, v in kept.items()}
     rates = None
-    if checked:
+    if fill.checked:
         rates = {
             "retriever": cfg.answerability.retriever,
             "k": cfg.answerability.k,
-            "checked": checked,
-            "dropped": dropped,
-            "rate": sum(sum(v) for v in per_hop.values()) / checked,
-            "per_hop": {h: sum(v) / len(v) for h, v in per_hop.items()},
+            "checked": fill.checked,
+            "dropped": fill.dropped,
+            "rate": sum(sum(v) for v in fill.per_hop.values()) / fill.checked,
+            "per_hop": {h: sum(v) / len(v) for h, v in fill.per_hop.items()},
         }
     sampling = {
         "attempts": synth.stats.attempts,

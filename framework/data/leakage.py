@@ -26,13 +26,13 @@ whole-word matches of that key in the text normalised the same way.
 from __future__ import annotations
 
 import itertools
-import string
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from framework.data.entity_graph import strip_qualifier
 from framework.data.schema import DatasetError, QAItem
+from framework.rewards.entity_match import EntityMatching, normalize_for_matching
 
 HELD_OUT = ("validation", "test")
 KINDS = (
@@ -41,7 +41,8 @@ KINDS = (
     "link_in_train_chain",
     "answer_in_train_split",
 )
-_PUNCT = str.maketrans(string.punctuation, " " * len(string.punctuation))
+#: lower-cased, punctuation as spaces: the E-GRPO reward's loosest text normalisation
+_LOOSE = EntityMatching(lowercase=True, strip_punctuation=True)
 
 
 class LeakError(DatasetError):
@@ -50,7 +51,7 @@ class LeakError(DatasetError):
 
 def normalize_words(text: str) -> tuple[str, ...]:
     """``"Jaws (film), 1975!"`` -> ``("jaws", "film", "1975")``."""
-    return tuple(text.lower().translate(_PUNCT).split())
+    return tuple(normalize_for_matching(text, _LOOSE).split())
 
 
 def entity_key(name: str) -> str:
@@ -79,38 +80,30 @@ def links(keys: Sequence[str]) -> set[frozenset[str]]:
 
 @dataclass
 class HeldOut:
-    """What training must not show: held-out answers and held-out chain links, by split."""
+    """What training must not show: the answers and chain links of the held-out questions."""
 
-    answers: dict[str, set[str]] = field(default_factory=dict)  # split -> answer keys
-    links: dict[str, set[frozenset[str]]] = field(default_factory=dict)  # split -> links
+    answers: set[str] = field(default_factory=set)  # answer keys of validation and test
+    links: set[frozenset[str]] = field(default_factory=set)  # links of their chains
     longest: int = 1  # words of the longest answer key (for text matching)
 
     @classmethod
     def of(cls, splits: Mapping[str, Sequence[QAItem]]) -> HeldOut:
-        out = cls()
-        for split in HELD_OUT:
-            items = splits.get(split, ())
-            out.answers[split] = {answer_key(it) for it in items} - {""}
-            out.links[split] = set().union(*(links(chain_keys(it)) for it in items))
-        every = set().union(*out.answers.values())
-        out.longest = max((len(k.split()) for k in every), default=1)
-        return out
-
-    def all_answers(self) -> set[str]:
-        return set().union(*self.answers.values())
-
-    def all_links(self) -> set[frozenset[str]]:
-        return set().union(*self.links.values())
+        items = [it for split in HELD_OUT for it in splits.get(split, ())]
+        answers = {answer_key(it) for it in items} - {""}
+        return cls(
+            answers=answers,
+            links=set().union(*(links(chain_keys(it)) for it in items)),
+            longest=max((len(k.split()) for k in answers), default=1),
+        )
 
     def mentioned(self, text: str) -> set[str]:
         """The held-out answer keys that ``text`` names as whole words."""
         words = normalize_words(text)
-        every = self.all_answers()
         found = set()
         for n in range(1, self.longest + 1):
             for i in range(len(words) - n + 1):
                 gram = " ".join(words[i : i + n])
-                if gram in every:
+                if gram in self.answers:
                     found.add(gram)
         return found
 
@@ -118,7 +111,7 @@ class HeldOut:
         """Why a train chain of entity ``keys`` would leak a held-out question, or None."""
         if any(self.mentioned(k) for k in keys):
             return "answer_in_train_chain"
-        if links(keys) & self.all_links():
+        if links(keys) & self.links:
             return "link_in_train_chain"
         return None
 

@@ -461,6 +461,10 @@ class VarianceComponents:
         """Standard error of the mean difference with ``questions`` x ``samples`` per policy."""
         return math.sqrt(max(0.0, self.between + self.within / samples) / questions)
 
+    def detectable(self, questions: int, samples: int) -> float:
+        """The true difference that design detects with 80% power at the 95% level."""
+        return _z_sum(0.95, 0.8) * self.se(questions, samples)
+
 
 def variance_components(
     a: Mapping[QuestionKey, Sequence[float]], b: Mapping[QuestionKey, Sequence[float]]

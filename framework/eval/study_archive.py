@@ -58,8 +58,9 @@ def archive_study(root: Path, cfg: Any, states: Sequence[Any]) -> Path:
     """Bring ``<root>/archive`` up to date with the study directory; returns the archive."""
     arc = root / ARCHIVE
     arc.mkdir(parents=True, exist_ok=True)
-    saved = {k: v for k, v in _as_plain(cfg).items() if k in CONFIG_KEYS}
-    _write_json(arc / "study_config.json", saved, sort_keys=False)  # arm order is the report's
+    _write_json(
+        arc / "study_config.json", study_settings(cfg), sort_keys=False
+    )  # arm order is the report's
     sources = [(None, None, arc / "eval" / "start.jsonl.gz")]
     sources += [
         (arm, seed, arc / "eval" / arm / f"seed{seed}.jsonl.gz")
@@ -84,6 +85,11 @@ def archive_study(root: Path, cfg: Any, states: Sequence[Any]) -> Path:
     if (root / TEST_COUNTS).is_file():
         (arc / TEST_COUNTS).write_text((root / TEST_COUNTS).read_text())
     return arc
+
+
+def study_settings(cfg: Any) -> dict[str, Any]:
+    """The study config's fields the report depends on (:data:`CONFIG_KEYS`), as plain data."""
+    return {k: v for k, v in _as_plain(cfg).items() if k in CONFIG_KEYS}
 
 
 def _as_plain(node: Any) -> Any:

@@ -56,22 +56,20 @@ def overall(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """One evaluation's headline figures from its records: Pass@1 (normal interval over
     questions), Pass@k at the smallest number of samples any question has, tool use, format
     errors, and the bridge-entity analysis."""
-    by_q: dict[str, list[dict[str, Any]]] = {}
-    for r in rows:
-        by_q.setdefault(r["question_id"], []).append(r)
-    k = min(len(g) for g in by_q.values())
-    sampling = summarize_samples([[bool(r["correct"]) for r in g] for g in by_q.values()], k)
+    groups = _grouped(rows)
+    k = min(len(g) for g in groups)
+    sampling = summarize_samples([[bool(r["correct"]) for r in g] for g in groups], k)
     return {
         "pass@1": sampling.pass1.mean,
         "pass@1_ci": [sampling.pass1.low, sampling.pass1.high],
         "k": k,
         "pass@k": sampling.pass_k,
-        "questions": len(by_q),
+        "questions": len(groups),
         "samples": len(rows),
         "tool_calls": _mean([r["tool_calls"] for r in rows]),
         "turns": _mean([r["turns"] for r in rows]),
         "format_error_rate": _mean([r["format_error"] for r in rows]),
-        "entity": bridge_analysis(by_q.values()),
+        "entity": bridge_analysis(groups),
     }
 
 
@@ -182,7 +180,7 @@ def _sizing(
                 "samples_per_question": k,
                 "questions": q,
                 "se": se,
-                "detectable": 2.8016 * se,  # z_0.975 + z_0.8 standard errors
+                "detectable": vc.detectable(q, k),
                 "power_at_min_effect": power_at(min_effect, se),
             }
         )

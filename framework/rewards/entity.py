@@ -106,6 +106,20 @@ def hidden_entities(
     return [e for e, n in zip(entities, named, strict=True) if not n]
 
 
+def question_match_rates(
+    thinks: Sequence[str],
+    entities: Sequence[Sequence[Sequence[str] | str]],
+    questions: Sequence[str] | None,
+    cfg: EntityRewardConfig,
+) -> list[float]:
+    """Per rollout ``γ_i`` over its question's ``E_q``: every entity, or only those the question
+    does not name itself (:func:`hidden_entities`) under ``skip_question_entities`` when the
+    questions are known."""
+    if cfg.skip_question_entities and questions is not None:
+        entities = [hidden_entities(q, e, cfg) for q, e in zip(questions, entities, strict=True)]
+    return [entity_match_rate(t, e, cfg) for t, e in zip(thinks, entities, strict=True)]
+
+
 @REWARDS.register("e_grpo", config=EntityRewardConfig)
 def entity_reward(inputs: RewardInputs, *, cfg: EntityRewardConfig) -> Tensor:
     """E-GRPO reward: 1 if correct, ``alpha * γ̂`` if wrong, 0 on format error / over budget.
@@ -132,11 +146,8 @@ def entity_reward(inputs: RewardInputs, *, cfg: EntityRewardConfig) -> Tensor:
         inputs, "entities", "e_grpo", "E-GRPO rewards the ground-truth entities in the reasoning"
     )
     thinks = inputs.think_texts or [extract_think(c) for c in inputs.completions]
-    questions = inputs.columns.get("question")
-    if cfg.skip_question_entities and questions is not None:
-        entities = [hidden_entities(q, e, cfg) for q, e in zip(questions, entities, strict=True)]
     rates = torch.tensor(
-        [entity_match_rate(t, e, cfg) for t, e in zip(thinks, entities, strict=True)],
+        question_match_rates(thinks, entities, inputs.columns.get("question"), cfg),
         dtype=torch.get_default_dtype(),
     )
     correct = answer_scores(inputs, cfg.correctness, "e_grpo") > 0.5

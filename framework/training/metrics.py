@@ -12,7 +12,11 @@ from framework.algorithms.group import group_max, group_min
 from framework.algorithms.shaping import entity_shaped_reward
 from framework.data.schema import QAItem
 from framework.rewards.composite import WeightedSumConfig, term_config
-from framework.rewards.entity import EntityRewardConfig, entity_match_rate, hidden_entities
+from framework.rewards.entity import (
+    EntityRewardConfig,
+    entity_match_rate,
+    question_match_rates,
+)
 from framework.rewards.text import answer_metric, verdict_metrics
 from framework.rollout.scoring import Scores
 from framework.rollout.tools import tool_stats
@@ -84,13 +88,12 @@ def partial_credit(
     if not trajectories or not all(items[t.group].entities for t in trajectories):
         return {}
     cfg = cfg if isinstance(cfg, EntityRewardConfig) else EntityRewardConfig(name="e_grpo")
-    rates = []
-    for t in trajectories:
-        item = items[t.group]
-        entities = list(item.entities or [])
-        if cfg.skip_question_entities:
-            entities = hidden_entities(item.question, entities, cfg)
-        rates.append(entity_match_rate(t.think_text, entities, cfg) if entities else 0.0)
+    rates = question_match_rates(
+        [t.think_text for t in trajectories],
+        [items[t.group].entities or () for t in trajectories],
+        [items[t.group].question for t in trajectories],
+        cfg,
+    )
     valid = torch.tensor([t.status == "ok" for t in trajectories])
     correct_t = torch.tensor(list(correct_flags))
     gamma_hat = entity_shaped_reward(
