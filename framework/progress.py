@@ -148,3 +148,139 @@ class Progress:
         line = progress_line(self.label, self.position, self.total, per, self.unit)
         print(line, file=self._stream or sys.stdout, flush=True)
         self._last, self._printed = now, self.position
+
+
+def _duration(seconds: float) -> str:
+    """``42 s``, ``3.5 min`` or ``1.2 h``."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+class JobStages:
+    """One line when each stage of a job starts and one when it ends, with the job's elapsed time,
+    the stage's own time and peak resident memory, and an estimate of the time left for the job.
+
+    The estimate is the planned seconds of the stages not yet finished, scaled by how the finished
+    stages compared with their plan (the ratio is clamped to [0.2, 5], so one odd stage does not
+    swing it); a stage planned at 0 s (cached) adds nothing.
+
+    Args:
+        app: the lines' prefix, e.g. ``seekrl-train``.
+        planned: ``(stage name, planned seconds)`` in the order they run; a stage not named here is
+            still timed, with no plan of its own.
+        stream: where the lines go (stdout when None).
+        clock: monotonic seconds (injectable for tests).
+        memory: ``(reset the peak, read the peak in bytes)`` (injectable for tests).
+    """
+
+    def __init__(
+        self,
+        app: str,
+        planned: list[tuple[str, float]],
+        *,
+        stream: TextIO | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+        memory: tuple[Callable[[], object], Callable[[], int]] | None = None,
+    ) -> None:
+        from framework.memory import peak_rss_bytes, reset_peak
+
+        self.app = app
+        self.planned = dict(planned)
+        self.order = [name for name, _ in planned]
+        self.stream = stream
+        self.clock = clock
+        self._reset, self._peak = memory or (reset_peak, peak_rss_bytes)
+        self.start = clock()
+        #: finished stages: name, seconds, peak resident bytes, planned seconds
+        self.done: list[dict[str, float | str | None]] = []
+        self._current: tuple[str, float] | None = None
+
+    def _say(self, text: str) -> None:
+        print(f"{self.app}: {text}", file=self.stream or sys.stdout, flush=True)
+
+    def left(self) -> float:
+        """Estimated seconds left for the stages not yet finished."""
+        finished = {str(d["stage"]) for d in self.done}
+        pairs = [
+            (float(d["seconds"]), float(d["planned"]))  # type: ignore[arg-type]
+            for d in self.done
+            if d["planned"]
+        ]
+        ratio = sum(a for a, _ in pairs) / sum(p for _, p in pairs) if pairs else 1.0
+        ratio = min(max(ratio, 0.2), 5.0)
+        return ratio * sum(s for name, s in self.planned.items() if name not in finished)
+
+    def _position(self, name: str) -> str:
+        if name in self.order:
+            return f"[{self.order.index(name) + 1}/{len(self.order)}] "
+        return ""
+
+    def stage(self, name: str) -> _Stage:
+        """A context manager around one stage (:meth:`begin` and :meth:`end`)."""
+        return _Stage(self, name)
+
+    def begin(self, name: str) -> None:
+        """Start stage ``name`` (ending the running one, if any): reset the peak, say so."""
+        self.end()
+        self._reset()
+        self._current = (name, self.clock())
+        planned = self.planned.get(name)
+        plan = f", planned {_duration(planned)}" if planned else ""
+        self._say(
+            f"{self._position(name)}{name} started (job elapsed "
+            f"{_duration(self._current[1] - self.start)}{plan}; about {_duration(self.left())} left)"
+        )
+
+    def end(self, error: str | None = None) -> None:
+        """End the running stage (nothing when none runs): its time and peak memory, what is left."""
+        from framework.memory import release_freed
+
+        current = self._current
+        if current is None:
+            return
+        self._current = None
+        name, begin = current
+        now = self.clock()
+        peak = int(self._peak())
+        release_freed()  # the stage's freed heap goes back before the next stage starts
+        self.done.append(
+            {
+                "stage": name,
+                "seconds": round(now - begin, 1),
+                "peak_bytes": peak,
+                "planned": self.planned.get(name),
+            }
+        )
+        state = "ended" if error is None else f"stopped ({error})"
+        self._say(
+            f"{self._position(name)}{name} {state} in {_duration(now - begin)}, peak memory "
+            f"{peak / 1e9:.1f} GB (job elapsed {_duration(now - self.start)}; about "
+            f"{_duration(self.left())} left)"
+        )
+
+    def summary(self) -> list[dict[str, float | str | None]]:
+        """Each finished stage: name, seconds, peak resident GB, planned seconds."""
+        return [
+            {**d, "peak_gb": round(float(d["peak_bytes"]) / 1e9, 2)}  # type: ignore[arg-type]
+            for d in self.done
+        ]
+
+
+class _Stage:
+    def __init__(self, job: JobStages, name: str) -> None:
+        self.job, self.name = job, name
+
+    def __enter__(self) -> _Stage:
+        self.job.begin(self.name)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.job.end(None if exc_type is None else exc_type.__name__)

@@ -164,8 +164,9 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
         raise SystemExit(2) from None
     sampling = replace(cfg.rollout.sampling, seed=cfg.seed)
     backend = TransformersBackend(
-        cfg=replace(cfg.rollout, sampling=sampling), model=model, tokenizer=tok
+        cfg=replace(cfg.rollout, sampling=sampling), model=model, tokenizer=tok, owns_model=True
     )
+    del model  # the backend holds it (converted to its rollout dtype)
     judge = JUDGES.bind(cfg.judge)(backend=backend)
     loop = AgentLoop(backend, retriever, cfg.agent)
     k = cfg.samples_per_question

@@ -3,8 +3,9 @@
 Each stage that a run makes on first use and caches (the passage store, a retrieval index, the
 synthesized questions, the converted policy, the cold-start SFT) is looked up in the cache by the
 same keys the run uses; a missing one is reported with a rough time. The times come from rates
-measured on the project's reference machine (2 cores of an Intel Xeon Cascade Lake, fp32), so on
-another CPU they are an order of magnitude, not a promise.
+recorded on the machine :data:`RECORDED_ON` names, so on another CPU they are an order of magnitude,
+not a promise. :func:`job_estimates` turns them into the per-stage plan (time and peak memory) that
+``dry_run=true`` prints and that the running job's stage lines count down from.
 """
 
 from __future__ import annotations
@@ -13,16 +14,36 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-#: passages embedded per second by the packaged MiniLM encoder (docs/benchmarks/retrieval.md)
+#: the machine the rates and peaks below were recorded on (a fresh run of the README's main command)
+RECORDED_ON = "2 cores of an AMD EPYC (Zen 5, native bf16), bf16 training, bf16 rollouts"
+#: passages embedded per second by the packaged MiniLM encoder
 EMBED_PASSAGES_PER_S = 53.0
-#: seconds to synthesize 1,800 questions with the answerability check, embeddings cached
-SYNTH_SECONDS_PER_QUESTION = 47.0 / 1800
-#: expert trajectories kept per question asked for, and seconds per SFT step of batch 4 with about
-#: 1,000-token trajectories (docs/study.md, the learn_cpu cold start: 110 of 160, 45 s per step)
+#: seconds per synthesized question asked for, with the answerability check, embeddings cached
+SYNTH_SECONDS_PER_QUESTION = 108.0 / 3800
+#: expert trajectories kept per question asked for; seconds to make one expert trajectory (scripted
+#: searches against the index); seconds of SFT per trajectory and epoch (batches of 4)
 EXPERT_KEEP_RATE = 110 / 160
+EXPERT_SECONDS_PER_QUESTION = 0.5
 SFT_SECONDS_PER_SEQUENCE = 45.0 / 4
-#: seconds per RL rollout (generation and update) of the learn_cpu run: 2,124 s for 256 rollouts
+#: seconds per RL rollout (generation and update), and per evaluated rollout
 RL_SECONDS_PER_ROLLOUT = 8.3
+EVAL_SECONDS_PER_ROLLOUT = 4.3
+#: peak resident memory of each stage of the job, GB (``JobStages`` lines of the recorded run)
+PEAK_GB = {
+    "index": 1.5,
+    "questions": 1.5,
+    "warm start (SFT)": 7.0,
+    "RL": 6.0,
+    "final comparison": 3.0,
+}
+#: the job's stages in order, and which plan stages each one builds
+JOB_STAGES = {
+    "index": ("passage store", "passage embeddings", "faiss index", "bm25 index"),
+    "questions": ("questions",),
+    "warm start (SFT)": ("policy", "warm start (SFT)"),
+    "RL": (),
+    "final comparison": (),
+}
 
 
 @dataclass(frozen=True)
@@ -40,6 +61,7 @@ class Stage:
     ready: bool
     where: str
     work: str = ""
+    seconds: float = 0.0
 
     def line(self) -> str:
         state = "cached" if self.ready else "to build"
@@ -68,7 +90,9 @@ def corpus_stages(corpus: Any, cache_dir: str | None) -> tuple[str, int, Stage]:
     fingerprint = corpus_fingerprint(corpus)
     path = store_path(cache_root(cache_dir), fingerprint)
     documents = sum(1 for _ in iter_documents(corpus))
-    stage = Stage("passage store", path.is_file(), str(path), f"{documents} documents, seconds")
+    stage = Stage(
+        "passage store", path.is_file(), str(path), f"{documents} documents, seconds", 10.0
+    )
     return fingerprint, documents, stage
 
 
@@ -84,14 +108,16 @@ def retriever_stages(rcfg: Any) -> Iterator[Stage]:
     yield store
     if isinstance(rcfg, FaissRetrieverConfig):
         emb = embeddings_path(rcfg, fingerprint)
-        embed = f"embed at least {documents} passages, {minutes(documents / EMBED_PASSAGES_PER_S)}"
-        yield Stage("passage embeddings", emb.is_file(), str(emb), embed)
+        seconds = documents / EMBED_PASSAGES_PER_S
+        embed = f"embed at least {documents} passages, {minutes(seconds)}"
+        yield Stage("passage embeddings", emb.is_file(), str(emb), embed, seconds)
         index = faiss_index_dir(rcfg, fingerprint)
         work = f"{rcfg.index.type} index over the embeddings, seconds to minutes"
-        yield Stage("faiss index", (index / MANIFEST).is_file(), str(index), work)
+        yield Stage("faiss index", (index / MANIFEST).is_file(), str(index), work, 10.0)
     if isinstance(rcfg, BM25RetrieverConfig) or hasattr(rcfg, "bm25"):
         index = bm25_index_dir(rcfg, fingerprint)
-        yield Stage("bm25 index", (index / MANIFEST).is_file(), str(index), "tokenise, seconds")
+        ready = (index / MANIFEST).is_file()
+        yield Stage("bm25 index", ready, str(index), "tokenise, seconds", 10.0)
 
 
 def dataset_stages(dcfg: Any) -> Iterator[Stage]:
@@ -108,8 +134,10 @@ def dataset_stages(dcfg: Any) -> Iterator[Stage]:
     if not ready and dcfg.answerability.enabled:
         yield from retriever_stages(answerability_retriever_config(dcfg))
     n = dcfg.train_size + dcfg.validation_size + dcfg.test_size
-    work = f"{n} questions, {minutes(n * SYNTH_SECONDS_PER_QUESTION)}"
-    yield Stage("questions", ready, str(dcfg.directory()), work)
+    seconds = n * SYNTH_SECONDS_PER_QUESTION
+    yield Stage(
+        "questions", ready, str(dcfg.directory()), f"{n} questions, {minutes(seconds)}", seconds
+    )
 
 
 def policy_stages(pcfg: Any) -> Iterator[Stage]:
@@ -119,7 +147,7 @@ def policy_stages(pcfg: Any) -> Iterator[Stage]:
     if pcfg.source == "smollm2":
         target = cache_root(pcfg.cache_dir) / "models" / "smollm2-135m-instruct"
         work = "convert the packaged GGUF, seconds"
-        yield Stage("policy", (target / "config.json").is_file(), str(target), work)
+        yield Stage("policy", (target / "config.json").is_file(), str(target), work, 5.0)
 
 
 def warm_start_stages(cfg: Any) -> Iterator[Stage]:
@@ -131,11 +159,14 @@ def warm_start_stages(cfg: Any) -> Iterator[Stage]:
     sft_cfg, done = warm_start_sft(cfg)
     kept = sft_cfg.expert.questions * EXPERT_KEEP_RATE
     seconds = kept * sft_cfg.optim.epochs * SFT_SECONDS_PER_SEQUENCE
+    seconds += sft_cfg.expert.questions * EXPERT_SECONDS_PER_QUESTION
+    seconds += 2 * cfg.warm_start.eval_questions * EVAL_SECONDS_PER_ROLLOUT  # before/after check
     work = (
         f"{sft_cfg.expert.questions} expert questions, {sft_cfg.optim.epochs} epoch(s) of SFT, "
         f"{minutes(seconds)}"
     )
-    yield Stage("warm start (SFT)", (done / "policy" / "config.json").is_file(), str(done), work)
+    ready = (done / "policy" / "config.json").is_file()
+    yield Stage("warm start (SFT)", ready, str(done), work, seconds)
 
 
 def train_plan(cfg: Any) -> list[Stage]:
@@ -149,6 +180,49 @@ def train_plan(cfg: Any) -> list[Stage]:
             seen.add(s.where)
             out.append(s)
     return out
+
+
+def rl_seconds(cfg: Any) -> float:
+    """Recorded-rate seconds of the RL stage (0 for a sampler without the usual batch fields)."""
+    per_step = getattr(cfg.sampler, "questions_per_step", 0) * getattr(cfg.sampler, "group_size", 0)
+    return cfg.trainer.max_steps * per_step * RL_SECONDS_PER_ROLLOUT
+
+
+def final_seconds(cfg: Any) -> float:
+    """Recorded-rate seconds of the final comparison (two evaluations); 0 when switched off."""
+    f = cfg.final_eval
+    if not f.enabled:
+        return 0.0
+    questions = f.questions or getattr(cfg.dataset, "validation_size", 0) or 100
+    return 2 * questions * f.samples_per_question * EVAL_SECONDS_PER_ROLLOUT
+
+
+def job_estimates(cfg: Any, stages: list[Stage] | None = None) -> list[tuple[str, float, float]]:
+    """``(stage, seconds, peak GB)`` for each stage of ``seekrl-train`` (:data:`JOB_STAGES`), from
+    the recorded rates and peaks; a stage whose parts are all cached is planned at 0 s."""
+    stages = train_plan(cfg) if stages is None else stages
+    out = []
+    for name, parts in JOB_STAGES.items():
+        if name == "RL":
+            seconds = rl_seconds(cfg)
+        elif name == "final comparison":
+            seconds = final_seconds(cfg)
+        else:
+            seconds = sum(s.seconds for s in stages if s.name in parts and not s.ready)
+        out.append((name, seconds, PEAK_GB[name]))
+    return out
+
+
+def render_estimates(estimates: list[tuple[str, float, float]]) -> str:
+    """The per-stage estimate as lines, with their total and the machine they come from."""
+    lines = [f"estimate per stage (recorded figures: {RECORDED_ON}; another CPU differs):"]
+    for name, seconds, peak in estimates:
+        time_text = minutes(seconds) if seconds else "cached, seconds"
+        lines.append(f"  {name:<18} {time_text:<14} peak about {peak:.1f} GB")
+    total = sum(s for _, s, _ in estimates)
+    peak = max(p for _, _, p in estimates)
+    lines.append(f"  {'whole job':<18} {minutes(total):<14} peak about {peak:.1f} GB")
+    return "\n".join(lines)
 
 
 def rl_estimate(cfg: Any) -> str:
@@ -169,4 +243,12 @@ def render(stages: list[Stage]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Stage", "minutes", "render", "rl_estimate", "train_plan"]
+__all__ = [
+    "Stage",
+    "job_estimates",
+    "minutes",
+    "render",
+    "render_estimates",
+    "rl_estimate",
+    "train_plan",
+]

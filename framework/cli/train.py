@@ -93,7 +93,7 @@ def dry_run(cfg: TrainConfig) -> None:
     except RetrievalError as exc:  # a corpus source that is not there
         print(exc, file=sys.stderr)
         raise SystemExit(2) from None
-    print("\nbefore the first RL step (rough times from a 2-core Xeon, fp32):")
+    print("\nwhat it builds before the first RL step:")
     print(plan.render(stages))
     print(f"  RL                 {plan.rl_estimate(cfg)}")
     f = cfg.final_eval
@@ -102,6 +102,8 @@ def dry_run(cfg: TrainConfig) -> None:
             f"  final comparison   the warm start and the trained policy on {f.questions or 'all'} "
             f"validation questions x {f.samples_per_question} samples, paired"
         )
+    print()
+    print(plan.render_estimates(plan.job_estimates(cfg, stages)))
     if all(s.ready for s in stages if s.name == "questions"):
         try:  # the data exists: check its schema and the reward's needs now
             splits = load_training_data(cfg)
@@ -181,9 +183,19 @@ def train(cfg: TrainConfig) -> float | None:
     run_dir = Path(cfg.run_dir)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     announce_precision(cfg.trainer)
-    cfg = warm_start(cfg)
+    job = job_stages(cfg)
     try:
-        splits = load_training_data(cfg)
+        with job.stage("index"):
+            build_index(cfg)
+        with job.stage("questions"):
+            splits = load_training_data(cfg)
+    except (DatasetError, RetrievalError) as exc:
+        print(exc, file=sys.stderr)
+        raise SystemExit(2) from None
+    with job.stage("warm start (SFT)"):
+        cfg = warm_start(cfg)
+    job.begin("RL")  # ended before the final comparison, or by the summary
+    try:
         train_items, val_items = splits["train"], splits.get("validation", [])
         sampler = SAMPLERS.bind(cfg.sampler)(train_items, cfg.seed)
         module = SearchAgentRL(cfg, train_items, val_items)
@@ -232,8 +244,11 @@ def train(cfg: TrainConfig) -> float | None:
         final = None
         if cfg.trainer.export_policy and not checkpoints.interrupted and health.stopped is None:
             export_policy(module.policy, module.tokenizer, run_dir / "policy")
+            job.end()
             if cfg.final_eval.enabled and val_items:
-                final = final_evaluation(cfg, run_dir)
+                with job.stage("final comparison"):
+                    final = final_evaluation(cfg, run_dir)
+        job.end()
         summary = {
             "algorithm": cfg.algorithm,
             "seed": cfg.seed,
@@ -246,6 +261,7 @@ def train(cfg: TrainConfig) -> float | None:
             "last_step": {f"rollout/{k}": v for k, v in module.last_rollout.items()},
             "metrics": metrics,
             "final": final,
+            "stages": job.summary(),
         }
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         record_sweep_job(cfg, run_dir, summary)
@@ -263,6 +279,31 @@ def train(cfg: TrainConfig) -> float | None:
             file=sys.stderr,
         )
     return value
+
+
+def job_stages(cfg: TrainConfig) -> Any:
+    """The job's stage lines (:class:`~framework.progress.JobStages`), counting down from the
+    recorded-rate plan of what this run still has to build."""
+    from framework.cli import plan
+    from framework.progress import JobStages
+    from framework.retrieval.types import RetrievalError
+
+    try:
+        estimates = plan.job_estimates(cfg)
+    except (RetrievalError, OSError):  # a missing corpus: the index stage reports it
+        estimates = [(name, 0.0, 0.0) for name in plan.JOB_STAGES]
+    return JobStages("seekrl-train", [(name, seconds) for name, seconds, _ in estimates])
+
+
+def build_index(cfg: TrainConfig) -> None:
+    """Build (or find cached) the retriever's index now, as a stage of its own; a remote
+    retriever has nothing to build."""
+    from framework.registry import RETRIEVERS
+
+    retriever = RETRIEVERS.bind(cfg.retriever)()
+    close = getattr(retriever, "close", None)
+    if close is not None:
+        close()
 
 
 def final_evaluation(cfg: TrainConfig, run_dir: Path) -> dict[str, Any]:

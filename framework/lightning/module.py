@@ -42,6 +42,7 @@ class SearchAgentRL(L.LightningModule):
 
     def __init__(self, cfg: Any, train_items: list, val_items: list) -> None:
         super().__init__()
+        from framework.lightning.trainer import apply_gradient_checkpointing
         from framework.rollout.policy import load_policy
 
         self.automatic_optimization = False
@@ -52,6 +53,7 @@ class SearchAgentRL(L.LightningModule):
         if cfg.lora.enabled:
             model = apply_lora(model, cfg.lora)
         self.policy = model
+        apply_gradient_checkpointing(model, cfg.trainer)
         spec = loss_spec(cfg.loss, cfg.kl)
         # plain objects, not modules: the reference (only for a KL term) gets no gradient, no
         # checkpoint, no DDP bucket; the loop and its backend are built in setup()
@@ -77,6 +79,13 @@ class SearchAgentRL(L.LightningModule):
             model=self.policy, tokenizer=self.tokenizer
         )
         self.parts.loop = AgentLoop(self.backend, RETRIEVERS.bind(cfg.retriever)(), cfg.agent)
+
+    def on_train_start(self) -> None:
+        # a resumed run's weights are restored after setup(): the backend's rollout copy follows
+        self.backend.update_weights(self.policy)
+
+    def on_validation_start(self) -> None:
+        self.backend.update_weights(self.policy)
 
     def teardown(self, stage: str) -> None:
         if stage == "fit" and self.parts.loop is not None and self.cfg.trainer.val_at_end:

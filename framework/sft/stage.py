@@ -127,6 +127,7 @@ def run_sft(cfg: SFTConfig, *, quiet: bool = False) -> dict[str, Any]:
     from framework.lightning.trainer import (
         INTERRUPTED,
         announce_precision,
+        apply_gradient_checkpointing,
         apply_threads,
         log_progress,
         quiet_lightning,
@@ -181,6 +182,7 @@ def run_sft(cfg: SFTConfig, *, quiet: bool = False) -> dict[str, Any]:
         if cfg.lora.enabled:
             policy = apply_lora(policy, cfg.lora)
             backend = TransformersBackend(cfg=cfg.rollout, model=policy, tokenizer=tok)
+        apply_gradient_checkpointing(policy, cfg.trainer)
         steps = math.ceil(len(train) / cfg.optim.batch_size) * cfg.optim.epochs
         module = SFTModule(policy, tok.pad_token_id, cfg.optim, steps)
         resume = newest_checkpoint(run_dir / "checkpoints")
@@ -236,6 +238,7 @@ def run_sft(cfg: SFTConfig, *, quiet: bool = False) -> dict[str, Any]:
             )
             raise SystemExit(INTERRUPTED)
         policy.eval()
+        backend.update_weights(policy)  # its rollout copy (another dtype) still holds the start
         after = agent_check(backend, retriever, cfg.agent, test_items, label="check after")
     finally:
         retriever.close()

@@ -108,17 +108,24 @@ def packed_rollout_logprobs(trajectories: Sequence[Trajectory], width: int) -> T
     return out
 
 
+#: trained positions projected onto the vocabulary at a time: the logits of one chunk (1,024 x
+#: 49,152 float32 entries, 200 MB for SmolLM2) are the only ones alive, in forward and in backward
+VOCAB_CHUNK_TOKENS = 1024
+
+
 def token_logprobs(
-    model: Any, batch: TokenBatch, *, entropy: bool = False
+    model: Any, batch: TokenBatch, *, entropy: bool = False, chunk: int = VOCAB_CHUNK_TOKENS
 ) -> tuple[Tensor, Tensor | None]:
     """Log-probabilities ``[n, R]`` of the last ``R`` tokens of each row under ``model``.
 
     Only positions whose token is trained (``batch.loss_mask``) are scored: the decoder runs over the
     whole sequence, but the vocabulary projection, the only step whose cost scales with the
     vocabulary, runs on those positions alone (prompts and tool responses are most of a search
-    trajectory). Other positions get 0. Entropy of the next-token distribution at the same positions
-    is returned too when asked (no gradient). Models whose logits are post-processed (soft-capping,
-    logit scales) take the plain full-logits path.
+    trajectory), ``chunk`` positions at a time: each chunk's logits are recomputed in the backward
+    pass instead of kept, so memory holds one chunk's logits, not every trained token's. Other
+    positions get 0. Entropy of the next-token distribution at the same positions is returned too
+    when asked (no gradient). Models whose logits are post-processed (soft-capping, logit scales)
+    take the plain full-logits path.
     """
     r = batch.response_width
     targets = batch.input_ids[:, -r:]
@@ -131,7 +138,9 @@ def token_logprobs(
             use_cache=False,
         ).last_hidden_state
         h = hidden[:, -(r + 1) : -1, :][sel]  # [T, H]: position t predicts token t + 1
-        logits = model.get_output_embeddings()(h).float()  # [T, V]
+        picked, values = chunked_head_logprobs(
+            model.get_output_embeddings(), h, targets[sel], chunk=chunk, entropy=entropy
+        )
     else:
         out = model(
             input_ids=batch.input_ids,
@@ -141,17 +150,61 @@ def token_logprobs(
             use_cache=False,
         )
         logits = out.logits[:, :-1, :].float()[sel]  # [T, V]
-    lse = torch.logsumexp(logits, dim=-1)
-    picked = logits.gather(-1, targets[sel].unsqueeze(-1)).squeeze(-1) - lse  # [T]
+        picked, values = _picked_and_entropy(logits, targets[sel], entropy)
     logp = torch.zeros(sel.shape, dtype=picked.dtype, device=picked.device)
     logp = logp.masked_scatter(sel, picked)
     ent = None
+    if values is not None:
+        ent = torch.zeros(sel.shape, dtype=values.dtype, device=values.device)
+        ent = ent.masked_scatter(sel, values)
+    return logp, ent
+
+
+def chunked_head_logprobs(
+    head: Any, h: Tensor, targets: Tensor, *, chunk: int, entropy: bool = False
+) -> tuple[Tensor, Tensor | None]:
+    """``log_softmax(head(h))`` at ``targets`` ``[T]`` (and the entropy ``[T]``, no gradient),
+    ``chunk`` rows of ``h`` ``[T, H]`` at a time. With a gradient, each chunk runs under activation
+    checkpointing: its logits are freed after the forward and recomputed in the backward (one more
+    projection of the chunk, a few percent of a step), so peak memory holds one chunk's logits."""
+    from torch.utils.checkpoint import checkpoint
+
+    picked: list[Tensor] = []
+    ents: list[Tensor] = []
+    grad = torch.is_grad_enabled() and (
+        h.requires_grad or any(p.requires_grad for p in head.parameters())
+    )
+    for start in range(0, h.shape[0], max(chunk, 1)):
+        hc, tc = h[start : start + chunk], targets[start : start + chunk]
+        if grad:
+            p, e = checkpoint(_head_picked, head, hc, tc, entropy, use_reentrant=False)
+        else:
+            p, e = _head_picked(head, hc, tc, entropy)
+        picked.append(p)
+        if e is not None:
+            ents.append(e)
+    if not picked:  # no trained position: keep the graph (a zero-size projection)
+        return _head_picked(head, h, targets, entropy)
+    return torch.cat(picked), (torch.cat(ents) if entropy else None)
+
+
+def _head_picked(
+    head: Any, h: Tensor, targets: Tensor, entropy: bool
+) -> tuple[Tensor, Tensor | None]:
+    return _picked_and_entropy(head(h).float(), targets, entropy)
+
+
+def _picked_and_entropy(
+    logits: Tensor, targets: Tensor, entropy: bool
+) -> tuple[Tensor, Tensor | None]:
+    """Each row's log-probability of its target ``[T]``, and its entropy ``[T]`` (detached)."""
+    lse = torch.logsumexp(logits, dim=-1)
+    picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
+    values = None
     if entropy:
         with torch.no_grad():
-            values = lse - (logits.softmax(-1) * logits).sum(-1)
-            ent = torch.zeros(sel.shape, dtype=values.dtype, device=values.device)
-            ent = ent.masked_scatter(sel, values)
-    return logp, ent
+            values = lse.detach() - (logits.softmax(-1) * logits).sum(-1)
+    return picked, values
 
 
 def _plain_head(model: Any) -> bool:

@@ -201,7 +201,7 @@ def test_update_weights_copies_the_other_models_weights(tiny_policy):
     mine.update_weights(other)
     assert mine.model is held  # weights copied in place, the module is kept
     for (k, a), b in zip(mine.model.state_dict().items(), other.state_dict().values()):
-        assert torch.equal(a, b), k
+        assert torch.equal(a, b.to(a.dtype)), k  # cast to the rollout dtype
     assert (
         mine.model.state_dict()["lm_head.weight"].data_ptr()
         != other.state_dict()["lm_head.weight"].data_ptr()
@@ -305,3 +305,55 @@ def test_agent_loop_with_the_real_smollm2_policy():
         for s in t.segments:
             if s.kind == "tool_response":
                 assert t.loss_mask[s.start : s.end] == [0] * (s.end - s.start)
+
+
+def test_rollouts_run_in_the_configured_dtype_on_a_copy_unless_the_model_is_handed_over(
+    tiny_policy,
+):
+    """compute_dtype=bfloat16 on an fp32 policy: the backend rolls out with its own bf16 copy,
+    which update_weights refreshes; the trained policy stays fp32. float32 shares the module. An
+    evaluation hands its model over (owns_model) and it is converted in place."""
+    import torch
+
+    model, tok = tiny_policy
+    trained = copy.deepcopy(model)
+    cfg = TransformersBackendConfig(
+        sampling=SamplingConfig(temperature=0.0), compute_dtype="bfloat16"
+    )
+    backend = TransformersBackend(cfg=cfg, model=trained, tokenizer=tok)
+    assert backend.own_copy and backend.model is not trained
+    assert next(backend.model.parameters()).dtype == torch.bfloat16
+    assert next(trained.parameters()).dtype == torch.float32
+    with torch.no_grad():
+        trained.lm_head.weight.add_(0.5)
+    backend.update_weights(trained)
+    assert torch.equal(backend.model.lm_head.weight, trained.lm_head.weight.to(torch.bfloat16))
+    assert backend.generate(some_sequences(tok), [4] * 3, STOP_STRINGS)
+
+    same = TransformersBackend(
+        cfg=TransformersBackendConfig(compute_dtype="float32"), model=trained, tokenizer=tok
+    )
+    assert same.model is trained and not same.own_copy
+
+    handed = copy.deepcopy(model)
+    owned = TransformersBackend(cfg=cfg, model=handed, tokenizer=tok, owns_model=True)
+    assert owned.model is handed and next(handed.parameters()).dtype == torch.bfloat16
+
+
+def test_auto_rollout_dtype_follows_native_bf16(monkeypatch):
+    import torch
+
+    import framework.training.precision as precision
+    from framework.rollout.hf_backend import rollout_dtype
+
+    monkeypatch.setattr(precision, "native_bf16", lambda: "avx512_bf16")
+    assert rollout_dtype("auto")[0] == torch.bfloat16
+    monkeypatch.setattr(precision, "native_bf16", lambda: None)
+    dtype, reason = rollout_dtype("auto")
+    assert dtype == torch.float32 and "no native bf16" in reason
+    assert rollout_dtype("bfloat16")[0] == torch.bfloat16
+
+
+def test_compute_dtype_is_checked():
+    problems = TransformersBackendConfig(compute_dtype="fp8").problems()
+    assert [p.path for p in problems] == ["compute_dtype"]

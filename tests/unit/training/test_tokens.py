@@ -48,3 +48,52 @@ def test_logprobs_of_padded_rows_equal_unpadded_forward(tiny_policy):
             assert torch.allclose(logp[row, col], expected, atol=1e-4), (row, pos)
             p = full[pos - 1].exp()
             assert torch.allclose(ent[row, col], -(p * full[pos - 1]).sum(), atol=1e-3)
+
+
+def test_chunked_vocabulary_projection_matches_one_chunk_in_values_and_gradients(tiny_policy):
+    """Chunks of 3 trained positions (with recomputation in backward) give the log-probs, entropy
+    and parameter gradients of one projection over every trained position."""
+    model, tok = tiny_policy
+    batch = pack(make_trajectories(model.config.vocab_size), tok.pad_token_id)
+    trained = int(batch.loss_mask.sum())
+    assert trained > 3  # several chunks, the last one partial
+    results = []
+    for chunk in (trained, 3):
+        model.zero_grad()
+        logp, ent = token_logprobs(model, batch, entropy=True, chunk=chunk)
+        (logp * torch.linspace(0.5, 1.5, logp.numel()).view_as(logp)).sum().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        results.append((logp.detach(), ent, grads))
+    (logp_a, ent_a, grads_a), (logp_b, ent_b, grads_b) = results
+    assert torch.allclose(logp_a, logp_b, atol=1e-6)
+    assert torch.allclose(ent_a, ent_b, atol=1e-6)
+    assert (logp_a[~batch.loss_mask.bool()] == 0).all()
+    assert grads_a.keys() == grads_b.keys() and grads_a
+    for name, g in grads_a.items():
+        # float32 sums in another order: equal to 1e-5 of the gradient's scale
+        assert (g - grads_b[name]).abs().max() <= 1e-5 * g.abs().max(), name
+    model.zero_grad()
+
+
+def test_gradient_checkpointing_keeps_log_probs_and_gradients(tiny_policy):
+    """The trainer's activation recomputation changes memory, not numbers."""
+    from framework.lightning.trainer import TrainerConfig, apply_gradient_checkpointing
+
+    model, tok = tiny_policy
+    batch = pack(make_trajectories(model.config.vocab_size, seed=1), tok.pad_token_id)
+    model.train()
+    results = []
+    for on in (False, True):
+        if on:
+            assert apply_gradient_checkpointing(model, TrainerConfig(gradient_checkpointing=True))
+        model.zero_grad()
+        logp, _ = token_logprobs(model, batch)
+        logp.sum().backward()
+        results.append((logp.detach(), [p.grad.clone() for p in model.parameters()]))
+    getattr(model, "activation_checkpointing_disable", model.gradient_checkpointing_disable)()
+    model.eval()
+    model.zero_grad()
+    assert torch.allclose(results[0][0], results[1][0], atol=1e-6)
+    for a, b in zip(results[0][1], results[1][1], strict=True):
+        assert (a - b).abs().max() <= 1e-5 * a.abs().max()
+    assert not apply_gradient_checkpointing(model, TrainerConfig(gradient_checkpointing=False))

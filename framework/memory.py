@@ -1,0 +1,75 @@
+"""Resident memory of this process: its peak since a mark, and freed heap handed back to the OS.
+
+Linux keeps a process's peak resident set (``VmHWM``) and resets it when ``5`` is written to
+``/proc/self/clear_refs``; that gives each stage of a job its own peak. Elsewhere the peak is the
+process's whole-life maximum (``getrusage``) and cannot be reset, which :func:`reset_peak` says.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import resource
+import sys
+from pathlib import Path
+
+_STATUS = Path("/proc/self/status")
+_CLEAR_REFS = Path("/proc/self/clear_refs")
+
+
+def peak_rss_bytes() -> int:
+    """The largest resident set of this process since the last :func:`reset_peak` (or its start)."""
+    try:
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB on Linux
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
+
+
+def rss_bytes() -> int:
+    """The resident set of this process now (0 where ``/proc`` is missing)."""
+    try:
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def reset_peak() -> bool:
+    """Start a new peak at the current resident set; False where the OS cannot (not Linux)."""
+    try:
+        _CLEAR_REFS.write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    name = ctypes.util.find_library("c")
+    try:
+        lib = ctypes.CDLL(name) if name else None
+    except OSError:
+        return None
+    return lib if lib is not None and hasattr(lib, "malloc_trim") else None
+
+
+def release_freed() -> None:
+    """Hand the heap's free pages back to the OS (glibc's ``malloc_trim``; nothing elsewhere).
+
+    glibc keeps freed blocks of a few megabytes in the heap, where torch's per-layer tensors land; a
+    finished stage's tensors would otherwise stay resident into the next stage.
+    """
+    lib = _libc()
+    if lib is not None:
+        lib.malloc_trim(0)
+
+
+def gigabytes(n: int) -> str:
+    return f"{n / 1e9:.1f} GB"
