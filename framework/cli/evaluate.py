@@ -187,7 +187,7 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
                 batch_questions=cfg.batch_questions,
                 progress=progress,
                 journal=journal_path(run_dir, name),
-                reseed=lambda index: setattr(backend, "calls", index * 100_000),
+                seed=cfg.seed,
             )
             rows += got
             datasets[name] = {"overall": summarize(got, k), "by_hops": summarize_by_hops(got, k)}

@@ -99,7 +99,13 @@ class FinalEvalConfig:
     questions: int = field(default=32, metadata={"help": "validation questions (0 = all)"})
     samples_per_question: int = field(default=2, metadata={"help": "samples of each question"})
     seed: int = field(default=0, metadata={"help": "question subset and sampling seed"})
-    batch_questions: int = field(default=16, metadata={"help": "questions rolled out together"})
+    batch_questions: int = field(
+        default=16,
+        metadata={
+            "help": "questions in flight: batch_questions x samples rollouts advance together, "
+            "a finished one replaced at once by the next (continuous batching)"
+        },
+    )
     bootstrap: int = field(default=2000, metadata={"help": "resamples of the paired interval"})
 
     def problems(self) -> list[Problem]:
@@ -204,7 +210,13 @@ class EvalConfig:
     )
     questions: int = field(default=64, metadata={"help": "questions per dataset (0 = all)"})
     samples_per_question: int = field(default=3, metadata={"help": "k for Pass@k and pass^k"})
-    batch_questions: int = field(default=16, metadata={"help": "questions rolled out together"})
+    batch_questions: int = field(
+        default=16,
+        metadata={
+            "help": "questions in flight: batch_questions x samples rollouts advance together, "
+            "a finished one replaced at once by the next (continuous batching)"
+        },
+    )
     judge: Any = MISSING
     rollout: Any = MISSING
     retriever: Any = MISSING

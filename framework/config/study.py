@@ -30,7 +30,9 @@ class StudyEvalConfig:
         },
     )
     seed: int = field(default=0, metadata={"help": "question subset and sampling seed"})
-    batch_questions: int = field(default=25, metadata={"help": "questions rolled out together"})
+    batch_questions: int = field(
+        default=25, metadata={"help": "questions in flight in evaluations (continuous batching)"}
+    )
 
     def problems(self) -> list[Problem]:
         out = check_range(self.questions, "questions", low=0)

@@ -5,6 +5,7 @@ Pure Python over the agent loop's trajectories; the eval app adds files, plots a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -20,6 +21,14 @@ from framework.progress import Progress
 from framework.rewards.entity import EntityRewardConfig
 from framework.rewards.entity_match import entities_found
 from framework.rewards.text import exact_match, token_f1
+from framework.rollout.types import Trajectory
+
+
+def rollout_seed(seed: int, question_id: str, sample: int) -> int:
+    """The sampling seed of sample ``sample`` of question ``question_id`` in an evaluation seeded
+    ``seed``: a 63-bit hash, so the draw is the same whichever batch, slot or process rolls it out."""
+    text = f"{seed}/{question_id}/{sample}".encode()
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big") >> 1
 
 
 def rollout_rows(
@@ -33,87 +42,114 @@ def rollout_rows(
     batch_questions: int = 16,
     progress: Progress | None = None,
     journal: Path | None = None,
-    reseed: Callable[[int], None] | None = None,
+    seed: int = 0,
 ) -> list[dict[str, Any]]:
     """One row per rollout (``k`` per question), with correctness, tool use and entity matches.
 
+    Rollouts run with continuous batching: ``batch_questions * k`` of them in flight, a finished
+    one's place taken by the next waiting rollout. Sample ``j`` of question ``q`` draws its tokens
+    with :func:`rollout_seed` ``(seed, q, j)``, so its result depends neither on the batch nor the
+    slot it ran in nor on what ran before (a resumed run gives the rows of an uninterrupted one).
+
     Args:
-        journal: a JSONL file that keeps each finished batch of questions: a rerun with the same
-            questions, ``k`` and batch size takes those batches from it and rolls out only the rest,
-            so an interrupted evaluation loses at most the batch in flight.
-        progress: advanced after each batch of questions; batches taken from the journal move its
-            position without counting in its rate.
-        reseed: called with the batch's index before it is rolled out, so that a batch's sampling
-            does not depend on whether the batches before it were rolled out now or taken from the
-            journal (e.g. ``lambda i: setattr(backend, "calls", i * 100_000)``).
+        journal: a JSONL file that keeps each question as soon as its ``k`` samples are judged: a
+            rerun with the same ``k`` takes those questions from it and rolls out only the rest,
+            so an interrupted evaluation loses only the questions in flight.
+        progress: advanced as questions finish; questions taken from the journal move its position
+            without counting in its rate.
+        seed: the evaluation's sampling seed.
+
+    Raises:
+        ValueError: two items with the same question id (rows and journal are keyed by it).
     """
     entity_cfg = entity_cfg or EntityRewardConfig(name="e_grpo")
-    rows: list[dict[str, Any]] = []
+    ids = [it.id for it in items]
+    if len(set(ids)) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise ValueError(f"[{dataset}] question id {dup!r} appears twice; ids must be unique")
     kept = read_journal(journal, k) if journal is not None else {}
-    for index, start in enumerate(range(0, len(items), batch_questions)):
-        chunk = list(items[start : start + batch_questions])
-        ids = [it.id for it in chunk]
-        if kept.get(index, {}).get("ids") == ids:
-            rows += kept[index]["rows"]
-            if progress is not None:  # done by an earlier process: not in the rate
-                progress.skip_to(min(start + batch_questions, len(items)))
-            continue
-        if reseed is not None:
-            reseed(index)
-        first = len(rows)
-        trajs = loop.run([it.question for it in chunk], k)
-        verdicts = judge(
-            JudgeInputs(
-                questions=[chunk[t.group].question for t in trajs],
-                answers=[t.answer if t.status == "ok" else None for t in trajs],
-                golds=[chunk[t.group].golden_answers for t in trajs],
-            )
-        )
-        for i, (t, ok) in enumerate(zip(trajs, verdicts, strict=True)):
-            item = chunk[t.group]
-            answer = t.answer if t.status == "ok" else None
-            entities = list(item.entities or [])
-            flags = entities_found(t.think_text, entities, entity_cfg.matching())
-            rate = sum(flags) / len(entities) if entities else None
-            rows.append(
-                {
-                    "dataset": dataset,
-                    "question_id": item.id,
-                    "answer_key": answer_key(item),
-                    "hops": item.hops,
-                    "sample": i % k,
-                    "status": t.status,
-                    "end_reason": t.end_reason,
-                    "answer": answer,
-                    "golden_answers": list(item.golden_answers),
-                    "correct": bool(ok),
-                    "em": bool(answer is not None and exact_match(answer, item.golden_answers)),
-                    "f1": token_f1(answer, item.golden_answers) if answer is not None else 0.0,
-                    "tool_calls": t.stats.get("tool_calls", 0),
-                    "queries": t.stats.get("queries", 0),
-                    "turns": t.stats.get("turns", 0),
-                    "response_tokens": t.stats.get("response_tokens", 0),
-                    "entities": len(entities) if entities else None,
-                    "matched": round(rate * len(entities)) if rate is not None else None,
-                    "match_rate": rate,
-                    **entity_kinds(flags),
-                    "think_text": t.think_text,
-                }
-            )
+    by_id: dict[str, list[dict[str, Any]]] = {i: kept[i]["rows"] for i in ids if i in kept}
+    if progress is not None and by_id:  # done by an earlier process: not in the rate
+        progress.skip_to(len(by_id))
+    todo = [it for it in items if it.id not in by_id]
+
+    def finished(group: int, trajs: list[Trajectory]) -> None:
+        item = todo[group]
+        by_id[item.id] = question_rows(item, trajs, judge, dataset, entity_cfg)
         if journal is not None:
-            append_journal(journal, {"batch": index, "k": k, "ids": ids, "rows": rows[first:]})
+            append_journal(journal, {"question": item.id, "k": k, "rows": by_id[item.id]})
         if progress is not None:
-            progress(min(start + batch_questions, len(items)), len(items))
+            progress(len(by_id), len(items))
+
+    if todo:
+        loop.run(
+            [it.question for it in todo],
+            k,
+            max_in_flight=batch_questions * k,
+            seeds=[rollout_seed(seed, it.id, j) for it in todo for j in range(k)],
+            on_group_done=finished,
+        )
+    rows = [row for i in ids for row in by_id[i]]
     _normalise_rates(rows)
     return rows
 
 
-def read_journal(path: Path, k: int) -> dict[int, dict[str, Any]]:
-    """The finished batches in ``path`` by index (none when it is missing). A last line cut short
-    by a kill is dropped from the file, so the next batch appends after a whole line."""
+def question_rows(
+    item: QAItem,
+    trajs: Sequence[Trajectory],
+    judge: Callable[[JudgeInputs], list[bool]],
+    dataset: str,
+    entity_cfg: EntityRewardConfig,
+) -> list[dict[str, Any]]:
+    """The rows of one question's samples, in sample order, judged together."""
+    verdicts = judge(
+        JudgeInputs(
+            questions=[item.question] * len(trajs),
+            answers=[t.answer if t.status == "ok" else None for t in trajs],
+            golds=[item.golden_answers] * len(trajs),
+        )
+    )
+    rows = []
+    entities = list(item.entities or [])
+    for i, (t, ok) in enumerate(zip(trajs, verdicts, strict=True)):
+        answer = t.answer if t.status == "ok" else None
+        flags = entities_found(t.think_text, entities, entity_cfg.matching())
+        rate = sum(flags) / len(entities) if entities else None
+        rows.append(
+            {
+                "dataset": dataset,
+                "question_id": item.id,
+                "answer_key": answer_key(item),
+                "hops": item.hops,
+                "sample": i,
+                "status": t.status,
+                "end_reason": t.end_reason,
+                "answer": answer,
+                "golden_answers": list(item.golden_answers),
+                "correct": bool(ok),
+                "em": bool(answer is not None and exact_match(answer, item.golden_answers)),
+                "f1": token_f1(answer, item.golden_answers) if answer is not None else 0.0,
+                "tool_calls": t.stats.get("tool_calls", 0),
+                "queries": t.stats.get("queries", 0),
+                "turns": t.stats.get("turns", 0),
+                "response_tokens": t.stats.get("response_tokens", 0),
+                "entities": len(entities) if entities else None,
+                "matched": round(rate * len(entities)) if rate is not None else None,
+                "match_rate": rate,
+                **entity_kinds(flags),
+                "think_text": t.think_text,
+            }
+        )
+    return rows
+
+
+def read_journal(path: Path, k: int) -> dict[str, dict[str, Any]]:
+    """The finished questions in ``path`` by question id (none when it is missing). A last line cut
+    short by a kill is dropped from the file, so the next question appends after a whole line.
+    Lines of another ``k``, or of the batch-wise journal earlier versions wrote, are ignored."""
     if not path.is_file():
         return {}
-    out: dict[int, dict[str, Any]] = {}
+    out: dict[str, dict[str, Any]] = {}
     good = 0
     with path.open("rb") as f:
         for line in f:
@@ -124,8 +160,8 @@ def read_journal(path: Path, k: int) -> dict[int, dict[str, Any]]:
             if not line.endswith(b"\n"):
                 break
             good += len(line)
-            if record.get("k") == k:
-                out[int(record["batch"])] = record
+            if record.get("k") == k and "question" in record:
+                out[str(record["question"])] = record
     if good < path.stat().st_size:
         with path.open("r+b") as f:
             f.truncate(good)
@@ -133,7 +169,7 @@ def read_journal(path: Path, k: int) -> dict[int, dict[str, Any]]:
 
 
 def append_journal(path: Path, record: dict[str, Any]) -> None:
-    """Append one batch as one line, flushed to disk before the next batch starts."""
+    """Append one question as one line, flushed to disk before the loop goes on."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as f:
         f.write(json.dumps(record) + "\n")

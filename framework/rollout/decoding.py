@@ -66,19 +66,50 @@ def sample_tokens(
     return sample_with_logprobs(logits, temperature, top_k, top_p)[0]
 
 
+_MASK32 = 0xFFFFFFFF
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash (PCG's output permutation) of int64 values in ``[0, 2**32)``; every
+    product stays below 2**63, so int64 arithmetic is exact."""
+    x = (x * 747796405 + 2891336453) & _MASK32
+    word = ((x >> ((x >> 28) + 4)) ^ x) * 277803737 & _MASK32
+    return ((word >> 22) ^ word) & _MASK32
+
+
+def counter_uniforms(seeds: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """One uniform number in (0, 1) per row, a pure function of the row's ``seed`` (int64) and the
+    ``position`` of the token being drawn: a rollout's draws do not depend on which other rollouts
+    share its batch, which slot it sits in, or how often anything else sampled before it."""
+    x = _mix32(seeds & _MASK32)
+    x = _mix32(x ^ ((seeds >> 32) & _MASK32))
+    x = _mix32(x ^ (positions & _MASK32))
+    return (x.double() + 0.5) / 2.0**32
+
+
 def sample_with_logprobs(
-    logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0
+    logits: torch.Tensor,
+    temperature: float,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    uniforms: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`sample_tokens` (the same draw) and each drawn token's log-probability ``[B]`` under
     the distribution it was drawn from: ``log_softmax(filtered logits / temperature)`` (the
-    unprocessed ``log_softmax(logits)`` at temperature 0), in float32."""
+    unprocessed ``log_softmax(logits)`` at temperature 0), in float32.
+
+    ``uniforms`` ``[B]`` in (0, 1) replace the draws from torch's global generator (per-row seeded
+    sampling, :func:`counter_uniforms`)."""
     if temperature == 0:
         picked = logits.argmax(dim=-1)
         scaled = logits.float()
     else:
         scaled = filter_logits(logits.float() / temperature, top_k, top_p)
         cdf = torch.cumsum(torch.softmax(scaled, dim=-1), dim=-1)
-        u = torch.rand((cdf.shape[0], 1), device=cdf.device) * cdf[:, -1:]
+        if uniforms is None:
+            u = torch.rand((cdf.shape[0], 1), device=cdf.device) * cdf[:, -1:]
+        else:
+            u = uniforms.to(device=cdf.device, dtype=cdf.dtype).view(-1, 1) * cdf[:, -1:]
         picked = torch.searchsorted(cdf, u, right=True).squeeze(-1)
         picked = picked.clamp_(max=cdf.shape[-1] - 1)
     chosen = scaled.gather(-1, picked.unsqueeze(-1)).squeeze(-1)
@@ -220,9 +251,13 @@ def decode_with_logprobs(
     top_k: int = 0,
     top_p: float = 1.0,
     prefix_cache: PrefixCache | None = None,
+    seeds: Sequence[int] | None = None,
 ) -> tuple[list[list[int]], list[list[float]]]:
     """:func:`decode`'s tokens and, aligned with them, each token's sampling log-probability
-    (:func:`sample_with_logprobs`: log-softmax of the processed logits it was drawn from)."""
+    (:func:`sample_with_logprobs`: log-softmax of the processed logits it was drawn from).
+
+    With ``seeds`` (one per sequence), each token is drawn with :func:`counter_uniforms` of the
+    sequence's seed and the token's position in it, instead of torch's global generator."""
     n_rows = len(seqs)
     device = next(model.parameters()).device
     out: list[list[int]] = [[] for _ in range(n_rows)]
@@ -270,6 +305,7 @@ def decode_with_logprobs(
     keep_logits = {"logits_to_keep": 1} if _accepts(model, "logits_to_keep") else {}
     window = max((len(s.encode()) for s in stop), default=0)
     live = list(range(b))  # positions in the batch -> rows[...]
+    row_seeds = torch.tensor([seeds[i] for i in rows], dtype=torch.long) if seeds else None
     with torch.inference_mode():
         step_ids, step_pos = ids, pos
         while True:
@@ -282,8 +318,12 @@ def decode_with_logprobs(
                 **keep_logits,
             )
             cache = result.past_key_values
+            uniforms = None
+            if row_seeds is not None:
+                at = [len(seqs[rows[j]]) + len(out[rows[j]]) for j in live]
+                uniforms = counter_uniforms(row_seeds[live], torch.tensor(at, dtype=torch.long))
             picked, picked_logp = sample_with_logprobs(
-                result.logits[:, -1], temperature, top_k, top_p
+                result.logits[:, -1], temperature, top_k, top_p, uniforms
             )
             tokens, token_logp = picked.tolist(), picked_logp.tolist()
             ended = []

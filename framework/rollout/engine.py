@@ -81,6 +81,8 @@ class _Rollout:
     #: the backend's log-prob of every token after the prompt (0.0 on tool responses); None once a
     #: generation came without (becomes ``Trajectory.rollout_logprobs`` when the rollout ends)
     logprobs: list[float] | None = field(default_factory=list)
+    #: this rollout's sampling seed (``run(seeds=...)``), or None
+    seed: int | None = None
 
 
 class AgentLoop:
@@ -118,11 +120,23 @@ class AgentLoop:
         *,
         question_ids: Sequence[int] | None = None,
         progress: Callable[[int, int], None] | None = None,
+        max_in_flight: int | None = None,
+        seeds: Sequence[int] | None = None,
+        on_group_done: Callable[[int, list[Trajectory]], None] | None = None,
     ) -> list[Trajectory]:
         """``group_size`` rollouts of every question (one size for all, or one per question);
         returns them grouped, question by question.
 
-        ``progress`` is called after every turn with (rollouts finished, rollouts in all).
+        Args:
+            progress: called after every turn with (rollouts finished, rollouts in all).
+            max_in_flight: continuous batching: at most this many rollouts advance together, and
+                when one ends the next waiting rollout takes its place at the next turn, so no
+                batch waits for its slowest member (None: all at once).
+            seeds: one sampling seed per rollout, in the returned order, handed to the backend's
+                ``generate(..., seeds=)``: each rollout's draws then depend on its seed and its own
+                tokens, not on its slot or its batch (None: the backend's own per-call seeding).
+            on_group_done: called with (question index, its rollouts) as soon as every rollout of
+                a question has ended (e.g. to save it before the rest are done).
         """
         clock = time.perf_counter()
         self.timings = {"generate": 0.0, "retrieval": 0.0}
@@ -147,19 +161,34 @@ class AgentLoop:
                     0,
                 )
                 rollouts.append(_Rollout(traj))
-        for _ in range(self.cfg.max_turns):
-            active = [r for r in rollouts if not r.done]
-            if not active:
-                break
+        if seeds is not None:
+            if len(seeds) != len(rollouts):
+                raise ValueError(f"run(): {len(seeds)} seeds for {len(rollouts)} rollouts")
+            for r, seed in zip(rollouts, seeds, strict=True):
+                r.seed = int(seed)
+        limit = len(rollouts) if max_in_flight is None else max(int(max_in_flight), 1)
+        waiting = list(reversed(rollouts))  # popped from the end: question order
+        open_in_group = [0] * len(sizes)
+        for r in rollouts:
+            open_in_group[r.traj.group] += 1
+        active: list[_Rollout] = []
+        while active or waiting:
+            while waiting and len(active) < limit:
+                active.append(waiting.pop())
             self._generate(active)
             self._run_tools([r for r in active if not r.done])
+            for r in active:
+                if not r.done and r.traj.stats["turns"] >= self.cfg.max_turns:
+                    self._finish(r, "over_budget", "max_turns")
+            ended = [r for r in active if r.done]
+            active = [r for r in active if not r.done]
+            for r in ended:
+                g = r.traj.group
+                open_in_group[g] -= 1
+                if open_in_group[g] == 0 and on_group_done is not None:
+                    on_group_done(g, [x.traj for x in rollouts if x.traj.group == g])
             if progress is not None:
                 progress(sum(r.done for r in rollouts), len(rollouts))
-        for r in rollouts:
-            if not r.done:
-                self._finish(r, "over_budget", "max_turns")
-        if progress is not None:
-            progress(len(rollouts), len(rollouts))
         self.timings["total"] = time.perf_counter() - clock
         return [r.traj for r in rollouts]
 
@@ -177,9 +206,16 @@ class AgentLoop:
         if not live:
             return
         start = time.perf_counter()
-        outs = self.backend.generate(
-            [r.traj.token_ids for r, _ in live], [n for _, n in live], STOP_STRINGS
-        )
+        seqs, limits = [r.traj.token_ids for r, _ in live], [n for _, n in live]
+        if all(r.seed is not None for r, _ in live):
+            outs = self.backend.generate(
+                seqs,
+                limits,
+                STOP_STRINGS,
+                seeds=[int(r.seed) for r, _ in live],  # type: ignore[call-arg,arg-type]
+            )
+        else:
+            outs = self.backend.generate(seqs, limits, STOP_STRINGS)
         self.timings["generate"] += time.perf_counter() - start
         for (r, limit), gen in zip(live, outs, strict=True):
             self._absorb(r, gen.token_ids, gen.finish, limit, gen.logprobs)

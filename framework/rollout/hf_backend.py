@@ -157,23 +157,38 @@ class TransformersBackend:
         self.prefix_cache = PrefixCache(keep) if cfg.decoder == "loop" and keep > 0 else None
 
     def generate(
-        self, sequences: Sequence[Sequence[int]], max_new_tokens: Sequence[int], stop: Sequence[str]
+        self,
+        sequences: Sequence[Sequence[int]],
+        max_new_tokens: Sequence[int],
+        stop: Sequence[str],
+        seeds: Sequence[int] | None = None,
     ) -> list[Generation]:
-        """New tokens for each sequence (see :class:`~framework.rollout.types.RolloutBackend`)."""
+        """New tokens for each sequence (see :class:`~framework.rollout.types.RolloutBackend`).
+
+        ``seeds`` (one per sequence) make each sequence's sampling a function of its seed and its
+        own tokens alone (``decoder=loop``); without them a call draws from torch's generator,
+        seeded per call."""
         out: list[Generation | None] = [None] * len(sequences)
         order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))  # less padding
         step = self.cfg.micro_batch
         for start in range(0, len(order), step):
             idx = order[start : start + step]
             gens = self._generate_batch(
-                [sequences[i] for i in idx], [max_new_tokens[i] for i in idx], stop
+                [sequences[i] for i in idx],
+                [max_new_tokens[i] for i in idx],
+                stop,
+                None if seeds is None else [seeds[i] for i in idx],
             )
             for i, g in zip(idx, gens, strict=True):
                 out[i] = g
         return out  # type: ignore[return-value]
 
     def _generate_batch(
-        self, seqs: list[Sequence[int]], limits: list[int], stop: Sequence[str]
+        self,
+        seqs: list[Sequence[int]],
+        limits: list[int],
+        stop: Sequence[str],
+        seeds: list[int] | None = None,
     ) -> list[Generation]:
         import torch
 
@@ -195,6 +210,7 @@ class TransformersBackend:
                 top_k=s.top_k,
                 top_p=s.top_p,
                 prefix_cache=self.prefix_cache,
+                seeds=seeds,
             )
         else:
             new, logps = self._model_generate(seqs, limits, stop), [None] * len(seqs)

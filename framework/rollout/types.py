@@ -57,6 +57,10 @@ class RolloutBackend(Protocol):
     ``generate`` receives full token sequences (prompt and everything so far) and returns only the
     new tokens of each, stopping after any of the stop strings, at end of sequence, or at that
     sequence's ``max_new_tokens``. ``update_weights`` makes later generations use the given policy.
+
+    A backend may also take ``seeds=`` (one int per sequence): the agent loop passes them only when
+    its caller seeds rollouts one by one (an evaluation), and a backend that accepts them samples
+    each sequence as a function of its seed and its own tokens, whatever shares its batch.
     """
 
     tokenizer: Tokenizer

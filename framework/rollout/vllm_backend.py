@@ -101,11 +101,16 @@ class VLLMBackend:
             self.update_weights(model)
 
     def generate(
-        self, sequences: Sequence[Sequence[int]], max_new_tokens: Sequence[int], stop: Sequence[str]
+        self,
+        sequences: Sequence[Sequence[int]],
+        max_new_tokens: Sequence[int],
+        stop: Sequence[str],
+        seeds: Sequence[int] | None = None,
     ) -> list[Generation]:
         """New tokens for each sequence, stop strings included (see the RolloutBackend protocol),
         with each sampled token's log-probability (``SamplingParams(logprobs=0)``: the sampled
-        token only; of the processed distribution where the engine supports ``logprobs_mode``)."""
+        token only; of the processed distribution where the engine supports ``logprobs_mode``).
+        With ``seeds``, a request's seed is a function of its sequence's seed and length alone."""
         from vllm.inputs import TokensPrompt
 
         s = self.cfg.sampling
@@ -118,7 +123,11 @@ class VLLMBackend:
                 top_k=s.top_k if s.top_k > 0 else -1,
                 stop=list(stop),
                 include_stop_str_in_output=True,
-                seed=s.seed * 1_000_003 + self.calls * 8191 + i,
+                seed=(
+                    s.seed * 1_000_003 + self.calls * 8191 + i
+                    if seeds is None
+                    else (seeds[i] * 1_000_003 + len(sequences[i])) % 2**63
+                ),
                 logprobs=0,
             )
             for i, n in enumerate(max_new_tokens)
