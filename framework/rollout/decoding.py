@@ -9,6 +9,8 @@
   strings are looked for in the decoded text of the last few tokens only.
 - **The KV cache grows in place.** It is allocated once for the prompt and the budget, instead of
   being concatenated (copied whole) at every step.
+- **Identical sequences prefilled once.** The samples of one question start from the same prompt:
+  its KV entries are computed once and copied to each sample's row.
 - **Prefix reuse across turns.** After a call, each row's KV entries are kept, keyed by the tokens
   they encode (:class:`PrefixCache`). A later sequence that extends a kept one, such as the next
   turn of a search agent (previous context + tool response), prefills only its new tokens. The
@@ -306,25 +308,48 @@ def decode_with_logprobs(
     window = max((len(s.encode()) for s in stop), default=0)
     live = list(range(b))  # positions in the batch -> rows[...]
     row_seeds = torch.tensor([seeds[i] for i in rows], dtype=torch.long) if seeds else None
+    # rows whose whole sequence is the same (the samples of one question at their first turn) are
+    # prefilled once; their KV entries and last logits are then copied to every such row
+    first_of: dict[tuple[int, ...], int] = {}
+    expand = [first_of.setdefault(tuple(seqs[i]), r) for r, i in enumerate(rows)]
+    shared = width_p == 0 and len(first_of) < b
     with torch.inference_mode():
         step_ids, step_pos = ids, pos
-        while True:
+        first_logits = None
+        if shared:
+            unique = torch.tensor(sorted(first_of.values()), device=device)
             result = model(
-                input_ids=step_ids,
-                attention_mask=mask,
-                position_ids=step_pos,
+                input_ids=ids[unique],
+                attention_mask=mask[unique],
+                position_ids=pos[unique],
                 past_key_values=cache,
                 use_cache=True,
                 **keep_logits,
             )
+            slot_of = {int(u): k for k, u in enumerate(unique.tolist())}
+            copy_from = torch.tensor([slot_of[e] for e in expand], device=device)
             cache = result.past_key_values
+            cache.batch_select_indices(copy_from)
+            first_logits = result.logits[copy_from, -1]
+        while True:
+            if first_logits is not None:
+                logits, first_logits = first_logits, None
+            else:
+                result = model(
+                    input_ids=step_ids,
+                    attention_mask=mask,
+                    position_ids=step_pos,
+                    past_key_values=cache,
+                    use_cache=True,
+                    **keep_logits,
+                )
+                cache = result.past_key_values
+                logits = result.logits[:, -1]
             uniforms = None
             if row_seeds is not None:
                 at = [len(seqs[rows[j]]) + len(out[rows[j]]) for j in live]
                 uniforms = counter_uniforms(row_seeds[live], torch.tensor(at, dtype=torch.long))
-            picked, picked_logp = sample_with_logprobs(
-                result.logits[:, -1], temperature, top_k, top_p, uniforms
-            )
+            picked, picked_logp = sample_with_logprobs(logits, temperature, top_k, top_p, uniforms)
             tokens, token_logp = picked.tolist(), picked_logp.tolist()
             ended = []
             for slot, tok in enumerate(tokens):
