@@ -84,6 +84,19 @@ def test_dry_run_validates_and_lists_components(tmp_path):
     )
     assert re.search(r"warm start \(SFT\) +to build .*expert questions", proc.stdout), proc.stdout
     assert re.search(r"RL +\d+ steps, \d+ rollouts", proc.stdout)
+    # time and peak memory per stage, from recorded figures, said so
+    assert "estimate per stage (recorded figures: " in proc.stdout
+    for stage in (
+        "index",
+        "questions",
+        "warm start \\(SFT\\)",
+        "RL",
+        "final comparison",
+        "whole job",
+    ):
+        assert re.search(rf"  {stage} +about \d+ (s|min|h) +peak about [\d.]+ GB", proc.stdout), (
+            stage
+        )
     assert "uniform" in proc.stdout and "reinforce_pp_baseline" in proc.stdout
     assert not cache.exists() or not any(cache.rglob("*")), list(cache.rglob("*"))
     assert (tmp_path / "run" / ".hydra" / "config.yaml").is_file()

@@ -129,3 +129,67 @@ def test_disabled_shows_nothing_and_a_terminal_gets_a_bar(capsys, monkeypatch):
         bar.update(5)
     out, err = capsys.readouterr()
     assert out == "" and "5/5" in err  # the tqdm bar, on stderr; no plain line
+
+
+def test_job_stages_print_start_and_end_with_peak_memory_and_a_scaled_time_left():
+    import io
+
+    from framework.progress import JobStages
+
+    clock = [0.0]
+    peaks = iter([2_500_000_000, 7_100_000_000])
+    resets: list[bool] = []
+    out = io.StringIO()
+    job = JobStages(
+        "app",
+        [("index", 100.0), ("sft", 300.0), ("rl", 0.0)],
+        stream=out,
+        clock=lambda: clock[0],
+        memory=(lambda: resets.append(True), lambda: next(peaks)),
+    )
+    assert job.left() == 400.0
+    with job.stage("index"):
+        clock[0] += 200.0  # twice the plan: the rest is expected to take twice as long too
+    assert job.left() == 600.0
+    job.begin("sft")
+    clock[0] += 300.0
+    job.end()
+    job.end()  # nothing runs: no second line
+    lines = out.getvalue().splitlines()
+    assert lines == [
+        "app: [1/3] index started (job elapsed 0 s, planned 1.7 min; about 6.7 min left)",
+        "app: [1/3] index ended in 3.3 min, peak memory 2.5 GB (job elapsed 3.3 min; about 10.0 min "
+        "left)",
+        "app: [2/3] sft started (job elapsed 3.3 min, planned 5.0 min; about 10.0 min left)",
+        "app: [2/3] sft ended in 5.0 min, peak memory 7.1 GB (job elapsed 8.3 min; about 0 s left)",
+    ]
+    assert len(resets) == 2  # each stage's peak starts at its own beginning
+    assert [(d["stage"], d["seconds"], d["peak_gb"]) for d in job.summary()] == [
+        ("index", 200.0, 2.5),
+        ("sft", 300.0, 7.1),
+    ]
+
+
+def test_a_stage_that_raises_says_so():
+    import io
+
+    import pytest
+
+    from framework.progress import JobStages
+
+    out = io.StringIO()
+    job = JobStages("app", [], stream=out, clock=lambda: 0.0, memory=(lambda: None, lambda: 0))
+    with pytest.raises(KeyError), job.stage("load"):
+        raise KeyError("x")
+    assert out.getvalue().splitlines()[-1].startswith("app: load stopped (KeyError) in 0 s")
+
+
+def test_peak_memory_resets_on_linux():
+    import sys
+
+    from framework.memory import peak_rss_bytes, reset_peak, rss_bytes
+
+    before = peak_rss_bytes()
+    assert before >= rss_bytes() > 0 or sys.platform != "linux"
+    if reset_peak():
+        assert peak_rss_bytes() <= before
