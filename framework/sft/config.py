@@ -27,10 +27,18 @@ class SFTOptimConfig:
     grad_clip: float = field(default=1.0, metadata={"help": "max gradient norm; 0 disables"})
     batch_size: int = field(default=4, metadata={"help": "trajectories per optimiser step"})
     epochs: int = field(default=2, metadata={"help": "passes over the expert trajectories"})
+    micro_batch_tokens: int = field(
+        default=4096,
+        metadata={
+            "help": "padded tokens per forward/backward (memory bound; a batch is split into "
+            "micro-batches whose gradients add up to the batch's); 0 = the whole batch at once"
+        },
+    )
 
     def problems(self) -> list[Problem]:
         out = schedule_problems(self)
         out += check_range(self.batch_size, "batch_size", low=1)
+        out += check_range(self.micro_batch_tokens, "micro_batch_tokens", low=0)
         out += check_range(self.epochs, "epochs", low=1)
         return out
 

@@ -120,6 +120,22 @@ class SFTData(L.LightningDataModule):
         return DataLoader(self.val, batch_size=self.batch_size, collate_fn=list)
 
 
+def token_groups(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Indices of ``lengths`` in groups whose padded size (rows x longest) is at most
+    ``max_tokens``, shortest first; a sequence longer than ``max_tokens`` is a group of its own,
+    and ``max_tokens`` 0 puts everything in one group."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    if not max_tokens:
+        return [order] if order else []
+    groups: list[list[int]] = []
+    for i in order:  # ascending: the newcomer is the longest of its group
+        if groups and (len(groups[-1]) + 1) * lengths[i] <= max_tokens:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
 class SFTModule(L.LightningModule):
     """Next-token NLL on assistant tokens of expert trajectories (prompt and tool responses masked)."""
 
@@ -138,9 +154,39 @@ class SFTModule(L.LightningModule):
         logp, _ = token_logprobs(self.policy, tb)
         return sft_loss(logp, tb.loss_mask), int(tb.loss_mask.sum())
 
+    def _micro_batched_loss(self, batch: list[Trajectory]) -> tuple[torch.Tensor, int]:
+        """The batch's mean token NLL, computed in micro-batches of at most
+        ``optim.micro_batch_tokens`` padded tokens: each micro-batch but the last is backpropagated
+        here, weighted by its share of the batch's trained tokens, so the gradients add up to the
+        whole batch's; the last one's weighted loss is returned for Lightning to backpropagate,
+        carrying the whole batch's value for the log."""
+        groups = token_groups([len(t.token_ids) for t in batch], self.optim.micro_batch_tokens)
+        if len(groups) == 1:
+            return self._loss(batch)
+        total = sum(sum(t.loss_mask) for t in batch)
+        value = torch.zeros((), device=self.device)
+        last = None
+        for k, rows in enumerate(groups):
+            loss, tokens = self._loss([batch[i] for i in rows])
+            weighted = loss * (tokens / max(total, 1))
+            value = value + weighted.detach()
+            if k < len(groups) - 1:
+                self.trainer.strategy.backward(weighted, None)
+            else:
+                last = weighted
+        assert last is not None
+        return last + (value - last.detach()), total
+
+    def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: Any) -> None:
+        # Lightning zeroes gradients between training_step and its backward of the returned loss,
+        # which would drop the micro-batches backpropagated inside the step: training_step zeroes
+        # them itself, before its first micro-batch
+        pass
+
     def training_step(self, batch: list[Trajectory], batch_idx: int) -> torch.Tensor:
         self.policy.train()
-        loss, tokens = self._loss(batch)
+        self.policy.zero_grad(set_to_none=True)
+        loss, tokens = self._micro_batched_loss(batch)
         self.log("sft/loss", loss, prog_bar=True, batch_size=len(batch))
         self.log("sft/tokens", float(tokens), batch_size=len(batch))
         self.log("sft/lr", self.lr_schedulers().get_last_lr()[0], batch_size=len(batch))

@@ -42,6 +42,9 @@ def warm_start_sft(cfg: Any) -> tuple[SFTConfig, Path]:
         eval_questions=ws.eval_questions,
     )
     keyed = {k: v for k, v in asdict(sft_cfg).items() if k not in ("run_dir", "logger")}
+    # settings that change memory or the before/after check's rollouts, not the trained weights
+    keyed["optim"].pop("micro_batch_tokens", None)
+    keyed["rollout"].pop("compute_dtype", None)
     keyed["data"] = data_key(cfg.dataset)  # the questions themselves (synthesis code, files' bytes)
     keyed["trainer"] = {
         "accelerator": cfg.trainer.accelerator,
