@@ -23,12 +23,25 @@ def test_token_groups_bound_the_padded_size():
     assert groups == [[0, 1, 2], [3, 4]] and all(len(g) * 7 <= 21 for g in groups)
 
 
+class Grads(L.Callback):
+    """The gradients the optimiser step receives."""
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+        self.grads = {
+            n: p.grad.detach().clone()
+            for n, p in pl_module.policy.named_parameters()
+            if p.grad is not None
+        }
+
+
 def one_step(policy, batch, micro_batch_tokens: int, grad_clip: float):
     optim = SFTOptimConfig(
         lr=1e-3, warmup_steps=0, schedule="constant", micro_batch_tokens=micro_batch_tokens
     )
     module = SFTModule(policy, 0, optim, total_steps=1)
+    grads = Grads()
     trainer = L.Trainer(
+        callbacks=[grads],
         accelerator="cpu",
         max_steps=1,
         logger=False,
@@ -40,7 +53,7 @@ def one_step(policy, batch, micro_batch_tokens: int, grad_clip: float):
     )
     loader = torch.utils.data.DataLoader([batch], batch_size=None, collate_fn=lambda b: b)
     trainer.fit(module, train_dataloaders=loader)
-    return {k: v.detach().clone() for k, v in policy.state_dict().items()}, trainer
+    return grads.grads, trainer
 
 
 @pytest.mark.parametrize("grad_clip", [0.0, 0.05])
@@ -52,12 +65,8 @@ def test_micro_batches_take_the_step_of_the_whole_batch(grad_clip):
     assert len(token_groups([len(t.token_ids) for t in batch], 30)) >= 3
     whole, _ = one_step(copy.deepcopy(model), batch, 0, grad_clip)
     split, trainer = one_step(copy.deepcopy(model), batch, 30, grad_clip)
-    start = model.state_dict()
-    moved = [k for k in whole if not torch.equal(whole[k], start[k])]
-    assert len(moved) >= len(whole) // 2
-    for k in whole:
-        scale = (whole[k] - start[k]).abs().max() + 1e-12
-        # Adam divides by the root of tiny second moments, magnifying float noise: 1e-3 of the step
-        assert (whole[k] - split[k]).abs().max() <= 1e-3 * scale, k
+    assert whole.keys() == split.keys() and len(whole) >= 10
+    for k in whole:  # float sums in another order: equal to 1e-5 of the gradient's scale
+        assert (whole[k] - split[k]).abs().max() <= 1e-5 * whole[k].abs().max() + 1e-12, k
     # the logged loss is the whole batch's
     assert trainer.callback_metrics["sft/loss"] > 0
