@@ -136,6 +136,10 @@ class SynthDatasetConfig(ComponentConfig):
         for name in ("output_dir", "cache_dir", "progress", "name"):
             settings.pop(name)
         payload = {"format": FORMAT_VERSION, "corpus": corpus_fingerprint(self.corpus), **settings}
+        if self.answerability.enabled:
+            dtype = _answerability_encoder_dtype(self)
+            if dtype not in (None, "float32"):  # fp32 keys stay those of earlier versions
+                payload["answerability_encoder_dtype"] = dtype
         return hashlib.blake2b(
             json.dumps(payload, sort_keys=True).encode(), digest_size=8
         ).hexdigest()
@@ -158,6 +162,19 @@ def answerability_retriever_config(cfg: SynthDatasetConfig) -> Any:
     rcfg = entry.config_cls(name=entry.name)
     rcfg.corpus, rcfg.cache_dir, rcfg.progress = cfg.corpus, cfg.cache_dir, cfg.progress
     return rcfg
+
+
+def _answerability_encoder_dtype(cfg: SynthDatasetConfig) -> str | None:
+    """The dtype the answerability check's encoder runs in (None: its retriever has no encoder)."""
+    from framework.registry import RETRIEVERS
+
+    entry = RETRIEVERS.get(cfg.answerability.retriever)
+    encoder = getattr(entry.config_cls(name=entry.name), "encoder", None)
+    if encoder is None:
+        return None
+    from framework.retrieval.encoder import resolved_dtype
+
+    return resolved_dtype(encoder)
 
 
 def _answerability_retriever(cfg: SynthDatasetConfig) -> Any:

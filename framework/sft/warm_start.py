@@ -45,6 +45,11 @@ def warm_start_sft(cfg: Any) -> tuple[SFTConfig, Path]:
     # settings that change memory or the before/after check's rollouts, not the trained weights
     keyed["optim"].pop("micro_batch_tokens", None)
     keyed["rollout"].pop("compute_dtype", None)
+    encoder = getattr(cfg.retriever, "encoder", None)
+    if encoder is not None and "encoder" in keyed["retriever"]:  # the dtype run, not "auto"
+        from framework.retrieval.encoder import resolved_dtype
+
+        keyed["retriever"]["encoder"]["dtype"] = resolved_dtype(encoder)
     keyed["data"] = data_key(cfg.dataset)  # the questions themselves (synthesis code, files' bytes)
     keyed["trainer"] = {
         "accelerator": cfg.trainer.accelerator,
