@@ -1,8 +1,9 @@
-"""Resident memory of this process: its peak since a mark, and freed heap handed back to the OS.
+"""Resident memory of this process: its peak, a stage's peak, and freed heap handed back to the OS.
 
-Linux keeps a process's peak resident set (``VmHWM``) and resets it when ``5`` is written to
-``/proc/self/clear_refs``; that gives each stage of a job its own peak. Elsewhere the peak is the
-process's whole-life maximum (``getrusage``) and cannot be reset, which :func:`reset_peak` says.
+Linux keeps a process's peak resident set (``VmHWM``, what ``/usr/bin/time -v`` reports). A stage's
+own peak comes from :class:`PeakSampler`, which reads the resident set ten times a second and leaves
+that high-water mark alone (resetting it, :func:`reset_peak`, would hide earlier stages' peaks from
+``/usr/bin/time``).
 """
 
 from __future__ import annotations
@@ -69,6 +70,32 @@ def release_freed() -> None:
     lib = _libc()
     if lib is not None:
         lib.malloc_trim(0)
+
+
+class PeakSampler:
+    """The largest resident set seen while it runs: a daemon thread reads it every ``every_s``
+    seconds. Unlike :func:`reset_peak`, it leaves the kernel's high-water mark alone, so
+    ``/usr/bin/time -v`` still reports the whole process's peak."""
+
+    def __init__(self, every_s: float = 0.1) -> None:
+        import threading
+
+        self.every_s = every_s
+        self.peak = rss_bytes()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.peak = max(self.peak, rss_bytes())
+
+    def stop(self) -> int:
+        """Stop sampling; the peak in bytes (one last reading included)."""
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss_bytes())
+        return self.peak
 
 
 def gigabytes(n: int) -> str:

@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Callable
 from types import TracebackType
-from typing import TextIO
+from typing import Any, TextIO
 
 
 def progress_line(
@@ -173,7 +173,8 @@ class JobStages:
             still timed, with no plan of its own.
         stream: where the lines go (stdout when None).
         clock: monotonic seconds (injectable for tests).
-        memory: ``(reset the peak, read the peak in bytes)`` (injectable for tests).
+        memory: ``(start a stage's measurement, end it and return its peak bytes)`` (injectable
+            for tests); by default a :class:`~framework.memory.PeakSampler` per stage.
     """
 
     def __init__(
@@ -185,14 +186,13 @@ class JobStages:
         clock: Callable[[], float] = time.perf_counter,
         memory: tuple[Callable[[], object], Callable[[], int]] | None = None,
     ) -> None:
-        from framework.memory import peak_rss_bytes, reset_peak
-
         self.app = app
         self.planned = dict(planned)
         self.order = [name for name, _ in planned]
         self.stream = stream
         self.clock = clock
-        self._reset, self._peak = memory or (reset_peak, peak_rss_bytes)
+        self._reset, self._peak = memory or (self._start_sampler, self._stop_sampler)
+        self._sampler: Any = None
         self.start = clock()
         #: finished stages: name, seconds, peak resident bytes, planned seconds
         self.done: list[dict[str, float | str | None]] = []
@@ -200,6 +200,15 @@ class JobStages:
 
     def _say(self, text: str) -> None:
         print(f"{self.app}: {text}", file=self.stream or sys.stdout, flush=True)
+
+    def _start_sampler(self) -> None:
+        from framework.memory import PeakSampler
+
+        self._sampler = PeakSampler()
+
+    def _stop_sampler(self) -> int:
+        sampler, self._sampler = self._sampler, None
+        return sampler.stop() if sampler is not None else 0
 
     def left(self) -> float:
         """Estimated seconds left for the stages not yet finished."""

@@ -193,3 +193,23 @@ def test_peak_memory_resets_on_linux():
     assert before >= rss_bytes() > 0 or sys.platform != "linux"
     if reset_peak():
         assert peak_rss_bytes() <= before
+
+
+def test_peak_sampler_sees_a_short_lived_allocation_without_resetting_the_high_water_mark():
+    import sys
+    import time
+
+    import pytest
+
+    from framework.memory import PeakSampler, peak_rss_bytes, rss_bytes
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("reads /proc/self/status")
+    base = rss_bytes()
+    sampler = PeakSampler(every_s=0.01)
+    block = bytearray(400_000_000)  # touched: resident
+    time.sleep(0.1)
+    del block
+    peak = sampler.stop()
+    assert peak >= base + 350_000_000
+    assert peak_rss_bytes() >= peak  # the process's high-water mark still holds it

@@ -193,7 +193,9 @@ def main() -> None:
 
     dtypes = ["float32"] + (["bfloat16"] if native_bf16() else [])
     retriever = FaissRetriever(cfg=FaissRetrieverConfig(name="faiss", progress=False))
-    questions = [it.question for it in synth_dataset("test", cfg=SynthDatasetConfig(name="synth"))]
+    questions = [
+        it.question for it in synth_dataset("validation", cfg=SynthDatasetConfig(name="synth"))
+    ]
     gemm: dict[str, dict[int, dict[str, float]]] = {}
     results = []
     config = None
