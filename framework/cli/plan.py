@@ -14,27 +14,34 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-#: the machine the rates and peaks below were recorded on (a fresh run of the README's main command)
-RECORDED_ON = "2 cores of an AMD EPYC (Zen 5, native bf16), bf16 training, bf16 rollouts"
-#: passages embedded per second by the packaged MiniLM encoder
-EMBED_PASSAGES_PER_S = 53.0
-#: seconds per synthesized question asked for, with the answerability check, embeddings cached
-SYNTH_SECONDS_PER_QUESTION = 108.0 / 3800
-#: expert trajectories kept per question asked for; seconds to make one expert trajectory (scripted
-#: searches against the index); seconds of SFT per trajectory and epoch (batches of 4)
-EXPERT_KEEP_RATE = 110 / 160
-EXPERT_SECONDS_PER_QUESTION = 0.5
-SFT_SECONDS_PER_SEQUENCE = 45.0 / 4
-#: seconds per RL rollout (generation and update), and per evaluated rollout
-RL_SECONDS_PER_ROLLOUT = 8.3
-EVAL_SECONDS_PER_ROLLOUT = 4.3
-#: peak resident memory of each stage of the job, GB (``JobStages`` lines of the recorded run)
+#: the machine the rates and peaks below were recorded on (a fresh run of the README's main command,
+#: 2026-11-25: 13 min 45 s in all)
+RECORDED_ON = "2 cores of an AMD EPYC (Zen 5, avx512_bf16), bf16 training and rollouts"
+#: passages embedded per second by the packaged MiniLM encoder, in bf16 and in fp32 (same machine)
+EMBED_PASSAGES_PER_S = 85.0
+EMBED_PASSAGES_PER_S_FP32 = 45.0
+#: seconds per synthesized question asked for, with the answerability check (1,300 in 29 s)
+SYNTH_SECONDS_PER_QUESTION = 29.4 / 1300
+#: expert trajectories kept per question asked for (30 of 64); seconds to make one (scripted
+#: searches); seconds of SFT per kept trajectory and epoch (58 in 266 s, about 700-token
+#: trajectories: longer ones cost more)
+EXPERT_KEEP_RATE = 30 / 64
+EXPERT_SECONDS_PER_QUESTION = 0.01
+SFT_SECONDS_PER_SEQUENCE = 265.8 / 58
+#: seconds per RL rollout, generation, update and end-of-run validation included (146 s for 32),
+#: and per evaluated rollout (the final comparison: 198 s for 128)
+RL_SECONDS_PER_ROLLOUT = 146.0 / 32
+EVAL_SECONDS_PER_ROLLOUT = 198.4 / 128
+#: a CPU without native bf16 trains and rolls out in fp32: the recorded machine's fp32/bf16 ratios
+#: (1.4x for a training step, 2.2x for decoding) put the model stages at about 1.8x
+FP32_FACTOR = 1.8
+#: peak resident memory of each stage of the recorded run, GB (its JobStages lines)
 PEAK_GB = {
-    "index": 1.5,
-    "questions": 1.5,
-    "warm start (SFT)": 7.0,
-    "RL": 6.0,
-    "final comparison": 3.0,
+    "index": 1.7,
+    "questions": 1.6,
+    "warm start (SFT)": 6.2,
+    "RL": 7.0,
+    "final comparison": 6.1,
 }
 #: the job's stages in order, and which plan stages each one builds
 JOB_STAGES = {
@@ -78,6 +85,23 @@ def minutes(seconds: float) -> str:
     return f"about {seconds / 3600:.1f} h"
 
 
+def _native_bf16() -> bool:
+    from framework.training.precision import native_bf16
+
+    return native_bf16() is not None
+
+
+def embed_rate() -> float:
+    """Recorded passages per second of the encoder in the dtype this machine runs it in."""
+    return EMBED_PASSAGES_PER_S if _native_bf16() else EMBED_PASSAGES_PER_S_FP32
+
+
+def model_factor() -> float:
+    """How much longer the model stages take here than on the recorded machine (1 or
+    :data:`FP32_FACTOR`)."""
+    return 1.0 if _native_bf16() else FP32_FACTOR
+
+
 def corpus_stages(corpus: Any, cache_dir: str | None) -> tuple[str, int, Stage]:
     """The corpus fingerprint, its document count and the passage-store stage.
 
@@ -108,7 +132,7 @@ def retriever_stages(rcfg: Any) -> Iterator[Stage]:
     yield store
     if isinstance(rcfg, FaissRetrieverConfig):
         emb = embeddings_path(rcfg, fingerprint)
-        seconds = documents / EMBED_PASSAGES_PER_S
+        seconds = documents / embed_rate()
         embed = f"embed at least {documents} passages, {minutes(seconds)}"
         yield Stage("passage embeddings", emb.is_file(), str(emb), embed, seconds)
         index = faiss_index_dir(rcfg, fingerprint)
@@ -159,8 +183,8 @@ def warm_start_stages(cfg: Any) -> Iterator[Stage]:
     sft_cfg, done = warm_start_sft(cfg)
     kept = sft_cfg.expert.questions * EXPERT_KEEP_RATE
     seconds = kept * sft_cfg.optim.epochs * SFT_SECONDS_PER_SEQUENCE
-    seconds += sft_cfg.expert.questions * EXPERT_SECONDS_PER_QUESTION
     seconds += 2 * cfg.warm_start.eval_questions * EVAL_SECONDS_PER_ROLLOUT  # before/after check
+    seconds = seconds * model_factor() + sft_cfg.expert.questions * EXPERT_SECONDS_PER_QUESTION
     work = (
         f"{sft_cfg.expert.questions} expert questions, {sft_cfg.optim.epochs} epoch(s) of SFT, "
         f"{minutes(seconds)}"
@@ -185,7 +209,7 @@ def train_plan(cfg: Any) -> list[Stage]:
 def rl_seconds(cfg: Any) -> float:
     """Recorded-rate seconds of the RL stage (0 for a sampler without the usual batch fields)."""
     per_step = getattr(cfg.sampler, "questions_per_step", 0) * getattr(cfg.sampler, "group_size", 0)
-    return cfg.trainer.max_steps * per_step * RL_SECONDS_PER_ROLLOUT
+    return cfg.trainer.max_steps * per_step * RL_SECONDS_PER_ROLLOUT * model_factor()
 
 
 def final_seconds(cfg: Any) -> float:
@@ -194,7 +218,7 @@ def final_seconds(cfg: Any) -> float:
     if not f.enabled:
         return 0.0
     questions = f.questions or getattr(cfg.dataset, "validation_size", 0) or 100
-    return 2 * questions * f.samples_per_question * EVAL_SECONDS_PER_ROLLOUT
+    return 2 * questions * f.samples_per_question * EVAL_SECONDS_PER_ROLLOUT * model_factor()
 
 
 def job_estimates(cfg: Any, stages: list[Stage] | None = None) -> list[tuple[str, float, float]]:
@@ -215,7 +239,8 @@ def job_estimates(cfg: Any, stages: list[Stage] | None = None) -> list[tuple[str
 
 def render_estimates(estimates: list[tuple[str, float, float]]) -> str:
     """The per-stage estimate as lines, with their total and the machine they come from."""
-    lines = [f"estimate per stage (recorded figures: {RECORDED_ON}; another CPU differs):"]
+    scaled = "" if model_factor() == 1.0 else f", model stages x{FP32_FACTOR} for fp32 here"
+    lines = [f"estimate per stage (recorded figures: {RECORDED_ON}{scaled}; another CPU differs):"]
     for name, seconds, peak in estimates:
         time_text = minutes(seconds) if seconds else "cached, seconds"
         lines.append(f"  {name:<18} {time_text:<14} peak about {peak:.1f} GB")
@@ -232,7 +257,7 @@ def rl_estimate(cfg: Any) -> str:
     if not per_step:  # a sampler without the usual batch fields
         return f"{steps} steps"
     rollouts = steps * per_step
-    return f"{steps} steps, {rollouts} rollouts, {minutes(rollouts * RL_SECONDS_PER_ROLLOUT)}"
+    return f"{steps} steps, {rollouts} rollouts, {minutes(rl_seconds(cfg))}"
 
 
 def render(stages: list[Stage]) -> str:

@@ -67,7 +67,9 @@ def make_backend(kind: str, policy: str, dtype: str, args: argparse.Namespace) -
             gpu_memory_utilization=args.vllm_memory,
         )
         return VLLMBackend(cfg=cfg)
-    cfg = TransformersBackendConfig(name="transformers", policy=pcfg, sampling=sampling)
+    cfg = TransformersBackendConfig(
+        name="transformers", policy=pcfg, sampling=sampling, compute_dtype=dtype
+    )
     return TransformersBackend(cfg=cfg)
 
 

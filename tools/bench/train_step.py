@@ -279,7 +279,11 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
     model, tok = load_policy(policy_config(args.policy, args))
     backend = TransformersBackend(
         cfg=TransformersBackendConfig(
-            name="transformers", sampling=SamplingConfig(seed=0), micro_batch=n
+            name="transformers",
+            sampling=SamplingConfig(seed=0),
+            micro_batch=n,
+            # roll out in the trained weights' dtype, as TRL does: a like-for-like comparison
+            compute_dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
         ),
         model=model,
         tokenizer=tok,
@@ -510,6 +514,7 @@ def run_backend(args: argparse.Namespace) -> dict[str, Any]:
                 policy=policy,
                 decoder=args.decoder,
                 micro_batch=args.questions * args.group,
+                compute_dtype=policy.dtype,  # the dtype the backends are compared in
             )
         )
     tok = load_tokenizer(policy)
