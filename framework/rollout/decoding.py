@@ -254,12 +254,17 @@ def decode_with_logprobs(
     top_p: float = 1.0,
     prefix_cache: PrefixCache | None = None,
     seeds: Sequence[int] | None = None,
+    counters: dict[str, int] | None = None,
 ) -> tuple[list[list[int]], list[list[float]]]:
     """:func:`decode`'s tokens and, aligned with them, each token's sampling log-probability
     (:func:`sample_with_logprobs`: log-softmax of the processed logits it was drawn from).
 
     With ``seeds`` (one per sequence), each token is drawn with :func:`counter_uniforms` of the
-    sequence's seed and the token's position in it, instead of torch's global generator."""
+    sequence's seed and the token's position in it, instead of torch's global generator.
+
+    ``counters`` (if given) accumulates ``prefill_tokens`` (tokens run through the model before the
+    first draw: neither reused from the prefix cache nor a duplicate row's), ``decode_tokens``
+    (tokens run one per row per step after it) and ``forward_calls``."""
     n_rows = len(seqs)
     device = next(model.parameters()).device
     out: list[list[int]] = [[] for _ in range(n_rows)]
@@ -313,6 +318,10 @@ def decode_with_logprobs(
     first_of: dict[tuple[int, ...], int] = {}
     expand = [first_of.setdefault(tuple(seqs[i]), r) for r, i in enumerate(rows)]
     shared = width_p == 0 and len(first_of) < b
+    if counters is not None:
+        fed = {r: len(seqs[i]) - past[i] for r, i in enumerate(rows)}
+        prefill = sum(fed[r] for r in set(expand)) if shared else sum(fed.values())
+        counters["prefill_tokens"] = counters.get("prefill_tokens", 0) + prefill
     with torch.inference_mode():
         step_ids, step_pos = ids, pos
         first_logits = None
@@ -330,6 +339,8 @@ def decode_with_logprobs(
             copy_from = torch.tensor([slot_of[e] for e in expand], device=device)
             cache = result.past_key_values
             cache.batch_select_indices(copy_from)
+            if counters is not None:
+                counters["forward_calls"] = counters.get("forward_calls", 0) + 1
             first_logits = result.logits[copy_from, -1]
         while True:
             if first_logits is not None:
@@ -345,6 +356,10 @@ def decode_with_logprobs(
                 )
                 cache = result.past_key_values
                 logits = result.logits[:, -1]
+                if counters is not None:
+                    counters["forward_calls"] = counters.get("forward_calls", 0) + 1
+                    if step_ids is not ids:
+                        counters["decode_tokens"] = counters.get("decode_tokens", 0) + len(live)
             uniforms = None
             if row_seeds is not None:
                 at = [len(seqs[rows[j]]) + len(out[rows[j]]) for j in live]

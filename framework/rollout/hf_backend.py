@@ -153,6 +153,8 @@ class TransformersBackend:
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         )
         self.calls = 0
+        #: work done by the decoding loop so far: prefill_tokens, decode_tokens, forward_calls
+        self.counters: dict[str, int] = {}
         keep = cfg.prefix_cache_tokens if supports_prefix_reuse(model) else 0
         self.prefix_cache = PrefixCache(keep) if cfg.decoder == "loop" and keep > 0 else None
 
@@ -211,6 +213,7 @@ class TransformersBackend:
                 top_p=s.top_p,
                 prefix_cache=self.prefix_cache,
                 seeds=seeds,
+                counters=self.counters,
             )
         else:
             new, logps = self._model_generate(seqs, limits, stop), [None] * len(seqs)

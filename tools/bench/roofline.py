@@ -111,7 +111,9 @@ def loop_run(
     )
     loop = AgentLoop(backend, retriever, agent)
     qs = (questions * n)[:n]
+    backend.counters.clear()
     trajectories = loop.run(qs, 1)
+    work = dict(backend.counters)
     t = loop.timings
     generated = sum(tr.stats["generated_tokens"] for tr in trajectories)
     context = sum(len(tr.token_ids) for tr in trajectories) / max(len(trajectories), 1)
@@ -122,6 +124,10 @@ def loop_run(
     raw_tokens = sum(len(g.token_ids) for g in raw)
     return {
         "generated_tokens": generated,
+        "prefill_tokens": work.get("prefill_tokens", 0),
+        "decode_tokens": work.get("decode_tokens", 0),
+        "forward_calls": work.get("forward_calls", 0),
+        "generation_s": t["generate"],
         "seconds": t["total"],
         "retrieval_s": t["retrieval"],
         "tokens_per_s": generated / t["total"],
@@ -157,25 +163,31 @@ def render(report: dict[str, Any]) -> str:
         "",
         "## Agent loop and `generate` as a share of the ceiling",
         "",
-        "| rollout dtype | concurrent rollouts | mean context | ceiling tokens/s | loop tokens/s | "
-        "loop / ceiling | raw generate tokens/s | generate / ceiling | retrieval s |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| rollout dtype | concurrent rollouts | mean context | decode ceiling tokens/s | "
+        "loop generated tokens/s | loop / ceiling | prefill + decode tokens | matmul-bound s | "
+        "generation s | matmul-bound / generation | raw generate tokens/s | generate / ceiling |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["results"]:
         lines.append(
             f"| {r['dtype']} | {r['concurrent']} | {r['mean_context']:.0f} | {r['ceiling']:.0f} | "
             f"{r['tokens_per_s']:.0f} | {r['tokens_per_s'] / r['ceiling']:.2f} | "
+            f"{r['prefill_tokens']} + {r['decode_tokens']} | {r['matmul_s']:.1f} | "
+            f"{r['generation_s']:.1f} | {r['matmul_s'] / r['generation_s']:.2f} | "
             f"{r['raw_generate_tokens_per_s']:.0f} | "
-            f"{r['raw_generate_tokens_per_s'] / r['ceiling']:.2f} | {r['retrieval_s']:.1f} |"
+            f"{r['raw_generate_tokens_per_s'] / r['ceiling']:.2f} |"
         )
     lines += [
         "",
-        "The ceiling is the GEMM rate at the concurrency's row count divided by the FLOPs of one "
-        "token at the loop's mean context (attention counted at the GEMM rate): what a decoder "
-        "bound only by matrix products would reach. The loop's tokens count model-generated tokens "
-        "over its wall time, which also holds prompt and tool-response prefill, retrieval and "
-        "parsing, so its share understates the decode step's own. vLLM (CPU build) does not share "
-        f"this environment's torch; {m['vllm']}",
+        "The decode ceiling is the GEMM rate at the concurrency's row count divided by the FLOPs of "
+        "one token at the loop's mean context (attention counted at the GEMM rate): what a decoder "
+        "bound only by matrix products would reach. The loop's generated tokens/s count "
+        "model-generated tokens over its wall time, which also holds the prefill of prompts and "
+        "tool responses, retrieval and parsing, so that share understates the decoder's own. The "
+        "matmul-bound time is what matrix products alone would take for the work the loop did "
+        "(its prefill tokens at the 512-row GEMM rate, its decode tokens at the concurrency's); "
+        "its ratio to the loop's generation time is the share of the machine's limit the loop "
+        f"reached. vLLM (CPU build) does not share this environment's torch; {m['vllm']}",
         "",
     ]
     return "\n".join(lines)
@@ -212,8 +224,15 @@ def main() -> None:
         gemm[dtype] = gemm_table(config, getattr(torch, dtype))
         for n in args.sizes:
             run = loop_run(backend, retriever, questions, n, args)
-            ceiling = gflops_at(gemm[dtype], n) * 1e9 / flops_per_token(config, run["mean_context"])
-            results.append({"dtype": dtype, "concurrent": n, "ceiling": ceiling, **run})
+            fpt = flops_per_token(config, run["mean_context"])
+            ceiling = gflops_at(gemm[dtype], n) * 1e9 / fpt
+            # the time matrix products alone would take for the work the loop did: prefill at the
+            # widest GEMM rate, each decode step at the rate of its row count (the concurrency)
+            matmul_s = run["prefill_tokens"] * fpt / (gflops_at(gemm[dtype], max(ROWS)) * 1e9)
+            matmul_s += run["decode_tokens"] * fpt / (gflops_at(gemm[dtype], n) * 1e9)
+            results.append(
+                {"dtype": dtype, "concurrent": n, "ceiling": ceiling, "matmul_s": matmul_s, **run}
+            )
             print(json.dumps(results[-1]), flush=True)
         del backend
     assert config is not None

@@ -98,3 +98,41 @@ def test_seeded_rollouts_of_a_real_policy_do_not_depend_on_their_batch(tiny_poli
     reverse = tokens(loop.run(questions[::-1], 2, seeds=[31, 32, 21, 22, 11, 12]))
     assert reverse == base[4:] + base[2:4] + base[:2]
     assert tokens(loop.run(questions, 2, seeds=[s + 100 for s in seeds])) != base
+
+
+def test_identical_sequences_are_prefilled_once_and_counted(tiny_policy):
+    """Two samples of one prompt and one other prompt: the prefill runs the two distinct prompts
+    only, and each row still gets its own draw."""
+    from framework.rollout.decoding import decode_with_logprobs
+
+    model, tok = tiny_policy
+    a = tok.encode("Who directed Jaws?", add_special_tokens=False)
+    b = tok.encode("Where is the Ohio River?", add_special_tokens=False)
+    counters: dict[str, int] = {}
+    out, _ = decode_with_logprobs(
+        model,
+        [a, a, b],
+        [6, 6, 6],
+        stop=[],
+        eos_ids=set(),
+        pad_id=tok.pad_token_id,
+        token_text=lambda ids: "",
+        temperature=1.0,
+        seeds=[1, 2, 3],
+        counters=counters,
+    )
+    assert counters["prefill_tokens"] == len(a) + len(b)
+    assert counters["decode_tokens"] == 3 * 5  # five steps after the first draw, three rows
+    assert [len(o) for o in out] == [6, 6, 6] and out[0] != out[1]
+    alone, _ = decode_with_logprobs(
+        model,
+        [a],
+        [6],
+        stop=[],
+        eos_ids=set(),
+        pad_id=tok.pad_token_id,
+        token_text=lambda ids: "",
+        temperature=1.0,
+        seeds=[2],
+    )
+    assert alone[0] == out[1]  # the copied row decodes as if it had been prefilled alone
