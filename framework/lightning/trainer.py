@@ -135,8 +135,9 @@ def apply_gradient_checkpointing(policy: Any, trainer: Any) -> bool:
     set and the model supports it (Hugging Face models; peft wrappers are looked through). It acts
     only in train mode, so rollouts (eval mode, KV cache) are unaffected. Returns whether it is on.
 
-    Measured (``tools/bench/memory.py``): one SmolLM2-135M step on 4 sequences of 1,000 tokens
-    peaked at 8.7 GB without it and 5.5 GB with it, at the same step time.
+    Measured (``tools/bench/memory.py``, docs/benchmarks/memory.md): one bf16-mixed SmolLM2-135M
+    step on 4 sequences of 2,048 tokens peaked at 14.0 GB without it and 6.6 GB with it, in 47.0
+    and 49.5 s.
     """
     base = policy.get_base_model() if hasattr(policy, "get_base_model") else policy
     if not trainer.gradient_checkpointing or not getattr(
