@@ -54,7 +54,7 @@ ROLLOUT_BACKENDS: Registry = Registry(
     "rollout",
     signature="cls(*, cfg, model=None, tokenizer=None)",
     methods=(
-        "generate(sequences, max_new_tokens, stop) -> list[Generation]",
+        "generate(sequences, max_new_tokens, stop, seeds=None) -> list[Generation]",
         "update_weights(model)",
     ),
 )
