@@ -89,14 +89,9 @@ def resolved_dtype(cfg: EncoderConfig) -> str:
     the same nearest neighbours."""
     if cfg.dtype != "auto":
         return cfg.dtype
-    if str(cfg.device).startswith("cuda"):
-        import torch
+    from framework.training.precision import native_bf16_on
 
-        ok = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-        return "bfloat16" if ok else "float32"
-    from framework.training.precision import native_bf16
-
-    return "bfloat16" if native_bf16() else "float32"
+    return "bfloat16" if native_bf16_on(cfg.device)[0] else "float32"
 
 
 def encoder_fingerprint(cfg: EncoderConfig) -> dict[str, object]:

@@ -271,23 +271,18 @@ def rollout_dtype(requested: str, device: str = "cpu") -> tuple[Any, str]:
 
     ``auto`` is bfloat16 where the hardware computes it natively (a CPU with AVX512-BF16, AMX or
     Arm BF16; a GPU that supports bf16), float32 elsewhere: emulated bf16 is slower than fp32.
-    Measured on 2 cores of an AMD EPYC with ``avx512_bf16``, SmolLM2-135M decoding 64 rows:
-    486 tokens/s with bf16 weights, 286 under bf16 autocast, 225 in fp32 (``tools/bench/roofline.py``).
+    Measured on 2 cores of an AMD EPYC with ``avx512_bf16``: 64 agent rollouts of SmolLM2-135M
+    generated 194 tokens/s with bf16 weights and 97 in fp32 (``tools/bench/roofline.py``,
+    docs/benchmarks/roofline.md).
     """
     import torch
 
-    from framework.training.precision import native_bf16
+    from framework.training.precision import native_bf16_on
 
     if requested != "auto":
         return getattr(torch, requested), f"set explicitly (rollout.compute_dtype={requested})"
-    if str(device).startswith("cuda"):
-        if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
-            return torch.bfloat16, "auto: the GPU supports bf16"
-        return torch.float32, "auto: the GPU has no bf16 support"
-    flag = native_bf16()
-    if flag is not None:
-        return torch.bfloat16, f"auto: this CPU has native bf16 ({flag})"
-    return torch.float32, "auto: this CPU has no native bf16 (emulated bf16 is slower than fp32)"
+    native, why = native_bf16_on(device)
+    return (torch.bfloat16 if native else torch.float32), f"auto: {why}"
 
 
 def _as_list(value: Any) -> list[Any]:

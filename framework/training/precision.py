@@ -72,6 +72,18 @@ def native_bf16(flags: frozenset[str] | set[str] | None = None) -> str | None:
     return next((f for f in BF16_FLAGS if f in have), None)
 
 
+def native_bf16_on(device: str = "cpu") -> tuple[bool, str]:
+    """Whether ``device`` (``cpu`` or ``cuda[:n]``) computes bf16 natively, and why: what a
+    setting's ``auto`` (rollout weights, the encoder) follows."""
+    if str(device).startswith("cuda"):
+        ok = _cuda_bf16()
+        return ok, "the GPU supports bf16" if ok else "the GPU has no bf16 support"
+    flag = native_bf16()
+    if flag is not None:
+        return True, f"this CPU has native bf16 ({flag})"
+    return False, "this CPU has no native bf16 (emulated bf16 is slower than fp32)"
+
+
 def choose_precision(
     requested: str,
     accelerator: str,
