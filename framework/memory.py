@@ -19,27 +19,29 @@ _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
 
 
-def peak_rss_bytes() -> int:
-    """The largest resident set of this process since the last :func:`reset_peak` (or its start)."""
+def _status_bytes(key: str) -> int | None:
+    """The ``key`` line of ``/proc/self/status`` in bytes (None where it cannot be read)."""
     try:
         for line in _STATUS.read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(key + ":"):
                 return int(line.split()[1]) * 1024
     except OSError:
         pass
+    return None
+
+
+def peak_rss_bytes() -> int:
+    """The largest resident set of this process since the last :func:`reset_peak` (or its start)."""
+    peak = _status_bytes("VmHWM")
+    if peak is not None:
+        return peak
     scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB on Linux
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
 
 
 def rss_bytes() -> int:
     """The resident set of this process now (0 where ``/proc`` is missing)."""
-    try:
-        for line in _STATUS.read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    return _status_bytes("VmRSS") or 0
 
 
 def reset_peak() -> bool:
@@ -96,7 +98,3 @@ class PeakSampler:
         self._thread.join()
         self.peak = max(self.peak, rss_bytes())
         return self.peak
-
-
-def gigabytes(n: int) -> str:
-    return f"{n / 1e9:.1f} GB"

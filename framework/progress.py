@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, TextIO
 
@@ -191,7 +192,7 @@ class JobStages:
         self.order = [name for name, _ in planned]
         self.stream = stream
         self.clock = clock
-        self._reset, self._peak = memory or (self._start_sampler, self._stop_sampler)
+        self._measure_start, self._measure_end = memory or (self._start_sampler, self._stop_sampler)
         self._sampler: Any = None
         self.start = clock()
         #: finished stages: name, seconds, peak resident bytes, planned seconds
@@ -227,14 +228,22 @@ class JobStages:
             return f"[{self.order.index(name) + 1}/{len(self.order)}] "
         return ""
 
-    def stage(self, name: str) -> _Stage:
-        """A context manager around one stage (:meth:`begin` and :meth:`end`)."""
-        return _Stage(self, name)
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        """One stage as a context manager (:meth:`begin`, then :meth:`end`, which names the
+        exception that stopped it, if one did)."""
+        self.begin(name)
+        try:
+            yield
+        except BaseException as exc:
+            self.end(type(exc).__name__)
+            raise
+        self.end()
 
     def begin(self, name: str) -> None:
         """Start stage ``name`` (ending the running one, if any): reset the peak, say so."""
         self.end()
-        self._reset()
+        self._measure_start()
         self._current = (name, self.clock())
         planned = self.planned.get(name)
         plan = f", planned {_duration(planned)}" if planned else ""
@@ -253,7 +262,7 @@ class JobStages:
         self._current = None
         name, begin = current
         now = self.clock()
-        peak = int(self._peak())
+        peak = int(self._measure_end())
         release_freed()  # the stage's freed heap goes back before the next stage starts
         self.done.append(
             {
@@ -276,20 +285,3 @@ class JobStages:
             {**d, "peak_gb": round(float(d["peak_bytes"]) / 1e9, 2)}  # type: ignore[arg-type]
             for d in self.done
         ]
-
-
-class _Stage:
-    def __init__(self, job: JobStages, name: str) -> None:
-        self.job, self.name = job, name
-
-    def __enter__(self) -> _Stage:
-        self.job.begin(self.name)
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.job.end(None if exc_type is None else exc_type.__name__)

@@ -86,9 +86,9 @@ def minutes(seconds: float) -> str:
 
 
 def _native_bf16() -> bool:
-    from framework.training.precision import native_bf16
+    from framework.training.precision import native_bf16_on
 
-    return native_bf16() is not None
+    return native_bf16_on("cpu")[0]
 
 
 def embed_rate() -> float:

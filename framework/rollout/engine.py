@@ -144,9 +144,10 @@ class AgentLoop:
         self.retrieval_counts = self._tools_retriever.counts
         qids = list(question_ids) if question_ids is not None else list(range(len(questions)))
         sizes = [group_size] * len(questions) if isinstance(group_size, int) else list(group_size)
-        rollouts = []
+        groups: list[list[_Rollout]] = []
         for g, (q, qid, size) in enumerate(zip(questions, qids, sizes, strict=True)):
             prompt = self.prompt_ids(q)
+            groups.append([])
             for _ in range(size):
                 traj = Trajectory(qid, g, list(prompt), [0] * len(prompt), len(prompt))
                 traj.stats = dict.fromkeys(
@@ -160,7 +161,8 @@ class AgentLoop:
                     ),
                     0,
                 )
-                rollouts.append(_Rollout(traj))
+                groups[g].append(_Rollout(traj))
+        rollouts = [r for group in groups for r in group]
         if seeds is not None:
             if len(seeds) != len(rollouts):
                 raise ValueError(f"run(): {len(seeds)} seeds for {len(rollouts)} rollouts")
@@ -168,9 +170,8 @@ class AgentLoop:
                 r.seed = int(seed)
         limit = len(rollouts) if max_in_flight is None else max(int(max_in_flight), 1)
         waiting = list(reversed(rollouts))  # popped from the end: question order
-        open_in_group = [0] * len(sizes)
-        for r in rollouts:
-            open_in_group[r.traj.group] += 1
+        open_in_group = [len(group) for group in groups]
+        finished = 0
         active: list[_Rollout] = []
         while active or waiting:
             while waiting and len(active) < limit:
@@ -182,13 +183,14 @@ class AgentLoop:
                     self._finish(r, "over_budget", "max_turns")
             ended = [r for r in active if r.done]
             active = [r for r in active if not r.done]
+            finished += len(ended)
             for r in ended:
                 g = r.traj.group
                 open_in_group[g] -= 1
                 if open_in_group[g] == 0 and on_group_done is not None:
-                    on_group_done(g, [x.traj for x in rollouts if x.traj.group == g])
+                    on_group_done(g, [x.traj for x in groups[g]])
             if progress is not None:
-                progress(sum(r.done for r in rollouts), len(rollouts))
+                progress(finished, len(rollouts))
         self.timings["total"] = time.perf_counter() - clock
         return [r.traj for r in rollouts]
 
