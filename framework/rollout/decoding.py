@@ -15,11 +15,11 @@
   they encode (:class:`PrefixCache`). A later sequence that extends a kept one, such as the next
   turn of a search agent (previous context + tool response), prefills only its new tokens. The
   cache must be cleared whenever the weights change (the backend does it in ``update_weights``).
-
-The batch layout with reused prefixes: row ``i`` holds ``p_i`` cached tokens right-aligned in a
-block of ``P = max p``, then its ``s_i`` new tokens right-aligned in a block of ``S = max s``; the
-attention mask marks the holes and position ids count only real tokens, so every row sees exactly
-its own sequence.
+- **Prefill in groups of like length, decode in one batch.** Rows are prefilled in groups whose
+  new parts have about the same length (:func:`prefill_groups`), so padding costs little; each
+  row's whole sequence is then placed right-aligned in one decoding batch as wide as the longest
+  sequence (not as the longest reused prefix plus the longest new part), which is what every
+  decode step's attention reads.
 """
 
 from __future__ import annotations
@@ -163,17 +163,31 @@ def _in_place_layer() -> type:
 class _Entry:
     tokens: tuple[int, ...]
     kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer, [heads, len(tokens), head_dim]
+    call: int = 0  # the caller's call (:meth:`PrefixCache.new_call`) that stored it
 
 
 class PrefixCache:
     """KV entries of finished sequences, keyed by their tokens, at most ``max_tokens`` in all
-    (the oldest are dropped first). An entry is handed out once: taking it removes it."""
+    (the oldest are dropped first). An entry is handed out once: taking it removes it.
+
+    A caller that sends every continuing sequence in its next call (the agent loop sends every
+    rollout still in flight at each turn) marks its calls with :meth:`new_call`: an entry that
+    was not taken by the call after the one that stored it belongs to a sequence that ended, and
+    is dropped, so the cache holds the rollouts in flight rather than filling up with finished
+    ones and pushing live entries out."""
 
     def __init__(self, max_tokens: int) -> None:
         self.max_tokens = max_tokens
         self._entries: list[_Entry] = []
         self.hits = 0
         self.reused_tokens = 0
+        self.call = 0
+        self.evicted_tokens = 0  # live entries dropped because the cache was full
+
+    def new_call(self) -> None:
+        """Start a call: drop the entries stored before the previous call and not taken since."""
+        self.call += 1
+        self._entries = [e for e in self._entries if e.call >= self.call - 1]
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -205,9 +219,10 @@ class PrefixCache:
     def put(self, entry: _Entry) -> None:
         if len(entry.tokens) == 0 or len(entry.tokens) > self.max_tokens:
             return
+        entry.call = self.call
         self._entries.append(entry)
         while self.tokens > self.max_tokens:
-            self._entries.pop(0)
+            self.evicted_tokens += len(self._entries.pop(0).tokens)
 
 
 def _accepts(model: Any, name: str) -> bool:
@@ -272,76 +287,51 @@ def decode_with_logprobs(
     rows = [i for i in range(n_rows) if limits[i] > 0]
     if not rows:
         return out, logps
-    reuse = {i: prefix_cache.take(seqs[i]) if prefix_cache is not None else None for i in rows}
-    past = {i: len(reuse[i].tokens) if reuse[i] is not None else 0 for i in rows}
-    width_p = max(past[i] for i in rows)
-    width_s = max(len(seqs[i]) - past[i] for i in rows)
-    budget = max(limits[i] for i in rows)
     b = len(rows)
-
-    ids = torch.full((b, width_s), pad_id, dtype=torch.long)
-    mask = torch.zeros((b, width_p + width_s), dtype=torch.long)
-    pos = torch.zeros((b, width_s), dtype=torch.long)
-    for r, i in enumerate(rows):
-        new = list(seqs[i][past[i] :])
-        ids[r, width_s - len(new) :] = torch.tensor(new, dtype=torch.long)
-        mask[r, width_p - past[i] : width_p] = 1
-        mask[r, width_p + width_s - len(new) :] = 1
-        pos[r, width_s - len(new) :] = torch.arange(past[i], past[i] + len(new))
-    ids, mask, pos = ids.to(device), mask.to(device), pos.to(device)
-
-    from transformers import DynamicCache
-
-    cache = DynamicCache()  # its layers are created at their first update, as InPlaceLayers
-    cache.layer_class_to_replicate = functools.partial(
-        _in_place_layer(), width_p + width_s + budget
-    )
-    if width_p > 0:
-        first = next(e for e in (reuse[i] for i in rows) if e is not None)
-        for layer in range(len(first.kv)):
-            k0, v0 = first.kv[layer]
-            keys = k0.new_zeros((b, k0.shape[0], width_p, k0.shape[-1]))
-            values = v0.new_zeros((b, v0.shape[0], width_p, v0.shape[-1]))
-            for r, i in enumerate(rows):
-                if reuse[i] is not None:
-                    k, v = reuse[i].kv[layer]
-                    keys[r, :, width_p - past[i] :] = k
-                    values[r, :, width_p - past[i] :] = v
-            cache.update(keys, values, layer)
-
+    budget = max(limits[i] for i in rows)
     keep_logits = {"logits_to_keep": 1} if _accepts(model, "logits_to_keep") else {}
-    window = max((len(s.encode()) for s in stop), default=0)
-    live = list(range(b))  # positions in the batch -> rows[...]
-    row_seeds = torch.tensor([seeds[i] for i in rows], dtype=torch.long) if seeds else None
     # rows whose whole sequence is the same (the samples of one question at their first turn) are
     # prefilled once; their KV entries and last logits are then copied to every such row
     first_of: dict[tuple[int, ...], int] = {}
     expand = [first_of.setdefault(tuple(seqs[i]), r) for r, i in enumerate(rows)]
-    shared = width_p == 0 and len(first_of) < b
-    if counters is not None:
-        fed = {r: len(seqs[i]) - past[i] for r, i in enumerate(rows)}
-        prefill = sum(fed[r] for r in set(expand)) if shared else sum(fed.values())
-        counters["prefill_tokens"] = counters.get("prefill_tokens", 0) + prefill
+    unique = sorted(first_of.values())
+    reuse = {
+        r: prefix_cache.take(seqs[rows[r]]) if prefix_cache is not None else None for r in unique
+    }
     with torch.inference_mode():
-        step_ids, step_pos = ids, pos
-        first_logits = None
-        if shared:
-            unique = torch.tensor(sorted(first_of.values()), device=device)
-            result = model(
-                input_ids=ids[unique],
-                attention_mask=mask[unique],
-                position_ids=pos[unique],
-                past_key_values=cache,
-                use_cache=True,
-                **keep_logits,
-            )
-            slot_of = {int(u): k for k, u in enumerate(unique.tolist())}
-            copy_from = torch.tensor([slot_of[e] for e in expand], device=device)
-            cache = result.past_key_values
-            cache.batch_select_indices(copy_from)
-            if counters is not None:
-                counters["forward_calls"] = counters.get("forward_calls", 0) + 1
-            first_logits = result.logits[copy_from, -1]
+        kv, last = _prefill(
+            model, {r: seqs[rows[r]] for r in unique}, reuse, pad_id, keep_logits, counters
+        )
+        # the batch: each row's whole sequence right-aligned in a block of the longest one's length
+        lengths = [len(seqs[i]) for i in rows]
+        width = max(lengths)
+        mask = torch.zeros((b, width), dtype=torch.long)
+        for r, n in enumerate(lengths):
+            mask[r, width - n :] = 1
+        mask = mask.to(device)
+        step_pos = torch.tensor(lengths, dtype=torch.long, device=device).unsqueeze(-1) - 1
+
+        from transformers import DynamicCache
+
+        cache = DynamicCache()  # its layers are created at their first update, as InPlaceLayers
+        cache.layer_class_to_replicate = functools.partial(_in_place_layer(), width + budget)
+        for layer in range(len(kv[unique[0]])):
+            k0, v0 = kv[unique[0]][layer]
+            keys = k0.new_zeros((b, k0.shape[0], width, k0.shape[-1]))
+            values = v0.new_zeros((b, v0.shape[0], width, v0.shape[-1]))
+            for r in range(b):
+                k, v = kv[expand[r]][layer]
+                keys[r, :, width - lengths[r] :] = k
+                values[r, :, width - lengths[r] :] = v
+            cache.update(keys, values, layer)
+        del kv
+        first_logits = torch.stack([last[expand[r]] for r in range(b)])
+
+    window = max((len(s.encode()) for s in stop), default=0)
+    live = list(range(b))  # positions in the batch -> rows[...]
+    row_seeds = torch.tensor([seeds[i] for i in rows], dtype=torch.long) if seeds else None
+    with torch.inference_mode():
+        step_ids: torch.Tensor | None = None
         while True:
             if first_logits is not None:
                 logits, first_logits = first_logits, None
@@ -358,8 +348,7 @@ def decode_with_logprobs(
                 logits = result.logits[:, -1]
                 if counters is not None:
                     counters["forward_calls"] = counters.get("forward_calls", 0) + 1
-                    if step_ids is not ids:
-                        counters["decode_tokens"] = counters.get("decode_tokens", 0) + len(live)
+                    counters["decode_tokens"] = counters.get("decode_tokens", 0) + len(live)
             uniforms = None
             if row_seeds is not None:
                 at = [len(seqs[rows[j]]) + len(out[rows[j]]) for j in live]
@@ -395,6 +384,106 @@ def decode_with_logprobs(
             mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=-1)
             step_ids = next_ids
     return out, logps
+
+
+#: a prefill group's padding: at most this share above its real new tokens
+PREFILL_SLACK = 1.125
+#: new tokens (padding included) of one prefill forward
+PREFILL_GROUP_TOKENS = 8192
+
+
+def prefill_groups(new_lengths: dict[int, int]) -> list[list[int]]:
+    """Rows grouped for batched prefill, shortest first: a row joins the current group while the
+    group's padded size (rows x its longest new part) stays within :data:`PREFILL_SLACK` of its
+    real new tokens and within :data:`PREFILL_GROUP_TOKENS`. A prefill of a few hundred tokens
+    already fills the matrix units by itself, so a row whose length matches nobody's is prefilled
+    alone rather than padded (docs/benchmarks/decode_profile.md)."""
+    groups: list[list[int]] = []
+    current: list[int] = []
+    total = 0
+    for r in sorted(new_lengths, key=lambda r: new_lengths[r]):
+        n = new_lengths[r]
+        padded = (len(current) + 1) * n
+        if current and (padded > PREFILL_SLACK * (total + n) or padded > PREFILL_GROUP_TOKENS):
+            groups.append(current)
+            current, total = [], 0
+        current.append(r)
+        total += n
+    if current:
+        groups.append(current)
+    return groups
+
+
+def _prefill(
+    model: Any,
+    seqs: dict[int, Sequence[int]],
+    reuse: dict[int, _Entry | None],
+    pad_id: int,
+    keep_logits: dict[str, int],
+    counters: dict[str, int] | None,
+) -> tuple[dict[int, list[tuple[torch.Tensor, torch.Tensor]]], dict[int, torch.Tensor]]:
+    """Run every row's new tokens (its sequence past the reused prefix ``reuse[r]``) through the
+    model, in the groups of :func:`prefill_groups`; returns, per row, each layer's KV entries of
+    its whole sequence (``[heads, len, head_dim]``) and the logits after its last token.
+
+    A group's layout: row ``j`` holds its ``p_j`` reused tokens right-aligned in a block of
+    ``P = max p``, then its ``s_j`` new tokens right-aligned in a block of ``S = max s``; the
+    attention mask marks the holes and position ids count only real tokens, so every row sees
+    exactly its own sequence."""
+    from transformers import DynamicCache
+
+    device = next(model.parameters()).device
+    past = {r: len(e.tokens) if e is not None else 0 for r, e in reuse.items()}
+    new_len = {r: len(seqs[r]) - past[r] for r in seqs}
+    kv: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
+    last: dict[int, torch.Tensor] = {}
+    for group in prefill_groups(new_len):
+        g = len(group)
+        width_p = max(past[r] for r in group)
+        width_s = max(new_len[r] for r in group)
+        ids = torch.full((g, width_s), pad_id, dtype=torch.long)
+        mask = torch.zeros((g, width_p + width_s), dtype=torch.long)
+        pos = torch.zeros((g, width_s), dtype=torch.long)
+        for j, r in enumerate(group):
+            p, n = past[r], new_len[r]
+            ids[j, width_s - n :] = torch.tensor(list(seqs[r][p:]), dtype=torch.long)
+            mask[j, width_p - p : width_p] = 1
+            mask[j, width_p + width_s - n :] = 1
+            pos[j, width_s - n :] = torch.arange(p, p + n)
+        cache = DynamicCache()
+        if width_p > 0:
+            first = next(reuse[r] for r in group if reuse[r] is not None)
+            assert first is not None
+            for layer in range(len(first.kv)):
+                k0, v0 = first.kv[layer]
+                keys = k0.new_zeros((g, k0.shape[0], width_p, k0.shape[-1]))
+                values = v0.new_zeros((g, v0.shape[0], width_p, v0.shape[-1]))
+                for j, r in enumerate(group):
+                    entry = reuse[r]
+                    if entry is not None:
+                        keys[j, :, width_p - past[r] :] = entry.kv[layer][0]
+                        values[j, :, width_p - past[r] :] = entry.kv[layer][1]
+                cache.update(keys, values, layer)
+        mask = mask.to(device)
+        result = model(
+            input_ids=ids.to(device),
+            attention_mask=mask,
+            position_ids=pos.to(device),
+            past_key_values=cache,
+            use_cache=True,
+            **keep_logits,
+        )
+        layers = result.past_key_values.layers
+        for j, r in enumerate(group):
+            cols = mask[j].nonzero().squeeze(-1)
+            kv[r] = [(layer.keys[j][:, cols], layer.values[j][:, cols]) for layer in layers]
+            last[r] = result.logits[j, -1]
+        if counters is not None:
+            counters["forward_calls"] = counters.get("forward_calls", 0) + 1
+            counters["prefill_tokens"] = counters.get("prefill_tokens", 0) + sum(
+                new_len[r] for r in group
+            )
+    return kv, last
 
 
 def _keep(

