@@ -7,7 +7,7 @@ per turn, and gives it to every token the policy generated in that turn (``input
 ``inputs.token_mask``): the result is ``[N, L]``, 0 on tool responses and padding.
 
 * ``igpo`` reads ``extras["answer_probs"]``, the policy's probability of the gold answer before each
-  turn, which the training step computes when the config sets ``needs_answer_probs``
+  turn, which the training step computes because the config ``requires`` it
   (:func:`framework.training.answer_probs.answer_probs`).
 * ``matchtir`` reads ``extras["turn_rewards"]``, which a turn-level reward returns in a
   :class:`~framework.types.RewardOutput` (``reward=matchtir``).
@@ -163,8 +163,10 @@ def information_gain_rewards(probs: Tensor, outcome: Tensor, counts: Tensor) -> 
 # -- igpo -------------------------------------------------------------------------------------------
 @dataclass
 class IGPOAdvantageConfig(ComponentConfig):
-    #: the training step computes ``extras["answer_probs"]`` with the policy before estimating
-    needs_answer_probs: ClassVar[bool] = True
+    #: ``extras["answer_probs"]``: the pre-update policy's gold-answer probability before each
+    #: turn, computed by the ``answer_probs`` input provider (framework/training/answer_probs.py)
+    #: with this config's ``probe_batch_size`` and ``probe_prefix``
+    requires: ClassVar[tuple[str, ...]] = ("answer_probs",)
 
     gamma: float = field(
         default=1.0,
@@ -222,8 +224,8 @@ def igpo_advantage(inputs: AdvantageInputs, *, cfg: IGPOAdvantageConfig) -> Tens
         inputs,
         "answer_probs",
         "igpo",
-        "the training step fills it when the advantage config sets needs_answer_probs "
-        "(framework.training.answer_probs); outside the step, compute it with answer_probs()",
+        "the training step fills it through the answer_probs input provider, which igpo's config "
+        "requires (framework.training.answer_probs); outside the step, call answer_probs()",
     )
     valid = turn_valid(counts, probs.shape[1])
     rewards = information_gain_rewards(probs, inputs.rewards.to(probs), counts)

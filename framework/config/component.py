@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from omegaconf import MISSING
 
@@ -17,7 +18,15 @@ class ComponentConfig:
     selects both the code and this schema. Subclasses add fields with defaults (paper values) and may
     override :meth:`problems` to report invalid values; paths there are relative to the component
     (``clip_low``), the validator prefixes the section (``loss.clip_low``).
+
+    ``requires`` names the inputs an advantage estimator needs beyond what every step computes
+    (for example ``("answer_probs",)``): each is computed by the input provider registered under
+    that name in ``INPUT_PROVIDERS`` and handed over in ``AdvantageInputs.extras``, so an
+    estimator that needs something new brings its provider instead of editing the training step
+    (:mod:`framework.training.inputs`).
     """
+
+    requires: ClassVar[tuple[str, ...]] = ()
 
     name: str = field(default=MISSING, metadata={"help": "registry key of the component"})
 

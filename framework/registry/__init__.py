@@ -16,6 +16,7 @@ from framework.registry.kinds import (
     ALL,
     DATASETS,
     HEALTH_MONITORS,
+    INPUT_PROVIDERS,
     JUDGES,
     KL_ESTIMATORS,
     POLICY_LOSSES,
@@ -61,6 +62,7 @@ BUILTIN_MODULES = (
     "framework.rollout.vllm_backend",
     "framework.eval.judge",
     "framework.health.monitors",
+    "framework.training.answer_probs",
 )
 
 _loaded = False
@@ -89,6 +91,7 @@ __all__ = [
     "BUILTIN_MODULES",
     "DATASETS",
     "HEALTH_MONITORS",
+    "INPUT_PROVIDERS",
     "JUDGES",
     "KL_ESTIMATORS",
     "POLICY_LOSSES",

@@ -77,6 +77,13 @@ HEALTH_MONITORS: Registry = Registry(
     ),
     config_base="framework.health.monitors:MonitorConfig",
 )
+INPUT_PROVIDERS: Registry = Registry(
+    "input",
+    signature="fn(ctx: InputContext, *, cfg) -> Tensor | Any",
+    # registered under the name of the input it computes; ``cfg`` is the config of the component
+    # that declared the input in its ``requires`` (not selected on the command line: no group)
+    config_store=None,
+)
 
 ALL: dict[str, Registry] = {
     r.group: r
@@ -91,5 +98,6 @@ ALL: dict[str, Registry] = {
         DATASETS,
         JUDGES,
         HEALTH_MONITORS,
+        INPUT_PROVIDERS,
     )
 }

@@ -28,9 +28,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from framework.algorithms.turn_advantages import PROBE_PREFIX
+from framework.algorithms.turn_advantages import PROBE_PREFIX, IGPOAdvantageConfig
 from framework.data.schema import QAItem
+from framework.registry import INPUT_PROVIDERS
 from framework.rollout.types import Tokenizer, Trajectory
+from framework.training.inputs import InputContext
 from framework.training.tokens import pack, token_logprobs
 
 
@@ -95,6 +97,22 @@ def answer_probs(
         for (i, k), value in zip(where[lo : lo + batch_size], mean.exp().tolist(), strict=True):
             out[i, k] = value
     return out
+
+
+@INPUT_PROVIDERS.register("answer_probs", config=IGPOAdvantageConfig)
+def answer_probs_input(ctx: InputContext, *, cfg: IGPOAdvantageConfig) -> Tensor:
+    """The ``answer_probs`` input (IGPO's ``requires``): :func:`answer_probs` of the step's
+    rollouts under the pre-update policy, with the requiring config's ``probe_batch_size`` and
+    ``probe_prefix``."""
+    return answer_probs(
+        ctx.policy,
+        ctx.trajectories,
+        ctx.items,
+        ctx.tokenizer,
+        pad_id=ctx.pad_id,
+        batch_size=cfg.probe_batch_size,
+        prefix=cfg.probe_prefix,
+    )
 
 
 def _encode(tokenizer: Tokenizer, text: str) -> list[int]:

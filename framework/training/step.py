@@ -20,8 +20,8 @@ from framework.config import ComponentConfig
 from framework.data.schema import QAItem
 from framework.rollout.scoring import Scores, score
 from framework.rollout.types import Trajectory
-from framework.training.answer_probs import answer_probs
 from framework.training.batch import advantage_inputs, check_advantages, per_rollout
+from framework.training.inputs import InputContext, provide_inputs
 from framework.training.metrics import (
     correct,
     correctness_metric,
@@ -57,6 +57,11 @@ class StepParts:
     optim: Any
     pad_id: int
     reference: Any = None
+
+    def sections(self) -> dict[str, ComponentConfig]:
+        """The components whose ``requires`` the step meets, by config section: the advantage
+        estimator (its inputs' ``extras``). Rewards are scored before the inputs exist."""
+        return {"advantage": self.advantage}
 
 
 @dataclass
@@ -256,25 +261,6 @@ def draw_groups(
     return Drawn.merge(rounds), drawn, figures
 
 
-def answer_probs_of(
-    parts: StepParts, trajs: Sequence[Trajectory], items: Sequence[QAItem]
-) -> Tensor:
-    """``[N, T]`` the policy's probability of each rollout's gold answer before each of its turns,
-    for an estimator whose config sets ``needs_answer_probs`` (IGPO): its ``probe_batch_size`` and
-    ``probe_prefix`` and the rollout backend's tokenizer
-    (:func:`~framework.training.answer_probs.answer_probs`)."""
-    cfg = parts.advantage
-    return answer_probs(
-        parts.policy,
-        trajs,
-        items,
-        parts.loop.backend.tokenizer,
-        pad_id=parts.pad_id,
-        batch_size=cfg.probe_batch_size,
-        prefix=cfg.probe_prefix,
-    )
-
-
 def rl_step(
     parts: StepParts,
     groups: Sequence[GroupRequest],
@@ -292,9 +278,9 @@ def rl_step(
     accepts, refilled from the reserve (:func:`draw_groups`) -> advantages (``ADVANTAGES`` on
     :class:`~framework.types.AdvantageInputs` with the token and turn structure, the dataset
     columns and, in ``extras``, what the rewards returned besides their ``[N]`` values (a
-    :class:`~framework.types.RewardOutput`'s ``turn_rewards``) and, for an estimator whose config
-    sets ``needs_answer_probs``, the policy's gold-answer probabilities before each turn
-    (:func:`answer_probs_of`, no gradient)) -> ``optim.policy_epochs`` optimiser steps over micro-batches
+    :class:`~framework.types.RewardOutput`'s ``turn_rewards``) and every input a component's config
+    ``requires``, computed by its registered provider (:mod:`framework.training.inputs`, no
+    gradient)) -> ``optim.policy_epochs`` optimiser steps over micro-batches
     (:func:`~framework.training.update.policy_update`) -> the rollout backend's weights refreshed.
     A step that keeps no group changes no weight (the optimiser and schedule still count it).
 
@@ -322,8 +308,8 @@ def rl_step(
     mark = time.perf_counter()
     inputs = advantage_inputs(trajs, items, scores.total)
     extras = {**inputs.extras, **scores.extras}  # what the rewards returned besides [N]
-    if trajs and getattr(type(parts.advantage), "needs_answer_probs", False):
-        extras["answer_probs"] = answer_probs_of(parts, trajs, items)
+    context = InputContext(parts.policy, parts.loop.backend.tokenizer, parts.pad_id, trajs, items)
+    extras.update(provide_inputs(parts.sections(), context, have=extras))
     inputs = replace(inputs, extras=extras)
     if trajs:
         raw = ADVANTAGES.bind(parts.advantage)(inputs)

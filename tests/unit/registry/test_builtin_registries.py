@@ -28,6 +28,7 @@ def test_every_kind_declared_once():
         "dataset",
         "judge",
         "health_monitor",
+        "input",
     }
     assert len({id(r) for r in ALL.values()}) == len(ALL)
 
@@ -42,3 +43,9 @@ def test_builtins_registered_with_config_nodes():
             assert node.name == name
             assert node._metadata.object_type is ALL[kind].get(name).config_cls
             assert ALL[kind].get(name).source == "seekrl"
+
+
+def test_input_providers_are_looked_up_by_name_not_chosen_in_a_config():
+    load_components(plugins=False)
+    assert "answer_probs" in ALL["input"].names()
+    assert "input" not in ConfigStore.instance().repo  # no Hydra group: not a config choice

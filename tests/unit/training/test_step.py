@@ -1,24 +1,28 @@
 """The RL step (:func:`rl_step`) with the real agent loop, a scripted policy and a tiny trainable LM.
 
 Components here are registered the way a plugin registers them (a module of its own, no framework
-edits): a token-level advantage estimator that reads the token mask and the turn structure, and a
-reward that reads a dataset column the framework does not know (from ``QAItem.extra``). The fake
+edits): a token-level advantage estimator that reads the token mask and the turn structure, a
+reward that reads a dataset column the framework does not know (from ``QAItem.extra``), and an
+estimator that declares an input the framework does not compute, with the provider that computes
+it. The fake
 tokenizer is byte level (one ASCII character = one token; see ``tests/unit/rollout/fakes.py``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import pytest
 import torch
 from torch import Tensor
 
 from framework.cli.app import load_config
-from framework.config import ComponentConfig
+from framework.config import ComponentConfig, ConfigError
 from framework.data.schema import QAItem
-from framework.registry import ADVANTAGES, REWARDS
+from framework.registry import ADVANTAGES, INPUT_PROVIDERS, REWARDS
 from framework.rollout.engine import AgentConfig, AgentLoop
+from framework.training.inputs import InputContext
 from framework.training.schedule import optimizer_and_schedule
 from framework.training.step import StepParts, rl_step
 from framework.training.update import loss_spec
@@ -241,3 +245,62 @@ def test_a_step_that_keeps_no_group_changes_no_weight():
     assert result.figures["sampler/kept_groups"] == 0.0
     assert "sampler/rollouts_per_kept_group" not in result.figures
     assert result.figures["loss/trained_rollouts"] == 0.0
+
+
+# -- an estimator that needs an input the framework does not compute ---------------------------------
+@dataclass
+class LengthScaledConfig(ComponentConfig):
+    #: declared, not wired: the step asks the registered provider below for it
+    requires: ClassVar[tuple[str, ...]] = ("test_response_lengths",)
+
+    scale: float = field(default=100.0, metadata={"help": "divides the response length"})
+
+
+LENGTH_CALLS: list[tuple[int, float]] = []
+
+
+@INPUT_PROVIDERS.register("test_response_lengths", config=LengthScaledConfig)
+def response_lengths(ctx: InputContext, *, cfg: LengthScaledConfig) -> Tensor:
+    """``[N]`` each rollout's response length over the requiring config's ``scale``."""
+    LENGTH_CALLS.append((len(ctx.trajectories), cfg.scale))
+    return torch.tensor([(len(t.token_ids) - t.prompt_len) / cfg.scale for t in ctx.trajectories])
+
+
+@ADVANTAGES.register("test_length_scaled", config=LengthScaledConfig)
+def length_scaled_advantage(inputs: AdvantageInputs, *, cfg: LengthScaledConfig) -> Tensor:
+    """``r - length / scale``: reads the input its config requires from ``extras``."""
+    return inputs.rewards - inputs.extras["test_response_lengths"]
+
+
+def test_an_estimator_gets_the_input_it_declares_from_a_registered_provider():
+    LENGTH_CALLS.clear()
+    scripts = [[SEARCH, ANSWER.format("Steven Spielberg")], [ANSWER.format("Boston")]]
+    result, moved = run_step(
+        scripts, [GroupRequest(0, 2)], "advantage=test_length_scaled", "advantage.scale=10.0"
+    )
+    assert moved and LENGTH_CALLS == [(2, 10.0)]  # once per step, with the requiring config
+    lengths = torch.tensor([(len(t.token_ids) - t.prompt_len) / 10.0 for t in result.trajectories])
+    assert torch.equal(result.inputs.extras["test_response_lengths"], lengths)
+    assert torch.allclose(result.advantages, result.scores.total - lengths)
+
+
+def test_a_required_input_without_a_provider_is_a_config_error():
+    @dataclass
+    class NeedsNothingKnown(ComponentConfig):
+        requires: ClassVar[tuple[str, ...]] = ("test_no_such_input",)
+
+    ADVANTAGES.register("test_needs_unknown", config=NeedsNothingKnown)(
+        lambda inputs, *, cfg: inputs.rewards
+    )
+    try:
+        with pytest.raises(ConfigError) as err:
+            load_config("train", ["advantage=test_needs_unknown"])
+        assert (
+            "[advantage.name] got 'test_needs_unknown'; expected a component whose required "
+            "input 'test_no_such_input' has a registered provider"
+        ) in str(err.value)
+        assert "Fix: register one with @INPUT_PROVIDERS.register('test_no_such_input'" in str(
+            err.value
+        )
+    finally:
+        ADVANTAGES.remove("test_needs_unknown")
