@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from framework import plugins
+from framework.registry import plugins
 
 
 @pytest.fixture

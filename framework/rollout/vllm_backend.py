@@ -48,8 +48,9 @@ def _checkpoint_dir(policy: PolicyConfig) -> Path:
     if policy.source == "smollm2":
         return smollm2_checkpoint(policy.cache_dir)
     raise PolicyError(
-        "[rollout.policy.source] got tiny; expected smollm2 or path for the vllm backend. "
-        "Fix: use rollout=transformers for the tiny test model."
+        f"[rollout.policy.source] got {policy.source}; expected smollm2 or path for the vllm "
+        "backend (it serves a checkpoint folder). Fix: use rollout=transformers for the tiny and "
+        "shape models, or save the model and pass rollout.policy.source=path."
     )
 
 

@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from framework import plugins
 from framework.cli.app import load_config
-from framework.registry import ADVANTAGES
+from framework.registry import ADVANTAGES, plugins
 from framework.types import AdvantageInputs
 
 README = Path(__file__).resolve().parents[3] / "README.md"

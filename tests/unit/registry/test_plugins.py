@@ -8,8 +8,7 @@ import textwrap
 
 import pytest
 
-from framework import plugins
-from framework.registry import REWARDS
+from framework.registry import REWARDS, plugins
 
 GOOD = """
 from dataclasses import dataclass

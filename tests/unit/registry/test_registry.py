@@ -6,9 +6,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from framework import plugins
 from framework.config import ComponentConfig
-from framework.registry import DuplicateComponentError, Registry, UnknownComponentError
+from framework.registry import DuplicateComponentError, Registry, UnknownComponentError, plugins
 
 
 @dataclass

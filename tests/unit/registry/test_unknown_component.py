@@ -9,9 +9,8 @@ import textwrap
 import pytest
 
 import framework.registry
-from framework import plugins
 from framework.cli.app import load_config
-from framework.registry import REWARDS, Registry, UnknownComponentError, sources
+from framework.registry import REWARDS, Registry, UnknownComponentError, plugins, sources
 
 MODULE = """
 from dataclasses import dataclass
