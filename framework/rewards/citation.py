@@ -44,6 +44,9 @@ class CitationRubricRewardConfig(ChainMatchingConfig):
         out += check_choice(self.correctness, "correctness", verdict_metrics())
         return out
 
+    def verdict_metric(self) -> str | None:
+        return self.correctness
+
 
 def rubric_score(
     own_words: str,

@@ -12,6 +12,7 @@ from framework.algorithms.turn_advantages import pad_to_widest
 from framework.config import ComponentConfig, Problem
 from framework.registry.kinds import REWARDS
 from framework.rewards.common import valid_mask
+from framework.rewards.text import ReportsEntityRule, ReportsVerdict
 from framework.types import RewardInputs, RewardOutput
 
 
@@ -68,6 +69,23 @@ class WeightedSumConfig(ComponentConfig):
                     )
                 )
         return out
+
+    def verdict_metric(self) -> str | None:
+        """The first term's that judges answers."""
+        for cfg in self._term_configs():
+            if isinstance(cfg, ReportsVerdict) and cfg.verdict_metric() is not None:
+                return cfg.verdict_metric()
+        return None
+
+    def entity_rule(self) -> Any:
+        """The first term's entity rule (an ``e_grpo`` term's)."""
+        for cfg in self._term_configs():
+            if isinstance(cfg, ReportsEntityRule) and cfg.entity_rule() is not None:
+                return cfg.entity_rule()
+        return None
+
+    def _term_configs(self) -> list[ComponentConfig]:
+        return [term_config(term)[0] for term in self.terms]
 
 
 def term_config(term: Any) -> tuple[ComponentConfig, float]:

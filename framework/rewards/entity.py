@@ -62,6 +62,12 @@ class EntityRewardConfig(ComponentConfig):
         out += check_choice(self.match, "match", MATCH_CHOICES)
         return out
 
+    def verdict_metric(self) -> str | None:
+        return self.correctness
+
+    def entity_rule(self) -> EntityRewardConfig:
+        return self
+
     def matching(self) -> EntityMatching:
         """The matching options of this config, for :func:`entities_found`."""
         return EntityMatching(

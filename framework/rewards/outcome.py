@@ -9,7 +9,7 @@ from torch import Tensor
 from framework.config import ComponentConfig, Problem, check_choice
 from framework.registry.kinds import REWARDS
 from framework.rewards.common import answer_scores, valid_mask
-from framework.rewards.text import ANSWER_METRICS
+from framework.rewards.text import ANSWER_METRICS, verdict_of
 from framework.types import RewardInputs
 
 
@@ -25,6 +25,9 @@ class OutcomeRewardConfig(ComponentConfig):
 
     def problems(self) -> list[Problem]:
         return check_choice(self.metric, "metric", ANSWER_METRICS)
+
+    def verdict_metric(self) -> str | None:
+        return verdict_of(self.metric)
 
 
 @REWARDS.register("outcome", config=OutcomeRewardConfig)

@@ -11,6 +11,7 @@ import string
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
 
 _ANSWER_OPEN, _ANSWER_CLOSE = "<answer>", "</answer>"
 _THINK = re.compile(r"<think>(.*?)(?:</think>|$)", re.DOTALL)
@@ -114,6 +115,32 @@ def answer_metric(name: str, where: str) -> AnswerMetric:
             f"[{where}] got {name!r}; expected one of {list(ANSWER_METRICS)}. Fix: pick one."
         )
     return found
+
+
+@runtime_checkable
+class ReportsVerdict(Protocol):
+    """A reward config that says by which answer metric it calls an answer correct: training
+    accuracy and the logged metrics read this instead of the reward's field names."""
+
+    def verdict_metric(self) -> str | None:
+        """An entry of :func:`verdict_metrics`, or None when the reward judges no answer (or
+        scores it on a graded scale such as F1)."""
+        ...
+
+
+@runtime_checkable
+class ReportsEntityRule(Protocol):
+    """A reward config that says how it matches a question's entities in a rollout's thinking
+    (the partial-credit figures of the logged metrics use the trained reward's own rule)."""
+
+    def entity_rule(self) -> Any:
+        """An :class:`~framework.rewards.entity.EntityRewardConfig`, or None."""
+        ...
+
+
+def verdict_of(metric: str) -> str | None:
+    """``metric`` when it is a verdict (not graded), else None."""
+    return metric if metric in verdict_metrics() else None
 
 
 def verdict_metrics() -> list[str]:

@@ -15,7 +15,7 @@ from framework.rewards.chain import (
     require_observations,
 )
 from framework.rewards.common import answer_scores, valid_mask
-from framework.rewards.text import ANSWER_METRICS
+from framework.rewards.text import ANSWER_METRICS, verdict_of
 from framework.types import RewardInputs, RewardOutput
 
 
@@ -28,6 +28,9 @@ class MatchTIRRewardConfig(ChainMatchingConfig):
 
     def problems(self) -> list[Problem]:
         return super().problems() + check_choice(self.metric, "metric", ANSWER_METRICS)
+
+    def verdict_metric(self) -> str | None:
+        return verdict_of(self.metric)
 
 
 @REWARDS.register("matchtir", config=MatchTIRRewardConfig)

@@ -11,35 +11,33 @@ from torch import Tensor
 from framework.algorithms.group import group_max, group_min
 from framework.algorithms.shaping import entity_shaped_reward
 from framework.data.schema import QAItem
-from framework.rewards.composite import WeightedSumConfig, term_config
 from framework.rewards.entity import (
     EntityRewardConfig,
     entity_match_rate,
     question_match_rates,
 )
-from framework.rewards.text import answer_metric, verdict_metrics
+from framework.rewards.text import ReportsEntityRule, ReportsVerdict, answer_metric
 from framework.rollout.scoring import Scores
 from framework.rollout.tools import tool_stats
 from framework.rollout.types import Trajectory
 
 
 def correctness_metric(reward_cfg: object = None) -> str:
-    """The answer metric that decides what a correct answer is, as the reward config says it.
-
-    E-GRPO's ``correctness`` and the outcome reward's ``metric`` (also inside a weighted sum) name
-    it. A graded metric (f1) is a reward shape, not a verdict, so it, and a reward that names no
-    metric, leaves accuracy at normalised exact match.
+    """The answer metric that decides what a correct answer is, as the reward says it
+    (:class:`~framework.rewards.text.ReportsVerdict`: E-GRPO's ``correctness``, the outcome
+    reward's ``metric``, a weighted sum's first judging term). A graded metric (f1) is a reward
+    shape, not a verdict, so it, and a reward that judges no answer, leave accuracy at normalised
+    exact match.
     """
-    configs = [reward_cfg]
-    if isinstance(reward_cfg, WeightedSumConfig):
-        configs = [term_config(term)[0] for term in reward_cfg.terms]
-    verdicts = verdict_metrics()
-    for cfg in configs:
-        for field_name in ("correctness", "metric"):
-            name = getattr(cfg, field_name, None)
-            if name in verdicts:
-                return name
-    return "em"
+    name = reward_cfg.verdict_metric() if isinstance(reward_cfg, ReportsVerdict) else None
+    return name or "em"
+
+
+def entity_rule(reward_cfg: object = None) -> EntityRewardConfig:
+    """How entities are matched for the logged entity figures: the reward's own rule
+    (:class:`~framework.rewards.text.ReportsEntityRule`), else E-GRPO's defaults."""
+    rule = reward_cfg.entity_rule() if isinstance(reward_cfg, ReportsEntityRule) else None
+    return rule if rule is not None else EntityRewardConfig(name="e_grpo")
 
 
 def correct(
@@ -59,14 +57,15 @@ def correct(
 def match_rates(
     trajectories: Sequence[Trajectory],
     items: Sequence[QAItem],
-    cfg: EntityRewardConfig | None = None,
+    cfg: object = None,
 ) -> list[float] | None:
-    """Per rollout the share of its question's entities named in its thinking (None without entities)."""
+    """Per rollout the share of its question's entities named in its thinking, matched by the
+    reward config ``cfg``'s rule (:func:`entity_rule`); None without entities."""
     if not all(items[t.group].entities for t in trajectories):
         return None
-    cfg = cfg if isinstance(cfg, EntityRewardConfig) else EntityRewardConfig(name="e_grpo")
+    rule = entity_rule(cfg)
     return [
-        entity_match_rate(t.think_text, items[t.group].entities or [], cfg) for t in trajectories
+        entity_match_rate(t.think_text, items[t.group].entities or [], rule) for t in trajectories
     ]
 
 
@@ -87,12 +86,11 @@ def partial_credit(
     """
     if not trajectories or not all(items[t.group].entities for t in trajectories):
         return {}
-    cfg = cfg if isinstance(cfg, EntityRewardConfig) else EntityRewardConfig(name="e_grpo")
     rates = question_match_rates(
         [t.think_text for t in trajectories],
         [items[t.group].entities or () for t in trajectories],
         [items[t.group].question for t in trajectories],
-        cfg,
+        entity_rule(cfg),
     )
     valid = torch.tensor([t.status == "ok" for t in trajectories])
     correct_t = torch.tensor(list(correct_flags))
@@ -141,7 +139,7 @@ def rollout_metrics(
     }
     for name, values in scores.components.items():
         out[f"reward/{name}"] = float(values.float().mean())
-    rates = match_rates(trajectories, items, reward_cfg)  # type: ignore[arg-type]
+    rates = match_rates(trajectories, items, reward_cfg)
     if rates is not None:
         out["entity_match_rate"] = mean(rates)
     out |= partial_credit(trajectories, items, right, reward_cfg)

@@ -109,3 +109,28 @@ def test_training_accuracy_follows_the_reward_config():
     terms = [{"name": "format", "weight": 0.1}, {"name": "outcome", "metric": "substring"}]
     assert correctness_metric(WeightedSumConfig(name="weighted_sum", terms=terms)) == "substring"
     assert correctness_metric(WeightedSumConfig(name="weighted_sum")) == "em"
+
+
+def test_metrics_read_what_a_reward_reports_not_its_field_names():
+    """A plugin reward says by which metric it judges answers (``verdict_metric``) and how it
+    matches entities (``entity_rule``); the logged figures follow it, whatever its fields are
+    called."""
+    from dataclasses import dataclass
+
+    from framework.config import ComponentConfig
+    from framework.training.metrics import entity_rule
+
+    @dataclass
+    class JudgingReward(ComponentConfig):
+        correctness: str = "em"  # a field name the metrics must not guess from
+
+        def verdict_metric(self) -> str | None:
+            return "substring"
+
+    assert correctness_metric(JudgingReward(name="plugin")) == "substring"
+    assert accuracy(JudgingReward(name="plugin")) == 0.75
+    # a weighted sum's entity rule is its e_grpo term's (it used to fall back to the defaults)
+    rule = EntityRewardConfig(name="e_grpo", skip_question_entities=False)
+    terms = [{"name": "format"}, {"name": "e_grpo", "skip_question_entities": False}]
+    assert entity_rule(WeightedSumConfig(name="weighted_sum", terms=terms)) == rule
+    assert entity_rule(OutcomeRewardConfig(name="outcome")) == EntityRewardConfig(name="e_grpo")
