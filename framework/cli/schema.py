@@ -164,8 +164,10 @@ class TrainConfig:
 
     def problems(self) -> list[Problem]:
         from framework.training.checkpoints import latest_checkpoint
+        from framework.training.inputs import missing_providers
 
         out = target_problems(self.logger, "logger")
+        out += missing_providers({"advantage": self.advantage})  # what the estimator requires
         correction = getattr(self.loss, "rollout_correction", "none")
         out += rollout_source_problems(correction, self.rollout)
         if self.resume is not None:

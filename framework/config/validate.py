@@ -55,10 +55,6 @@ def validate(cfg: DictConfig, schema: type[S]) -> S:
             )
             continue
         problems += [p.under(key) for p in _collect(typed[key])]
-    if "advantage" in typed:  # the inputs an estimator requires need registered providers
-        from framework.training.inputs import missing_providers
-
-        problems += missing_providers({"advantage": typed["advantage"]})
     if not problems:
         obj = OmegaConf.to_object(cfg)
         problems += _collect(obj, top_level=True)

@@ -32,6 +32,8 @@ POLICY_LOSSES: Registry = Registry(
 KL_ESTIMATORS: Registry = Registry(
     "kl",
     signature="fn(logprobs, ref_logprobs, *, cfg) -> Tensor[N, L]",
+    # the trainer reads ``coef`` (0 turns the term and its reference model off)
+    config_base="framework.algorithms.kl:KLConfig",
 )
 SAMPLERS: Registry = Registry(
     "sampler",

@@ -104,7 +104,7 @@ def term_config(term: Any) -> tuple[ComponentConfig, float]:
 
 def reward_components(inputs: RewardInputs, cfg: ComponentConfig) -> dict[str, Tensor]:
     """Every component of a reward, by name; a single reward is its own only component."""
-    return reward_parts(inputs, cfg)[0]
+    return reward_parts(inputs, cfg)[1]
 
 
 #: extras that are rewards themselves (``[N, T]`` per-turn rewards): a ``weighted_sum`` weights
@@ -114,70 +114,57 @@ SUMMED_EXTRAS = ("turn_rewards",)
 
 def reward_parts(
     inputs: RewardInputs, cfg: ComponentConfig
-) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
-    """``(components, extras)``: every component's ``[N]`` reward by name (as
-    :func:`reward_components`), and the ``extras`` of those that return a
-    :class:`~framework.types.RewardOutput`, merged.
-
-    Under a ``weighted_sum`` an extra named in :data:`SUMMED_EXTRAS` (``turn_rewards``) is the
-    weighted sum of the terms' ``w_i · extra_i``, each right-padded with zeros to the widest; any
-    other extra passes through unweighted and may come from one term only.
+) -> tuple[Tensor, dict[str, Tensor], dict[str, Tensor]]:
+    """``(total, components, extras)`` of the reward ``cfg``, called through the registry: its
+    ``[N]`` reward, every component's ``[N]`` reward by name (what a
+    :class:`~framework.types.RewardOutput` reports in ``parts``, else the reward itself under its
+    name) and its extras.
 
     Raises:
-        ValueError: two components return the same extra outside :data:`SUMMED_EXTRAS`, or an
-            extra whose first dimension is not the batch's ``N``.
+        ValueError: an extra whose first dimension is not the batch's ``N``.
     """
-    from framework.registry.kinds import REWARDS as registry
-
-    weighted = isinstance(cfg, WeightedSumConfig)
-    terms = [term_config(t) for t in cfg.terms] if weighted else [(cfg, 1.0)]
-    components: dict[str, Tensor] = {}
-    extras: dict[str, Tensor] = {}
-    for sub, weight in terms:
-        out = registry.bind(sub)(inputs)
-        if isinstance(out, RewardOutput):
-            for key, value in out.extras.items():
-                if value.shape[:1] != (len(inputs),):
-                    raise ValueError(
-                        f"[reward.{sub.name}] got extras[{key!r}] of shape {tuple(value.shape)}; "
-                        f"expected first dimension N = {len(inputs)}. Fix: one row per rollout."
-                    )
-                if weighted and key in SUMMED_EXTRAS:
-                    value = weight * value
-                    if key in extras:  # another term's: add, padded to the wider
-                        before, value = pad_to_widest([extras[key], value])
-                        value = before + value
-                    extras[key] = value
-                elif key in extras:
-                    raise ValueError(
-                        f"[reward.{sub.name}] got extras[{key!r}] twice (another term returned "
-                        "it too); expected each extra from one reward. Fix: combine only rewards "
-                        "whose extras have different names."
-                    )
-                else:
-                    extras[key] = value
-            out = out.rewards
-        components[sub.name] = out
-    return components, extras
-
-
-def reward_total(components: dict[str, Tensor], cfg: ComponentConfig, n: int) -> Tensor:
-    """The reward of ``cfg`` from its :func:`reward_components` (so each is computed once): the
-    weighted sum of a ``weighted_sum``, else the reward's only component."""
-    if not isinstance(cfg, WeightedSumConfig):
-        return components[cfg.name]
-    total = torch.zeros(n, dtype=torch.get_default_dtype())
-    for term in cfg.terms:
-        sub, weight = term_config(term)
-        total = total + weight * components[sub.name]
-    return total
+    out = REWARDS.bind(cfg)(inputs)
+    if not isinstance(out, RewardOutput):
+        return out, {cfg.name: out}, {}
+    for key, value in out.extras.items():
+        if value.shape[:1] != (len(inputs),):
+            raise ValueError(
+                f"[reward.{cfg.name}] got extras[{key!r}] of shape {tuple(value.shape)}; "
+                f"expected first dimension N = {len(inputs)}. Fix: one row per rollout."
+            )
+    return out.rewards, dict(out.parts) or {cfg.name: out.rewards}, dict(out.extras)
 
 
 @REWARDS.register("weighted_sum", config=WeightedSumConfig)
-def weighted_sum_reward(inputs: RewardInputs, *, cfg: WeightedSumConfig) -> Tensor | RewardOutput:
-    """``sum_i w_i r_i`` over the configured rewards (see :func:`reward_components` for each r_i);
-    a :class:`~framework.types.RewardOutput` carrying the terms' extras when any has some, with
-    turn rewards weighted the same way: ``turn_rewards = sum_i w_i turn_rewards_i``."""
-    components, extras = reward_parts(inputs, cfg)
-    total = reward_total(components, cfg, len(inputs))
-    return RewardOutput(total, extras) if extras else total
+def weighted_sum_reward(inputs: RewardInputs, *, cfg: WeightedSumConfig) -> RewardOutput:
+    """``sum_i w_i r_i`` over the configured rewards, each computed once, reported term by term
+    in ``parts``. An extra named in :data:`SUMMED_EXTRAS` (``turn_rewards``) is the weighted sum
+    of the terms' ``w_i · extra_i``, each right-padded with zeros to the widest; any other extra
+    passes through unweighted and may come from one term only.
+
+    Raises:
+        ValueError: two terms return the same extra outside :data:`SUMMED_EXTRAS`.
+    """
+    total = torch.zeros(len(inputs), dtype=torch.get_default_dtype())
+    parts: dict[str, Tensor] = {}
+    extras: dict[str, Tensor] = {}
+    for sub, weight in (term_config(t) for t in cfg.terms):
+        rewards, _, sub_extras = reward_parts(inputs, sub)
+        parts[sub.name] = rewards
+        total = total + weight * rewards
+        for key, value in sub_extras.items():
+            if key in SUMMED_EXTRAS:
+                value = weight * value
+                if key in extras:  # another term's: add, padded to the wider
+                    before, value = pad_to_widest([extras[key], value])
+                    value = before + value
+                extras[key] = value
+            elif key in extras:
+                raise ValueError(
+                    f"[reward.{sub.name}] got extras[{key!r}] twice (another term returned it "
+                    "too); expected each extra from one reward. Fix: combine only rewards whose "
+                    "extras have different names."
+                )
+            else:
+                extras[key] = value
+    return RewardOutput(total, extras, parts=parts)

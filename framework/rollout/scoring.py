@@ -12,7 +12,7 @@ from torch import Tensor
 
 from framework.config import ComponentConfig
 from framework.data.schema import QAItem
-from framework.rewards.composite import reward_parts, reward_total
+from framework.rewards.composite import reward_parts
 from framework.rollout.parser import TOOL_CALL, TOOL_RESPONSE
 from framework.rollout.types import Trajectory
 from framework.types import RewardInputs, ToolCall
@@ -138,5 +138,5 @@ def score(
     """Rewards of ``trajectories`` under the configured reward, with every component and extra;
     each reward is computed once (a weighted sum's total is summed from its components)."""
     inputs = reward_inputs(trajectories, items)
-    components, extras = reward_parts(inputs, reward)
-    return Scores(reward_total(components, reward, len(inputs)), components, extras)
+    total, components, extras = reward_parts(inputs, reward)
+    return Scores(total, components, extras)

