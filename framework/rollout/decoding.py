@@ -225,6 +225,51 @@ class PrefixCache:
             self.evicted_tokens += len(self._entries.pop(0).tokens)
 
 
+#: the attention implementation :func:`use_packed_decode_attention` installs
+PACKED_SDPA = "seekrl_sdpa"
+
+
+def _packed_sdpa(module: Any, query: torch.Tensor, key: Any, value: Any, mask: Any, **kw: Any):
+    """transformers' SDPA attention, except that a one-token query without a mask on a CPU takes
+    the path it takes with a mask (the query heads of a key/value head packed as one block)
+    instead of SDPA's ``enable_gqa``, which the CPU kernel runs about 2.7x slower per decode step
+    (SmolLM2-135M, 32 rows x 800 keys, bf16: 500 against 183 ms). transformers drops the mask
+    whenever no row is padded, which is when every row of a decoding batch has the same length,
+    such as the samples of one question."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if (
+        mask is None
+        and query.shape[2] == 1
+        and query.device.type == "cpu"
+        and getattr(module, "num_key_value_groups", 1) > 1
+    ):
+        mask = torch.ones((query.shape[0], 1, 1, key.shape[2]), dtype=torch.bool, device=key.device)
+    return sdpa_attention_forward(module, query, key, value, mask, **kw)
+
+
+def use_packed_decode_attention(model: Any) -> bool:
+    """Run ``model``'s SDPA attention through :func:`_packed_sdpa` (the same results; a faster
+    kernel for unmasked one-token queries on a CPU). Returns whether it did: models with another
+    attention implementation, or a transformers without ``AttentionInterface``, are left as
+    they are."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft
+    config = getattr(base, "config", None)
+    if getattr(config, "_attn_implementation", None) not in ("sdpa", PACKED_SDPA):
+        return False
+    try:
+        from transformers import AttentionInterface, AttentionMaskInterface
+        from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+
+        AttentionInterface.register(PACKED_SDPA, _packed_sdpa)
+        # the masks SDPA takes (an unknown name would get 2-D padding masks, as flash attention)
+        AttentionMaskInterface.register(PACKED_SDPA, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
+        base.set_attn_implementation(PACKED_SDPA)
+    except (ImportError, AttributeError, ValueError, TypeError):
+        return False
+    return True
+
+
 def _accepts(model: Any, name: str) -> bool:
     base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft wrappers
     try:

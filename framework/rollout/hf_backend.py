@@ -8,7 +8,12 @@ from typing import Any
 
 from framework.config import ComponentConfig, Problem, check_choice, check_range
 from framework.registry.kinds import ROLLOUT_BACKENDS
-from framework.rollout.decoding import PrefixCache, decode_with_logprobs, supports_prefix_reuse
+from framework.rollout.decoding import (
+    PrefixCache,
+    decode_with_logprobs,
+    supports_prefix_reuse,
+    use_packed_decode_attention,
+)
 from framework.rollout.policy import PolicyConfig, load_policy
 from framework.rollout.types import Generation
 
@@ -155,6 +160,8 @@ class TransformersBackend:
                 self.own_copy = True
             model = model.to(self.dtype).eval()
         self.model, self.tokenizer = model, tokenizer
+        if cfg.decoder == "loop":
+            use_packed_decode_attention(model)
         self.eos_ids = {
             i
             for i in [*_as_list(model.generation_config.eos_token_id), tokenizer.eos_token_id]

@@ -215,3 +215,33 @@ def test_prefix_cache_counts_live_tokens_evicted_for_room():
     cache.put(_entry([4, 5, 6]))  # 6 tokens > 5: the oldest goes
     assert [e.tokens for e in cache._entries] == [(4, 5, 6)]
     assert cache.evicted_tokens == 3
+
+
+def test_packed_decode_attention_gives_sdpa_results_with_and_without_padding(tiny64):
+    """One-token decode steps with a mask and without one (transformers drops an all-ones mask):
+    the packed attention (the faster CPU kernel for the unmasked case) matches plain SDPA."""
+    from transformers import DynamicCache
+
+    from framework.rollout.decoding import PACKED_SDPA, use_packed_decode_attention
+
+    model, tok = tiny64
+    plain = copy.deepcopy(model)
+    assert use_packed_decode_attention(model) and model.config._attn_implementation == PACKED_SDPA
+    ids = torch.tensor([tok.encode("Who directed Jaws? He was born in", add_special_tokens=False)])
+    ids = ids.expand(2, -1)
+    for padded in (False, True):
+        mask = torch.ones(2, ids.shape[1] + 1, dtype=torch.long)
+        mask[1, 0] = 0 if padded else 1
+        logits = []
+        for m in (plain, model):
+            cache = DynamicCache()
+            with torch.no_grad():
+                m(input_ids=ids, attention_mask=mask[:, :-1], past_key_values=cache, use_cache=True)
+                step = m(
+                    input_ids=torch.tensor([[7], [7]]),
+                    attention_mask=mask,
+                    past_key_values=cache,
+                    use_cache=True,
+                )
+            logits.append(step.logits)
+        torch.testing.assert_close(logits[1], logits[0], rtol=0, atol=1e-10)
