@@ -57,6 +57,9 @@ class TurnSpan:
         observation_digest: a short hash of that tool response's text (``""`` when none): equal
             digests mean the same observation, what an anchor state that compares observations
             rather than calls needs (``advantage.state_key=observations``).
+        evidence: the retrieved text within that tool response, as the tools reported it
+            (:class:`~framework.rollout.tools.ToolResult`): passages and pages, none of the
+            model's own words (query echoes, error messages); ``""`` when none.
     """
 
     start: int
@@ -65,6 +68,7 @@ class TurnSpan:
     invalid_calls: int = 0
     observation: tuple[int, int] | None = None
     observation_digest: str = ""
+    evidence: str = ""
 
     @staticmethod
     def digest(text: str) -> str:
@@ -81,6 +85,7 @@ class TurnSpan:
             self.invalid_calls,
             None if obs is None else (obs[0] + offset, obs[1] + offset),
             self.observation_digest,
+            self.evidence,
         )
 
 

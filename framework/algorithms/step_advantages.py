@@ -117,7 +117,8 @@ def agent_steps(
             f"[advantage.{name}] got token_mask={'None' if inputs.token_mask is None else 'set'} "
             f"and turns for {len(inputs.turns)} of {n} rollouts; expected a token mask [N, L] and "
             "the model turns of every rollout. Fix: build the inputs with "
-            "framework.training.batch.advantage_inputs, or use a per-rollout estimator (grpo)."
+            "RolloutBatch.advantage_inputs() (framework.rl.batch), or use a per-rollout "
+            "estimator (grpo)."
         )
     r = _float_rewards(inputs)
     rollout, turn, exponent, states = [], [], [], []

@@ -8,7 +8,7 @@ per turn, and gives it to every token the policy generated in that turn (``input
 
 * ``igpo`` reads ``extras["answer_probs"]``, the policy's probability of the gold answer before each
   turn, which the training step computes because the config ``requires`` it
-  (:func:`framework.training.answer_probs.answer_probs`).
+  (:func:`framework.rl.answer_probs.answer_probs`).
 * ``matchtir`` reads ``extras["turn_rewards"]``, which a turn-level reward returns in a
   :class:`~framework.types.RewardOutput` (``reward=matchtir``).
 """
@@ -44,7 +44,7 @@ def turn_counts(inputs: AdvantageInputs, who: str) -> Tensor:
         raise ValueError(
             f"[advantage.{who}] got inputs without the turn structure (turns, turn_index, "
             f"token_mask) of all {n} rollouts; expected the trainer's AdvantageInputs. Fix: build "
-            "them with framework.training.batch.advantage_inputs."
+            "them with RolloutBatch.advantage_inputs() (framework.rl.batch)."
         )
     return torch.tensor([len(t) for t in inputs.turns], dtype=torch.long)
 
@@ -164,7 +164,7 @@ def information_gain_rewards(probs: Tensor, outcome: Tensor, counts: Tensor) -> 
 @dataclass
 class IGPOAdvantageConfig(ComponentConfig):
     #: ``extras["answer_probs"]``: the pre-update policy's gold-answer probability before each
-    #: turn, computed by the ``answer_probs`` input provider (framework/training/answer_probs.py)
+    #: turn, computed by the ``answer_probs`` input provider (framework/rl/answer_probs.py)
     #: with this config's ``probe_batch_size`` and ``probe_prefix``
     requires: ClassVar[tuple[str, ...]] = ("answer_probs",)
 
@@ -225,7 +225,7 @@ def igpo_advantage(inputs: AdvantageInputs, *, cfg: IGPOAdvantageConfig) -> Tens
         "answer_probs",
         "igpo",
         "the training step fills it through the answer_probs input provider, which igpo's config "
-        "requires (framework.training.answer_probs); outside the step, call answer_probs()",
+        "requires (framework.rl.answer_probs); outside the step, call answer_probs()",
     )
     valid = turn_valid(counts, probs.shape[1])
     rewards = information_gain_rewards(probs, inputs.rewards.to(probs), counts)

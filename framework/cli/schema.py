@@ -7,9 +7,9 @@ typed by its own schema. Third-party objects (loggers) use ``_target_``.
 
 The app schemas compose sections from every layer (the agent loop's budgets, LoRA, the Lightning
 trainer, the SFT stage), so they live here in the app layer, which may import them all, and not in
-:mod:`framework.config`, the bottom layer that the components themselves import. The SFT stage's own
-schemas (``SFTConfig``, ``WarmStartConfig``) live with it in :mod:`framework.sft.config`, because the
-train app's warm start runs that stage as a library; the trainer settings both stages share
+:mod:`framework.config`, the bottom layer that the components themselves import. The two training
+stages keep theirs with their recipes: ``TrainConfig`` (the train app) in :mod:`framework.rl.config`,
+``SFTConfig`` and ``WarmStartConfig`` in :mod:`framework.sft.config`; the trainer settings both share
 (``TrainerConfig``) live in :mod:`framework.lightning.trainer`.
 """
 
@@ -22,167 +22,12 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from framework.algorithms.rollout_correction import rollout_source_problems
-from framework.config.app import RUN_DIR, schedule_problems, target_problems
+from framework.config.app import RUN_DIR
 from framework.config.problems import Problem, check, check_choice, check_range
 from framework.config.study import StudyConfig
-from framework.health.config import HealthConfig
-from framework.lightning.trainer import TrainerConfig
+from framework.rl.config import TrainConfig
 from framework.rollout.engine import AgentConfig
-from framework.sft.config import SFTConfig, WarmStartConfig
-from framework.training.lora import LoraConfig
-
-
-@dataclass
-class OptimConfig:
-    """AdamW and its schedule (paper: lr 2e-6, one update per batch)."""
-
-    lr: float = field(default=2e-6, metadata={"help": "peak learning rate"})
-    weight_decay: float = 0.0
-    beta1: float = 0.9
-    beta2: float = 0.999
-    eps: float = 1e-8
-    warmup_steps: int = 0
-    schedule: str = field(default="constant", metadata={"help": "constant, linear or cosine"})
-    grad_clip: float = field(default=1.0, metadata={"help": "max gradient norm; 0 disables"})
-    policy_epochs: int = field(default=1, metadata={"help": "optimisation passes per batch"})
-    micro_batch_size: int = field(default=8, metadata={"help": "rollouts per forward/backward"})
-    micro_batch_tokens: int = field(
-        default=4096,
-        metadata={"help": "padded tokens per forward/backward (memory bound); 0 = no limit"},
-    )
-    skip_zero_advantage: bool = field(
-        default=True,
-        metadata={"help": "no forward/backward for rollouts whose loss terms are 0 (exact)"},
-    )
-    fused: bool = field(
-        default=True,
-        metadata={"help": "torch's fused AdamW kernel on CPU/CUDA parameters (false = foreach)"},
-    )
-
-    def problems(self) -> list[Problem]:
-        out = schedule_problems(self)
-        out += check_range(self.beta1, "beta1", low=0.0, high=1.0, high_inclusive=False)
-        out += check_range(self.beta2, "beta2", low=0.0, high=1.0, high_inclusive=False)
-        out += check_range(self.policy_epochs, "policy_epochs", low=1)
-        out += check_range(self.micro_batch_size, "micro_batch_size", low=1)
-        out += check_range(self.micro_batch_tokens, "micro_batch_tokens", low=0)
-        return out
-
-
-@dataclass
-class LoggingConfig:
-    """What the train app writes besides scalars."""
-
-    dump_trajectories: bool = field(
-        default=True, metadata={"help": "trajectories/step-NNNNNN.jsonl every step"}
-    )
-    text_every_n_steps: int = field(
-        default=1, metadata={"help": "trajectory text samples to TensorBoard; 0 disables"}
-    )
-    text_samples: int = field(default=2, metadata={"help": "trajectories per text sample"})
-
-    def problems(self) -> list[Problem]:
-        out = check_range(self.text_every_n_steps, "text_every_n_steps", low=0)
-        out += check_range(self.text_samples, "text_samples", low=0)
-        return out
-
-
-@dataclass
-class FinalEvalConfig:
-    """The comparison a run ends with: its warm start and its trained policy evaluated on the same
-    validation questions with the same sampling (common random numbers), paired by question."""
-
-    enabled: bool = field(
-        default=True, metadata={"help": "evaluate the warm start and the trained policy at the end"}
-    )
-    questions: int = field(default=32, metadata={"help": "validation questions (0 = all)"})
-    samples_per_question: int = field(default=2, metadata={"help": "samples of each question"})
-    seed: int = field(default=0, metadata={"help": "question subset and sampling seed"})
-    batch_questions: int = field(
-        default=16,
-        metadata={
-            "help": "questions in flight: batch_questions x samples rollouts advance together, "
-            "a finished one replaced at once by the next (continuous batching)"
-        },
-    )
-    bootstrap: int = field(default=2000, metadata={"help": "resamples of the paired interval"})
-
-    def problems(self) -> list[Problem]:
-        out = check_range(self.questions, "questions", low=0)
-        out += check_range(self.samples_per_question, "samples_per_question", low=1)
-        out += check_range(self.batch_questions, "batch_questions", low=1)
-        out += check_range(self.bootstrap, "bootstrap", low=100)
-        return out
-
-    def settings(self) -> dict[str, Any]:
-        """The eval app's settings of both evaluations."""
-        return {
-            "split": "validation",
-            "questions": self.questions,
-            "samples_per_question": self.samples_per_question,
-            "seed": self.seed,
-            "batch_questions": self.batch_questions,
-        }
-
-
-@dataclass
-class TrainConfig:
-    """The ``train`` app."""
-
-    algorithm: str = field(default=MISSING, metadata={"help": "bundle name, set by algorithm/"})
-    seed: int = field(default=0, metadata={"help": "one seed for data, rollouts and torch"})
-    run_dir: str = RUN_DIR
-    advantage: Any = MISSING
-    loss: Any = MISSING
-    kl: Any = MISSING
-    reward: Any = MISSING
-    sampler: Any = MISSING
-    dataset: Any = MISSING
-    rollout: Any = MISSING
-    retriever: Any = MISSING
-    agent: AgentConfig = field(default_factory=AgentConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    lora: LoraConfig = field(default_factory=LoraConfig)
-    trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    logger: Any = None
-    logging: LoggingConfig = field(default_factory=LoggingConfig)
-    health: HealthConfig = field(default_factory=HealthConfig)
-    resume: str | None = field(
-        default=None,
-        metadata={"help": "a .ckpt file, or a run directory whose newest checkpoint is resumed"},
-    )
-    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
-    final_eval: FinalEvalConfig = field(default_factory=FinalEvalConfig)
-    dry_run: bool = field(
-        default=False,
-        metadata={"help": "validate, bind every component and load the data, then stop"},
-    )
-    optimized_metric: str = field(
-        default="val/accuracy", metadata={"help": "metric returned to Hydra sweepers"}
-    )
-
-    def problems(self) -> list[Problem]:
-        from framework.training.checkpoints import latest_checkpoint
-        from framework.training.inputs import missing_providers
-
-        out = target_problems(self.logger, "logger")
-        out += missing_providers({"advantage": self.advantage})  # what the estimator requires
-        correction = getattr(self.loss, "rollout_correction", "none")
-        out += rollout_source_problems(correction, self.rollout)
-        if self.resume is not None:
-            try:
-                latest_checkpoint(self.resume)
-            except FileNotFoundError:
-                out.append(
-                    Problem(
-                        "resume",
-                        self.resume,
-                        "a .ckpt file or a run directory with checkpoints/step-*.ckpt",
-                        "point resume at an existing checkpoint, or drop it to start fresh",
-                    )
-                )
-        return out
+from framework.sft.config import SFTConfig
 
 
 @dataclass

@@ -19,15 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from framework.cli.app import run_app, sweep_job
-from framework.cli.schema import TrainConfig
 from framework.lightning.run_info import save_run_info
 from framework.lightning.trainer import (
     INTERRUPTED,
     announce_precision,
     apply_threads,
-    log_progress,
     quiet_lightning,
 )
+from framework.rl.config import TrainConfig
 from framework.sft.warm_start import warm_start
 
 
@@ -117,54 +116,15 @@ def dry_run(cfg: TrainConfig) -> None:
     print("\nseekrl-train: dry run; drop dry_run=true to train.")
 
 
-#: figures on the plain progress lines of an RL run
-RL_PROGRESS_KEYS = ("rollout/reward", "rollout/accuracy", "rollout/format_valid", "loss/entropy")
-
-
-def build_trainer(cfg: TrainConfig, run_dir: Path, checkpoint: Any, health: Any = None) -> Any:
-    """The Lightning trainer of a run (loggers, health monitors, checkpoint callback, validation
-    schedule). The health callback runs before the checkpoint callback, so a checkpoint holds the
-    monitors' state after the step it was written at."""
-    import lightning as L
-    from hydra.utils import instantiate
-
-    t = cfg.trainer
-    first = [health] if health is not None else []
-    logger = instantiate(cfg.logger) if cfg.logger is not None else False
-    return L.Trainer(
-        accelerator=t.accelerator,
-        devices=t.devices,
-        num_nodes=t.num_nodes,
-        strategy=t.strategy,
-        precision=t.precision_choice().precision,
-        max_steps=t.max_steps * cfg.optim.policy_epochs,  # Lightning counts optimiser steps
-        max_epochs=1,  # one pass over the step stream, whose length is max_steps
-        logger=logger,
-        callbacks=[*first, checkpoint, *log_progress("rl", t.max_steps, RL_PROGRESS_KEYS)],
-        log_every_n_steps=t.log_every_n_steps,
-        val_check_interval=t.val_every_n_steps or 10**9,
-        check_val_every_n_epoch=None,
-        limit_val_batches=1,
-        num_sanity_val_steps=0,
-        enable_checkpointing=False,  # StepCheckpoint owns checkpoints
-        enable_model_summary=False,
-        use_distributed_sampler=False,
-        default_root_dir=str(run_dir),
-    )
-
-
 def train(cfg: TrainConfig) -> float | None:
     """Train; returns ``cfg.optimized_metric`` (for Hydra sweepers), or None when not measured."""
     import lightning as L
 
     from framework.data.schema import DatasetError
-    from framework.health.config import build_monitors
-    from framework.lightning.callbacks import StepCheckpoint
-    from framework.lightning.data import QuestionDataModule
-    from framework.lightning.health import HEALTH_STOPPED, HealthCallback
-    from framework.lightning.module import CheckpointMismatch, SearchAgentRL
-    from framework.registry import SAMPLERS
+    from framework.lightning.health import HEALTH_STOPPED
     from framework.retrieval.types import RetrievalError
+    from framework.rl import recipe
+    from framework.rl.module import CheckpointMismatch
     from framework.rollout.policy import PolicyError
     from framework.training.checkpoints import (
         CheckpointWriteError,
@@ -195,31 +155,13 @@ def train(cfg: TrainConfig) -> float | None:
     with job.stage("warm start (SFT)"):
         cfg = warm_start(cfg)
     job.begin("RL")  # ended before the final comparison, or by the summary
+    train_items, val_items = splits["train"], splits.get("validation", [])
     try:
-        train_items, val_items = splits["train"], splits.get("validation", [])
-        sampler = SAMPLERS.bind(cfg.sampler)(train_items, cfg.seed)
-        module = SearchAgentRL(cfg, train_items, val_items)
+        rl = recipe.build(cfg, train_items, val_items, run_dir)
     except (DatasetError, PolicyError, ValueError) as exc:
         print(exc, file=sys.stderr)
         raise SystemExit(2) from None
-    data = QuestionDataModule(
-        train_items,
-        val_items,
-        sampler,
-        max_steps=cfg.trainer.max_steps,
-        val_questions=cfg.trainer.val_questions,
-        seed=cfg.seed,
-    )
-    checkpoints = StepCheckpoint(
-        run_dir / "checkpoints",
-        cfg.trainer.checkpoint_every_n_steps,
-        cfg.trainer.keep_checkpoints,
-        cfg.trainer.max_steps,
-        final=cfg.trainer.checkpoint_at_end,
-        weights_only=cfg.trainer.checkpoint_weights_only,
-    )
-    health = HealthCallback(build_monitors(cfg.health), checkpoints, run_facts(cfg))
-    trainer = build_trainer(cfg, run_dir, checkpoints, health)
+    module, trainer, checkpoints, health = rl.module, rl.trainer, rl.checkpoints, rl.health
     if trainer.is_global_zero:
         save_run_info(cfg, run_dir)
     ckpt = str(latest_checkpoint(cfg.resume)) if cfg.resume else None
@@ -227,19 +169,10 @@ def train(cfg: TrainConfig) -> float | None:
         print(weights_only_error(ckpt), file=sys.stderr)
         raise SystemExit(2)
     try:
-        trainer.fit(module, datamodule=data, ckpt_path=ckpt, weights_only=True)
-        t = cfg.trainer
-        just_validated = t.val_every_n_steps and module.rl_step % t.val_every_n_steps == 0
-        validate = t.val_at_end and data.val_rows and not checkpoints.interrupted
-        validate = validate and not just_validated and health.stopped is None
-        if validate:
-            trainer.validate(module, datamodule=data, verbose=False)
+        metrics = recipe.fit(rl, cfg, ckpt)
     except (CheckpointMismatch, CheckpointWriteError, RetrievalError, PolicyError) as exc:
         print(exc, file=sys.stderr)
         raise SystemExit(2) from None
-    finally:
-        module.close()
-    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     if trainer.is_global_zero:
         final = None
         if cfg.trainer.export_policy and not checkpoints.interrupted and health.stopped is None:
@@ -369,13 +302,6 @@ def record_sweep_job(cfg: TrainConfig, run_dir: Path, summary: dict[str, Any]) -
         )
         return
     print(f"seekrl-train: job {job.num} added to the sweep table {job.sweep_dir / 'sweep.md'}")
-
-
-def run_facts(cfg: TrainConfig) -> dict[str, str]:
-    """What the health monitors' alarms name: the retriever (and its server, if it has one)."""
-    r = cfg.retriever
-    where = f" at {r.url}" if isinstance(getattr(r, "url", None), str) else ""
-    return {"retriever": f"'{r.name}'{where}", "algorithm": str(cfg.algorithm)}
 
 
 def report(

@@ -1,8 +1,9 @@
 """What the app schemas share: the run directory, ``_target_`` sections and optimiser schedules.
 
 The app schemas themselves sit with the code that runs them, above the components they compose:
-the SFT stage's in :mod:`framework.sft.config`, the Lightning trainer's in
-:mod:`framework.lightning.trainer`, the other apps' in :mod:`framework.cli.schema`. This package is
+the train app's (the RL recipe's) in :mod:`framework.rl.config`, the SFT stage's in
+:mod:`framework.sft.config`, the Lightning trainer's in :mod:`framework.lightning.trainer`, the other
+apps' in :mod:`framework.cli.schema`. This package is
 the bottom layer, so it holds only the checks they have in common.
 """
 

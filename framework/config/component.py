@@ -23,7 +23,7 @@ class ComponentConfig:
     (for example ``("answer_probs",)``): each is computed by the input provider registered under
     that name in ``INPUT_PROVIDERS`` and handed over in ``AdvantageInputs.extras``, so an
     estimator that needs something new brings its provider instead of editing the training step
-    (:mod:`framework.training.inputs`).
+    (:mod:`framework.rl.inputs`).
     """
 
     requires: ClassVar[tuple[str, ...]] = ()

@@ -3,8 +3,8 @@
 Reads the scalars a training run logged to ``<run dir>/tensorboard``, puts them on the RL step,
 and draws one line per arm (the mean over its runs) with the min..max spread over runs shaded.
 
-Tag names come from :func:`framework.training.step.rl_step` (logged by the Lightning module):
-``rollout/<name>`` for each entry of :func:`framework.training.metrics.rollout_metrics`
+Tag names come from :func:`framework.rl.step.rl_step` (logged by the Lightning module):
+``rollout/<name>`` for each entry of :func:`framework.rollout.metrics.rollout_metrics`
 (``rollout/reward``, ``rollout/accuracy``, ``rollout/entity_match_rate``,
 ``rollout/response_length``, ``rollout/tool_calls``, ...) plus ``rollout/zero_variance_groups``;
 ``loss/<name>`` for the loss figures (``loss/entropy``); ``train/step`` for the RL step.

@@ -124,6 +124,53 @@ class TrainerConfig:
         return choose_precision(self.precision, self.accelerator)
 
 
+def build_trainer(
+    t: TrainerConfig,
+    logger: Any,
+    run_dir: Any,
+    *,
+    max_steps: int,
+    callbacks: list[Any],
+    val_check_interval: int,
+    limit_val_batches: float,
+    gradient_clip_val: float | None = None,
+) -> Any:
+    """The Lightning ``Trainer`` of a training stage (RL and SFT alike), from the ``trainer``
+    section: accelerator, devices, strategy and the precision this machine runs; one pass over
+    the stage's step stream (``max_steps`` optimiser steps); checkpoints owned by the stage's
+    :class:`~framework.lightning.callbacks.StepCheckpoint` (among ``callbacks``); validation every
+    ``val_check_interval`` steps over ``limit_val_batches``.
+
+    Args:
+        logger: the ``logger`` config section (instantiated here), or None for no logger.
+        gradient_clip_val: Lightning's clipping (SFT); RL clips inside its own update.
+    """
+    import lightning as L
+    from hydra.utils import instantiate
+
+    return L.Trainer(
+        accelerator=t.accelerator,
+        devices=t.devices,
+        num_nodes=t.num_nodes,
+        strategy=t.strategy,
+        precision=t.precision_choice().precision,
+        max_epochs=1,  # one pass over the stage's step stream, whose length is max_steps
+        max_steps=max_steps,
+        gradient_clip_val=gradient_clip_val,
+        logger=instantiate(logger) if logger is not None else False,
+        callbacks=callbacks,
+        log_every_n_steps=t.log_every_n_steps,
+        val_check_interval=val_check_interval,
+        check_val_every_n_epoch=None,
+        limit_val_batches=limit_val_batches,
+        num_sanity_val_steps=0,
+        enable_checkpointing=False,  # StepCheckpoint owns checkpoints
+        enable_model_summary=False,
+        use_distributed_sampler=False,
+        default_root_dir=str(run_dir),
+    )
+
+
 def announce_precision(trainer: Any) -> None:
     """One start-up line: the precision this run trains (and rolls out) in, and why."""
     choice = trainer.precision_choice()
@@ -193,7 +240,7 @@ def quiet_lightning() -> None:
         r".*overridden `transfer_batch_to_device`.*",
         r".*LeafSpec.*",
         r".*litlogger.*",
-        # the data module restores the sampler position itself (see framework/lightning/data.py)
+        # the data module restores the sampler position itself (see framework/rl/data.py)
         r".*resuming from a checkpoint that ended before the epoch ended.*",
     ):
         warnings.filterwarnings("ignore", message=pattern)

@@ -62,7 +62,7 @@ BUILTIN_MODULES = (
     "framework.rollout.vllm_backend",
     "framework.eval.judge",
     "framework.health.monitors",
-    "framework.training.answer_probs",
+    "framework.rl.answer_probs",
 )
 
 _loaded = False

@@ -26,7 +26,7 @@ from framework.rollout.parser import (
     parse_turn,
 )
 from framework.rollout.policy import chat_prompt_ids
-from framework.rollout.tools import TOOLS, CountingRetriever, tool_stats
+from framework.rollout.tools import TOOLS, CountingRetriever, ToolResult, tool_stats
 from framework.rollout.types import RolloutBackend, Segment, Trajectory
 from framework.types import TurnSpan
 
@@ -282,25 +282,26 @@ class AgentLoop:
         """Each tool of :data:`~framework.rollout.tools.TOOLS` answers all its pending calls at
         once; each rollout then gets its observations in the order of its calls."""
         calls = [c for r in waiting for c in r.pending]
-        observations = [""] * len(calls)
+        results = [ToolResult("")] * len(calls)
         for name, tool in TOOLS.items():
             mine = [i for i, c in enumerate(calls) if c.name == name]
             if mine:
                 answers = tool.answer([calls[i] for i in mine], self._tools_retriever, self.cfg)
-                for i, text in zip(mine, answers, strict=True):
-                    observations[i] = text
+                for i, answer in zip(mine, answers, strict=True):
+                    results[i] = ToolResult.of(answer)
         start = 0
         for r in waiting:
             for c in r.pending:
                 tool = TOOLS[c.name]
                 r.traj.stats[tool.stat] = r.traj.stats.get(tool.stat, 0) + tool.count(c)
-            parts = observations[start : start + len(r.pending)]
-            parts += [f"Error: {e}" for e in r.errors]
+            mine = results[start : start + len(r.pending)]
+            body = "\n\n".join([x.text for x in mine] + [f"Error: {e}" for e in r.errors])
+            evidence = "\n\n".join(x.evidence for x in mine if x.evidence)
             start += len(r.pending)
             r.pending, r.errors = [], []
-            self._append_observation(r, "\n\n".join(parts))
+            self._append_observation(r, body, evidence)
 
-    def _append_observation(self, r: _Rollout, body: str) -> None:
+    def _append_observation(self, r: _Rollout, body: str, evidence: str = "") -> None:
         t = r.traj
         text = f"\n{TOOL_RESPONSE[0]}\n{body}\n{TOOL_RESPONSE[1]}\n"
         ids = [int(i) for i in self.tok.encode(text, add_special_tokens=False)]
@@ -317,6 +318,7 @@ class AgentLoop:
             t.turns[-1],
             observation=(start, start + len(ids)),
             observation_digest=TurnSpan.digest(text),
+            evidence=evidence,
         )
         t.response_text += text
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,9 +12,8 @@ from torch import Tensor
 from framework.config import ComponentConfig
 from framework.data.schema import QAItem
 from framework.rewards.composite import reward_parts
-from framework.rollout.parser import TOOL_CALL, TOOL_RESPONSE
 from framework.rollout.types import Trajectory
-from framework.types import RewardInputs, ToolCall
+from framework.types import RewardInputs
 
 #: the QAItem fields given to components as columns, and the column each becomes
 ITEM_COLUMNS = {
@@ -68,51 +66,16 @@ def reward_inputs(trajectories: Sequence[Trajectory], items: Sequence[QAItem]) -
     )
 
 
-_OBSERVATION = (f"\n{TOOL_RESPONSE[0]}\n", f"\n{TOOL_RESPONSE[1]}\n")  # as the engine appends it
-#: what the tools write that is not retrieved text: failures and error lines (tools.py)
-_NOT_EVIDENCE = re.compile(r"search failed: [^\n]*|^Error: [^\n]*", re.MULTILINE)
-
-
 def turn_observations(trajectory: Trajectory) -> list[str]:
     """Per model turn of ``trajectory`` the evidence its tool response showed the model
     (:attr:`~framework.types.RewardInputs.observations`); ``""`` for a turn without one.
 
-    The tool responses are read back from ``response_text``, where the engine appends each one as
-    ``"\\n<tool_response>\\n{body}\\n</tool_response>\\n"`` right after the turn's ``</tool_call>``
-    (generation stops at the first one, so text the model wrote before it, even a fake
-    ``<tool_response>``, is never taken for an observation). What the tools echo of the model's own
-    words is blanked out (``Query "<query>":`` headers, failures and ``Error:`` lines), so a
-    rollout cannot "surface" an entity by searching for its name: only retrieved passages and
-    pages remain. A response that cannot be found (a hand-built trajectory) reads as ``""``.
+    The evidence is what the tools reported as retrieved when they answered
+    (:attr:`~framework.types.TurnSpan.evidence`): passages and pages only, none of what echoes the
+    model's own words (query headers, failures, error messages), so a rollout cannot "surface" an
+    entity by searching for its name. A hand-built trajectory without it reads as ``""``.
     """
-    text, pos, out = trajectory.response_text, 0, []
-    for turn in trajectory.turns:
-        if turn.observation is None:
-            out.append("")
-            continue
-        call_end = text.find(TOOL_CALL[1], pos)
-        start = -1 if call_end < 0 else text.find(_OBSERVATION[0], call_end)
-        if start < 0:
-            out.append("")
-            continue
-        start += len(_OBSERVATION[0])
-        # blank the echoes before looking for the end: an echoed query may hold a closing tag
-        text = text[:start] + _blank_echoes(text[start:], turn.calls)
-        end = text.find(_OBSERVATION[1], start)
-        end = len(text) if end < 0 else end
-        out.append(_NOT_EVIDENCE.sub(" ", text[start:end]))
-        pos = end
-    return out
-
-
-def _blank_echoes(text: str, calls: Sequence[ToolCall]) -> str:
-    """``text`` with the tools' echoes of ``calls`` replaced by spaces: search's ``Query "<q>":``
-    headers and visit's ``no page titled '<title>'`` (``framework/rollout/tools.py``)."""
-    echoes = [f'Query "{q}":' for c in calls for q in c.queries]
-    echoes += [f"no page titled {c.title or c.doc_id!r}" for c in calls if c.name == "visit"]
-    for echo in sorted(echoes, key=len, reverse=True):
-        text = text.replace(echo, " ")
-    return text
+    return [turn.evidence if turn.observation is not None else "" for turn in trajectory.turns]
 
 
 @dataclass

@@ -31,21 +31,43 @@ MAX_QUERIES_PER_CALL = 8
 
 
 @dataclass(frozen=True)
+class ToolResult:
+    """What a tool answers to one call.
+
+    Attributes:
+        text: what the model is shown.
+        evidence: the retrieved content within ``text`` (passages, pages), without what echoes the
+            model's own words (query headers, the title it asked for, error messages): what
+            rewards that ask "did the rollout see this entity" read
+            (:attr:`~framework.types.TurnSpan.evidence`).
+    """
+
+    text: str
+    evidence: str = ""
+
+    @staticmethod
+    def of(answer: ToolResult | str) -> ToolResult:
+        """``answer`` as a result; a plain string (a plugin tool's) is all evidence."""
+        return answer if isinstance(answer, ToolResult) else ToolResult(answer, answer)
+
+
+@dataclass(frozen=True)
 class Tool:
     """One tool of the agent.
 
     Attributes:
         parse: the call's ``arguments`` object to a :class:`ToolCall`, or a message saying what is
             wrong with them (it becomes the model's error observation). Must never raise.
-        answer: ``(calls, retriever, cfg)`` to one observation per call, in order. It gets every
-            call of this tool from every rollout of a turn at once, so that it can batch them (all
-            searches go to the retriever in one request).
+        answer: ``(calls, retriever, cfg)`` to one :class:`ToolResult` (or plain text, all of it
+            evidence) per call, in order. It gets every call of this tool from every rollout of a
+            turn at once, so that it can batch them (all searches go to the retriever in one
+            request).
         stat: the rollout statistic (``Trajectory.stats``) that the tool's calls add to.
         count: how much one call adds to ``stat``.
     """
 
     parse: Callable[[dict[str, Any]], ToolCall | str]
-    answer: Callable[[Sequence[ToolCall], Retriever, AgentConfig], list[str]]
+    answer: Callable[[Sequence[ToolCall], Retriever, AgentConfig], Sequence[ToolResult | str]]
     stat: str
     count: Callable[[ToolCall], int]
 
@@ -82,7 +104,9 @@ def parse_search(args: dict[str, Any]) -> ToolCall | str:
     return ToolCall("search", queries=cleaned)
 
 
-def answer_search(calls: Sequence[ToolCall], retriever: Retriever, cfg: AgentConfig) -> list[str]:
+def answer_search(
+    calls: Sequence[ToolCall], retriever: Retriever, cfg: AgentConfig
+) -> list[ToolResult]:
     """The top ``cfg.search_k`` passages of every query: all distinct queries in one retriever call,
     and query by query only when that call fails (one bad query must not cost the others)."""
     unique = list(dict.fromkeys(q for c in calls for q in c.queries))
@@ -131,18 +155,23 @@ class CountingRetriever:
         self.inner.close()
 
 
-def _search_observation(call: ToolCall, results: dict[str, list | str], cfg: AgentConfig) -> str:
-    blocks = []
+def _search_observation(
+    call: ToolCall, results: dict[str, list | str], cfg: AgentConfig
+) -> ToolResult:
+    """Each query's header then its numbered passages; the evidence is the passages alone (a
+    failure and the header, which repeats the model's query, are not)."""
+    blocks, evidence = [], []
     for q in call.queries:
         got = results.get(q, [])
         if isinstance(got, str):
             blocks.append(f'Query "{q}": {got}')
             continue
-        lines = [f'Query "{q}":'] + [
+        lines = [
             f"[{i}] {h.title}: {clip(h.text, cfg.max_passage_chars)}" for i, h in enumerate(got, 1)
         ]
-        blocks.append("\n".join(lines) if got else f'Query "{q}": no results.')
-    return "\n".join(blocks)
+        blocks.append("\n".join([f'Query "{q}":', *lines]) if got else f'Query "{q}": no results.')
+        evidence.append("\n".join(lines) if got else "no results.")
+    return ToolResult("\n".join(blocks), "\n".join(evidence))
 
 
 # -- visit -----------------------------------------------------------------------------------------
@@ -157,20 +186,25 @@ def parse_visit(args: dict[str, Any]) -> ToolCall | str:
     return "visit needs 'title' (or 'doc_id'): the page to read"
 
 
-def answer_visit(calls: Sequence[ToolCall], retriever: Retriever, cfg: AgentConfig) -> list[str]:
-    """The first ``cfg.max_visit_chars`` characters of each page, or why it cannot be read."""
+def answer_visit(
+    calls: Sequence[ToolCall], retriever: Retriever, cfg: AgentConfig
+) -> list[ToolResult]:
+    """The first ``cfg.max_visit_chars`` characters of each page (all evidence), or why it cannot
+    be read (none)."""
     out = []
     for call in calls:
         try:
             doc = retriever.document(doc_id=call.doc_id, title=call.title)
         except DocumentNotFound:
-            out.append(f"Error: no page titled {call.title or call.doc_id!r}. Search for it first.")
+            missing = f"Error: no page titled {call.title or call.doc_id!r}. Search for it first."
+            out.append(ToolResult(missing))
         except RetrieverUnavailable:
             raise
         except (QueryError, RetrievalError) as exc:
-            out.append(f"Error: {first_line(exc)}")
+            out.append(ToolResult(f"Error: {first_line(exc)}"))
         else:
-            out.append(f"Page {doc.title}:\n{clip(doc.text, cfg.max_visit_chars)}")
+            page = f"Page {doc.title}:\n{clip(doc.text, cfg.max_visit_chars)}"
+            out.append(ToolResult(page, page))
     return out
 
 

@@ -1,7 +1,7 @@
 """Samplers that choose which groups a step trains on: dynamic sampling and rejection.
 
 Both draw like :class:`~framework.samplers.uniform.UniformSampler` (shuffled epochs), plus
-``reserve`` groups per step; :func:`~framework.training.step.rl_step` rolls the step's groups out,
+``reserve`` groups per step; :func:`~framework.rl.step.rl_step` rolls the step's groups out,
 keeps those :meth:`keep_group` accepts, and rolls out reserve groups to replace the dropped ones
 until the step has ``questions_per_step`` kept groups or the reserve is spent. A step then trains on
 its kept groups only; a step that kept none makes no update. A reserve group not needed is skipped

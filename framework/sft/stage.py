@@ -27,8 +27,8 @@ def agent_check(
     from framework.progress import Progress
     from framework.rewards.outcome import OutcomeRewardConfig
     from framework.rollout.engine import AgentLoop
+    from framework.rollout.metrics import rollout_metrics
     from framework.rollout.scoring import score
-    from framework.training.metrics import rollout_metrics
 
     if not items:
         return {}
@@ -120,7 +120,6 @@ def run_sft(cfg: SFTConfig, *, quiet: bool = False) -> dict[str, Any]:
             ``INTERRUPTED`` after SIGINT / SIGTERM, once the step checkpoint is saved.
     """
     import lightning as L
-    from hydra.utils import instantiate
 
     from framework.lightning.callbacks import StepCheckpoint
     from framework.lightning.run_info import save_run_info
@@ -129,6 +128,7 @@ def run_sft(cfg: SFTConfig, *, quiet: bool = False) -> dict[str, Any]:
         announce_precision,
         apply_gradient_checkpointing,
         apply_threads,
+        build_trainer,
         log_progress,
         quiet_lightning,
     )
@@ -200,26 +200,15 @@ def run_sft(cfg: SFTConfig, *, quiet: bool = False) -> dict[str, Any]:
             max_steps=steps,
             final=False,
         )
-        trainer = L.Trainer(
-            accelerator=t.accelerator,
-            devices=t.devices,
-            num_nodes=t.num_nodes,
-            strategy=t.strategy,
-            precision=t.precision_choice().precision,
-            max_epochs=1,  # one pass over the stream of all epochs' batches
+        trainer = build_trainer(
+            t,
+            cfg.logger,
+            run_dir,
             max_steps=steps,
-            gradient_clip_val=cfg.optim.grad_clip or None,
-            logger=instantiate(cfg.logger) if cfg.logger is not None else False,
-            log_every_n_steps=t.log_every_n_steps,
-            limit_val_batches=1.0 if val else 0,
-            val_check_interval=data.steps_per_epoch,  # validate after each epoch
-            check_val_every_n_epoch=None,
-            num_sanity_val_steps=0,
-            enable_checkpointing=False,  # StepCheckpoint owns checkpoints
             callbacks=[checkpoints, *log_progress("sft", steps, ("sft/loss",), every_s=20.0)],
-            enable_model_summary=False,
-            use_distributed_sampler=False,
-            default_root_dir=str(run_dir),
+            val_check_interval=data.steps_per_epoch,  # validate after each epoch
+            limit_val_batches=1.0 if val else 0,
+            gradient_clip_val=cfg.optim.grad_clip or None,
         )
         mark = time.perf_counter()
         trainer.fit(

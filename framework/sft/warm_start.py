@@ -20,7 +20,7 @@ def warm_start_sft(cfg: Any) -> tuple[SFTConfig, Path]:
     its policy: ``$SEEKRL_CACHE/sft/<key>``, the key covering everything the stage depends on.
 
     Args:
-        cfg: the train app's config (:class:`framework.cli.schema.TrainConfig`).
+        cfg: the train app's config (:class:`framework.rl.config.TrainConfig`).
     """
     from dataclasses import asdict, replace
 
@@ -64,7 +64,7 @@ def warm_start(cfg: Any) -> Any:
     """``cfg`` with the policy RL starts from: an SFT run's policy, or one made now (and cached).
 
     Args:
-        cfg: the train app's config (:class:`framework.cli.schema.TrainConfig`).
+        cfg: the train app's config (:class:`framework.rl.config.TrainConfig`).
 
     Returns:
         ``cfg`` itself when it names no warm start, else a copy whose ``rollout.policy`` reads the

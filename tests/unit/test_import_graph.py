@@ -12,11 +12,14 @@ Layers, bottom to top; a module imports from its own layer and the layers below 
                       ``rollout/``, ``sft/``, ``training/``, ``lightning/`` or ``cli/``.
     2. algorithms     ``algorithms/``: pure tensor functions
     3. components     ``retrieval/``, ``rewards/``, ``data/``, ``samplers/``, ``rollout/``,
-                      ``training/``, ``eval/``, ``health/``
-    4. glue           ``lightning/``: the Lightning modules, data module, callbacks, trainer settings
-                      and run housekeeping both training stages share
-    5. stages         ``sft/``: expert trajectories, the SFT module, the SFT run and RL's warm start,
-                      which the train app calls as a library
+                      ``training/`` (what SFT and RL share to train a policy: token layout and
+                      log-probs, precision, LoRA, checkpoints, schedule), ``eval/``, ``health/``
+    4. glue           ``lightning/``: the callbacks, trainer settings and run housekeeping both
+                      training stages share
+    5. stages         ``sft/``: expert trajectories, the SFT module, the SFT run and RL's warm start;
+                      ``rl/``: the RL recipe (its rollout batch, step, update, input providers,
+                      Lightning module and data module, and the run that fits them), which the
+                      train app calls as a library. ``rl/`` may import ``sft/``, never the reverse
     6. apps           ``cli/`` and ``__main__.py``: compose, validate, call the layers below; the app
                       schemas (``cli/schema.py``) live here because they compose every layer
 
@@ -48,12 +51,12 @@ LAYERS: tuple[frozenset[str], ...] = (
         {"retrieval", "rewards", "data", "samplers", "rollout", "training", "eval", "health"}
     ),
     frozenset({"lightning"}),
-    frozenset({"sft"}),
+    frozenset({"sft", "rl"}),
     frozenset({"cli", "__main__"}),
 )
 
 #: what ``config/`` may not import: it is imported by every component
-ABOVE_CONFIG = ("rollout", "sft", "training", "lightning", "cli")
+ABOVE_CONFIG = ("rollout", "sft", "rl", "training", "lightning", "cli")
 
 
 @dataclass(frozen=True)

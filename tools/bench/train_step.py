@@ -13,7 +13,7 @@ local Hugging Face checkpoint folder. ``--device`` (default: cuda when there is 
 Both sides train the same policy on the same single-turn prompts (synthesized questions, no tools)
 with the same group size, completion length, sampling, optimiser (fused AdamW, TRL's default; lr
 1e-6), device and precision (fp32, or bf16 autocast on both), clip bounds (0.2 / 0.28), token-mean loss, no KL and one on-policy update per batch.
-This framework's side runs the training step users run (``framework.training.step.rl_step``, the
+This framework's side runs the training step users run (``framework.rl.step.rl_step``, the
 Lightning module's step) with a single-turn rollout in place of the agent loop; the search-agent
 rows run it with the agent loop. Each measurement runs in its own process (so peak memory is its
 own), the two sides alternate A/B for ``--rounds`` rounds, and the first step of every process is a
@@ -137,7 +137,7 @@ def peaks() -> dict[str, float]:
 
 # -- side A: this framework --------------------------------------------------------------------------
 class SingleTurn:
-    """The bench's rollouts for :func:`~framework.training.step.rl_step`: one completion of each
+    """The bench's rollouts for :func:`~framework.rl.step.rl_step`: one completion of each
     chat prompt through the backend, no tools (what TRL's side generates), in place of the agent
     loop."""
 
@@ -184,7 +184,7 @@ class TimedOptimizer:
 def timed_steps(parts: Any, dataset: list, opt: Any, sched: Any, steps: int, args: Any) -> list:
     """``steps`` calls of the training step users run (:func:`rl_step`) on consecutive questions,
     each split into generation / retrieval / scoring / backward / optimiser / other."""
-    from framework.training.step import rl_step
+    from framework.rl.step import rl_step
     from framework.types import GroupRequest
 
     timed, out = TimedOptimizer(opt), []
@@ -245,6 +245,7 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
 
     from framework.cli.app import load_config
     from framework.data.datasets import SynthDatasetConfig, synth_dataset
+    from framework.rl.step import StepParts
     from framework.rollout.hf_backend import (
         SamplingConfig,
         TransformersBackend,
@@ -252,8 +253,6 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
     )
     from framework.rollout.policy import load_policy
     from framework.training.schedule import optimizer_and_schedule
-    from framework.training.step import StepParts
-    from framework.training.update import loss_spec
 
     n = args.questions * args.group
     # TRL's setting as train overrides: one update per batch over every rollout at once, clip
@@ -289,15 +288,8 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
         tokenizer=tok,
     )
     opt, sched = optimizer_and_schedule(model, cfg.optim, args.steps + 1)
-    parts = StepParts(
-        policy=model,
-        loop=SingleTurn(backend, tok, args.completion),
-        reward=register_bench_reward(),
-        advantage=cfg.advantage,
-        spec=loss_spec(cfg.loss, cfg.kl),
-        optim=cfg.optim,
-        pad_id=tok.pad_token_id,
-    )
+    loop = SingleTurn(backend, tok, args.completion)
+    parts = StepParts.of(cfg, model, loop, tok.pad_token_id, reward=register_bench_reward())
     items = synth_dataset("test", cfg=SynthDatasetConfig(name="synth"))
     rows = items[: args.questions * (args.steps + 1)]
     dataset = [dataclasses.replace(it, question=f"Answer briefly. {it.question}") for it in rows]
@@ -473,8 +465,8 @@ def run_agent(args: argparse.Namespace) -> dict[str, Any]:
             "trainer.precision=32-true",
         ],
     )
-    from framework.lightning.module import SearchAgentRL
     from framework.registry import DATASETS
+    from framework.rl.module import SearchAgentRL
     from framework.training.schedule import optimizer_and_schedule
 
     items = DATASETS.bind(cfg.dataset)("train")

@@ -26,8 +26,9 @@ from framework.algorithms.loss_variants import (
 )
 from framework.algorithms.losses import ClipLossConfig, ppo_clip_loss
 from framework.registry import POLICY_LOSSES, load_components
+from framework.rl.batch import RolloutBatch
+from framework.rl.update import loss_spec, plan_update
 from framework.rollout.types import Trajectory
-from framework.training.update import loss_spec, plan_update
 from framework.types import PolicyLossInputs
 
 F64 = torch.float64
@@ -725,7 +726,12 @@ def test_plan_keeps_groups_whole():
     adv = torch.tensor([1.0, -1.0, 0.0, 0.0, 0.0, 0.5, -0.5, 1.0, -1.0])  # group 1 all zero
     keep = torch.ones(9, dtype=torch.bool)
     plan = plan_update(
-        trajs, adv, keep, micro_batch_size=4, agg="token_mean", skip_zero=True, whole_groups=True
+        RolloutBatch.build(trajs, pad_id=0, sample_mask=keep),
+        adv,
+        micro_batch_size=4,
+        agg="token_mean",
+        skip_zero=True,
+        whole_groups=True,
     )
     chunks = [sorted(int(i) for i in c) for c in plan.chunks]
     # group 1 (rows 2-4) is skipped whole; units by their longest row: group 2 (6), group 3 (8),
@@ -738,9 +744,8 @@ def test_plan_keeps_groups_whole():
     # micro-batches of 2: no two groups fit together, and group 1 (3 rows) exceeds the size and
     # gets a micro-batch of its own
     big = plan_update(
-        trajs,
+        RolloutBatch.build(trajs, pad_id=0, sample_mask=keep),
         torch.ones(9),
-        keep,
         micro_batch_size=2,
         agg="token_mean",
         skip_zero=False,
@@ -754,7 +759,13 @@ def test_plan_keeps_groups_whole():
     ]
     # without whole_groups rows are packed by length alone: rows 7 (3 tokens) and 0 (5) share a
     # micro-batch although they belong to groups 3 and 0
-    rows = plan_update(trajs, adv, keep, micro_batch_size=2, agg="token_mean", skip_zero=True)
+    rows = plan_update(
+        RolloutBatch.build(trajs, pad_id=0, sample_mask=keep),
+        adv,
+        micro_batch_size=2,
+        agg="token_mean",
+        skip_zero=True,
+    )
     assert [sorted(int(i) for i in c) for c in rows.chunks] == [[0, 7], [5, 6], [1, 8]]
 
 
@@ -778,9 +789,8 @@ def test_whole_group_micro_batches_reproduce_the_full_batch(name, agg):
     fn, cfg = (etr_loss, etr_cfg(agg)) if name == "etr" else (disco_loss, disco_cfg(agg))
     full, full_grad = _run(fn, cfg, logp, old, adv, mask, gi)
     plan = plan_update(
-        trajs,
+        RolloutBatch.build(trajs, pad_id=0),
         adv,
-        torch.ones(11, dtype=torch.bool),
         micro_batch_size=4,
         agg=agg,
         skip_zero=False,
@@ -806,8 +816,8 @@ def test_trainer_fills_group_index_and_accumulates_whole_groups():
     group_index from Trajectory.group, gradient equal to the full batch's."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    from framework.rl.update import run_update_pass
     from framework.training.tokens import pack, token_logprobs
-    from framework.training.update import run_update_pass
 
     torch.manual_seed(0)
     model = LlamaForCausalLM(
@@ -848,9 +858,8 @@ def test_trainer_fills_group_index_and_accumulates_whole_groups():
         expected = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
         model.zero_grad(set_to_none=True)
         plan = plan_update(
-            trajs,
+            RolloutBatch.build(trajs, pad_id=0, sample_mask=keep),
             adv,
-            keep,
             micro_batch_size=3,
             agg=spec.agg,
             skip_zero=False,
@@ -860,8 +869,10 @@ def test_trainer_fills_group_index_and_accumulates_whole_groups():
             [[0, 1, 2], [3, 4, 5]],
             [[3, 4, 5], [0, 1, 2]],
         )
+        rollouts = RolloutBatch.build(trajs, pad_id=0, sample_mask=keep)
+        micro = rollouts.micro_batches(plan.chunks, adv)
         run_update_pass(
-            model, trajs, adv, keep, plan, spec, lambda x: x.backward(), pad_id=0, entropy=False
+            model, micro, plan.weights, spec, lambda x: x.backward(), pad_id=0, entropy=False
         )
         got = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
         assert got.keys() == expected.keys()

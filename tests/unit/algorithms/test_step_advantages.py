@@ -25,8 +25,9 @@ from framework.algorithms.step_advantages import (
 )
 from framework.data.schema import QAItem
 from framework.registry import ADVANTAGES, load_components
+from framework.rl.batch import RolloutBatch, check_advantages
+from framework.rollout.scoring import Scores
 from framework.rollout.types import Trajectory
-from framework.training.batch import advantage_inputs, check_advantages
 from framework.training.tokens import pack, right_aligned
 from framework.types import AdvantageInputs, ToolCall, TurnSpan
 
@@ -417,7 +418,7 @@ def test_a_new_state_key_is_selectable_by_name(monkeypatch):
 
 
 def test_registered_and_in_the_trainer_layout():
-    """Trajectories -> advantage_inputs -> ``gigpo`` through the registry -> the trainer's shape
+    """Trajectories -> RolloutBatch -> ``gigpo`` through the registry -> the trainer's shape
     check -> pack's right-aligned layout: generated tokens carry their turn's value, the prompt
     and the tool response none."""
     load_components(plugins=False)
@@ -432,7 +433,8 @@ def test_registered_and_in_the_trainer_layout():
         Trajectory(0, 0, [10, 11, 12, 13], [0, 0, 1, 1], 2, turns=[TurnSpan(2, 4)]),
     ]
     item = QAItem("q0", "who?", ("x",), None, None, None, "synth")
-    inputs = advantage_inputs(trajs, [item], torch.tensor([1.0, 0.0]))
+    scores = Scores(torch.tensor([1.0, 0.0]), {})
+    inputs = RolloutBatch.build(trajs, [item], scores, pad_id=0).advantage_inputs()
     cfg = GiGPOAdvantageConfig(name="gigpo", scale_by_std=False)
     adv = check_advantages(ADVANTAGES.bind(cfg)(inputs), inputs, "gigpo")
     # A_E = ±0.5; turn 0: G = [0.95, 0] -> ±0.475; turn 1 of r0 alone -> 0

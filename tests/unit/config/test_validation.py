@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from framework.cli.app import compose, load_config
-from framework.cli.schema import TrainConfig
 from framework.config import ConfigError, Problem, check_choice, check_range
 from framework.config.validate import validate
+from framework.rl.config import TrainConfig
 
 
 def test_problem_format_and_reroot():

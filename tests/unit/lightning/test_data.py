@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from framework.data.schema import QAItem
-from framework.lightning.data import QuestionDataModule
+from framework.rl.data import QuestionDataModule
 from framework.samplers.uniform import UniformSampler, UniformSamplerConfig
 
 

@@ -12,9 +12,9 @@ from framework.rewards.composite import WeightedSumConfig
 from framework.rewards.entity import EntityRewardConfig
 from framework.rewards.outcome import OutcomeRewardConfig, outcome_reward
 from framework.rewards.text import ANSWER_METRICS, AnswerMetric, normalize_answer, verdict_metrics
+from framework.rollout.metrics import correctness_metric, rollout_metrics
 from framework.rollout.scoring import Scores
 from framework.rollout.types import Trajectory
-from framework.training.metrics import correctness_metric, rollout_metrics
 from framework.types import RewardInputs
 
 ANSWERS = ["Paris", "Paris, France", "the city of Paris", "Lyon"]
@@ -118,7 +118,7 @@ def test_metrics_read_what_a_reward_reports_not_its_field_names():
     from dataclasses import dataclass
 
     from framework.config import ComponentConfig
-    from framework.training.metrics import entity_rule
+    from framework.rollout.metrics import entity_rule
 
     @dataclass
     class JudgingReward(ComponentConfig):

@@ -32,3 +32,14 @@ def make_trajectories(vocab: int, seed: int = 0) -> list[Trajectory]:
             )
         )
     return out
+
+
+def update_pass(model, batch, advantages, plan, spec, backward, **kwargs) -> dict[str, float]:
+    """:func:`run_update_pass` over ``plan``'s micro-batches of ``batch`` (a ``RolloutBatch``),
+    sliced as :func:`~framework.rl.update.policy_update` slices them."""
+    from framework.rl.update import run_update_pass
+
+    micro = batch.micro_batches(plan.chunks, advantages)
+    return run_update_pass(
+        model, micro, plan.weights, spec, backward, pad_id=batch.pad_id, **kwargs
+    )

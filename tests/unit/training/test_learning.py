@@ -18,9 +18,10 @@ import torch
 
 from framework.cli.app import load_config
 from framework.registry import ADVANTAGES
+from framework.rl.batch import RolloutBatch
+from framework.rl.update import loss_spec, policy_update
 from framework.rollout.types import Trajectory
 from framework.training.schedule import adamw, lr_multiplier
-from framework.training.update import loss_spec, policy_update
 from framework.types import AdvantageInputs, TurnSpan
 
 LENGTH = 3  # tokens per rollout
@@ -128,14 +129,12 @@ def _learn(overrides: list[str], sign: float = 1.0) -> list[float]:
         adv = advantage_fn(_advantage_inputs(rewards, group_index)).float()
         policy_update(
             model,
-            trajs,
+            RolloutBatch.build(trajs, pad_id=PAD),
             sign * adv,
-            torch.ones(len(trajs), dtype=torch.bool),
             spec,
             opt,
             sched,
             o,
-            pad_id=PAD,
             reference=reference,
         )
     return curve

@@ -12,8 +12,9 @@ import torch
 
 from framework.algorithms.losses import ClipLossConfig, ppo_clip_loss
 from framework.algorithms.rollout_correction import mismatch_figures
+from framework.rl.batch import RolloutBatch
+from framework.rl.update import LossSpec, chunk_loss, loss_spec, policy_update
 from framework.training.tokens import pack, packed_rollout_logprobs, token_logprobs
-from framework.training.update import LossSpec, chunk_loss, loss_spec, policy_update
 
 from .conftest import make_trajectories
 
@@ -54,9 +55,9 @@ def _with_rollout_logprobs(trajs, trainer, log_ratio_per_row):
 
 def _loss_and_grad(model, trajs, rows, spec, pad_id, advantages=ADVANTAGES):
     model.zero_grad(set_to_none=True)
-    out, _, _, mismatch = chunk_loss(
-        model, trajs, rows, advantages, SAMPLE_MASK, spec, pad_id=pad_id
-    )
+    batch = RolloutBatch.build(trajs, pad_id=pad_id, sample_mask=SAMPLE_MASK)
+    (micro,) = batch.micro_batches([rows], advantages)
+    out, _, _, mismatch = chunk_loss(model, micro, spec)
     out.loss.backward()
     grads = [p.grad.detach().clone() for p in model.parameters() if p.grad is not None]
     model.zero_grad(set_to_none=True)
@@ -207,9 +208,8 @@ def test_policy_update_reports_the_first_pass_mismatch(setup):
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
     spec = _spec(rollout_correction="tis")
-    figures = policy_update(
-        model, marked, ADVANTAGES, SAMPLE_MASK, spec, opt, sched, optim, pad_id=pad
-    )
+    rollouts = RolloutBatch.build(marked, pad_id=pad, sample_mask=SAMPLE_MASK)
+    figures = policy_update(model, rollouts, ADVANTAGES, spec, opt, sched, optim)
     for name in (
         "rollout_mismatch_kl_mean",
         "rollout_mismatch_kl_max",

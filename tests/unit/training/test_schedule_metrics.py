@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from framework.data.schema import QAItem
+from framework.rollout.metrics import rollout_metrics, zero_variance_fraction
 from framework.rollout.scoring import Scores
 from framework.rollout.types import Trajectory
 from framework.training.checkpoints import checkpoint_name, latest_checkpoint
-from framework.training.metrics import rollout_metrics, zero_variance_fraction
 from framework.training.schedule import lr_multiplier
 
 

@@ -21,11 +21,11 @@ from framework.cli.app import load_config
 from framework.config import ComponentConfig, ConfigError
 from framework.data.schema import QAItem
 from framework.registry import ADVANTAGES, INPUT_PROVIDERS, REWARDS
+from framework.rl.inputs import InputContext
+from framework.rl.step import StepParts, rl_step
+from framework.rl.update import loss_spec
 from framework.rollout.engine import AgentConfig, AgentLoop
-from framework.training.inputs import InputContext
 from framework.training.schedule import optimizer_and_schedule
-from framework.training.step import StepParts, rl_step
-from framework.training.update import loss_spec
 from framework.types import AdvantageInputs, GroupRequest, ToolCall
 from tests.unit.rollout.fakes import EOS, FakeBackend, FakeRetriever, FakeTokenizer, search_call
 
@@ -280,7 +280,7 @@ def test_an_estimator_gets_the_input_it_declares_from_a_registered_provider():
     )
     assert moved and LENGTH_CALLS == [(2, 10.0)]  # once per step, with the requiring config
     lengths = torch.tensor([(len(t.token_ids) - t.prompt_len) / 10.0 for t in result.trajectories])
-    assert torch.equal(result.inputs.extras["test_response_lengths"], lengths)
+    assert torch.equal(result.batch.extras["test_response_lengths"], lengths)
     assert torch.allclose(result.advantages, result.scores.total - lengths)
 
 

@@ -21,10 +21,8 @@ import torch
 
 from framework.cli.app import load_config
 from framework.data.schema import QAItem
-from framework.training.lora import reference_policy
+from framework.rl.step import StepParts, rl_step
 from framework.training.schedule import optimizer_and_schedule
-from framework.training.step import StepParts, rl_step
-from framework.training.update import loss_spec
 from framework.types import GroupRequest
 from tests.unit.rollout.fakes import EOS, search_call
 from tests.unit.training.test_step import ANSWER, SEARCH, ScriptedLoop, tiny_lm
@@ -83,12 +81,7 @@ def run_case(overrides: list[str]) -> dict[str, Any]:
     cfg = load_config("train", ["optim.lr=1e-2", *overrides])
     torch.manual_seed(0)
     policy = tiny_lm().train()
-    spec = loss_spec(cfg.loss, cfg.kl)
-    reference = reference_policy(policy) if spec.kl is not None else None
-    loop = ScriptedLoop([SCRIPTS])
-    parts = StepParts(
-        policy, loop, cfg.reward, cfg.advantage, spec, cfg.optim, pad_id=EOS, reference=reference
-    )
+    parts = StepParts.of(cfg, policy, ScriptedLoop([SCRIPTS]), EOS)
     opt, sched = optimizer_and_schedule(policy, cfg.optim, 1)
     grads: list[list[list[float]]] = []  # per optimiser step, per parameter: sum, norm, 3 entries
 

@@ -14,14 +14,14 @@ from framework.config import ComponentConfig
 from framework.data.schema import QAItem
 from framework.registry import REWARDS, Registry
 from framework.rewards.composite import WeightedSumConfig
+from framework.rl.batch import RolloutBatch, turn_index
+from framework.rl.update import LossSpec, loss_spec, plan_update
 from framework.rollout.scoring import dataset_columns, score
 from framework.rollout.types import Trajectory
-from framework.training.batch import turn_index
 from framework.training.tokens import pack, response_mask, right_aligned, token_logprobs
-from framework.training.update import LossSpec, loss_spec, plan_update, run_update_pass
 from framework.types import TurnSpan
 
-from .conftest import make_trajectories
+from .conftest import make_trajectories, update_pass
 
 SAMPLE_MASK = torch.tensor([True, True, True, True, True, False])  # last one over budget
 ROW_ADV = torch.tensor([0.7, -0.7, 0.3, -0.2, 1.2, -0.4])
@@ -46,12 +46,15 @@ def _pass(model, tok, trajs, adv, mode, micro_batch_size):
     cfg = ClipLossConfig(name="ppo_clip", agg=mode, norm_constant=12.0)
     spec = LossSpec(policy_loss=lambda i: ppo_clip_loss(i, cfg=cfg), agg=mode, norm_constant=12.0)
     plan = plan_update(
-        trajs, adv, SAMPLE_MASK, micro_batch_size=micro_batch_size, agg=mode, skip_zero=True
+        RolloutBatch.build(trajs, pad_id=0, sample_mask=SAMPLE_MASK),
+        adv,
+        micro_batch_size=micro_batch_size,
+        agg=mode,
+        skip_zero=True,
     )
     model.zero_grad(set_to_none=True)
-    stats = run_update_pass(
-        model, trajs, adv, SAMPLE_MASK, plan, spec, lambda x: x.backward(), pad_id=tok.pad_token_id
-    )
+    batch = RolloutBatch.build(trajs, pad_id=tok.pad_token_id, sample_mask=SAMPLE_MASK)
+    stats = update_pass(model, batch, adv, plan, spec, lambda x: x.backward())
     grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
     model.zero_grad(set_to_none=True)
     return stats, grads

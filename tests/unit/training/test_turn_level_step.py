@@ -11,11 +11,11 @@ from torch.testing import assert_close
 from framework.algorithms.turn_advantages import PROBE_PREFIX
 from framework.cli.app import load_config
 from framework.data.schema import QAItem
+from framework.rl.answer_probs import answer_probs, probe_prefix_ends
+from framework.rl.step import StepParts, rl_step
+from framework.rl.update import loss_spec
 from framework.rollout.types import Trajectory
-from framework.training.answer_probs import answer_probs, probe_prefix_ends
 from framework.training.schedule import optimizer_and_schedule
-from framework.training.step import StepParts, rl_step
-from framework.training.update import loss_spec
 from framework.types import GroupRequest, TurnSpan
 from tests.unit.rollout.fakes import EOS, search_call
 from tests.unit.training.test_step import TOK, ScriptedLoop, tiny_lm
@@ -120,7 +120,7 @@ def run(algorithm: str, scripts):
 def turn_values(result, i: int) -> list[float]:
     """Rollout ``i``'s advantage per turn, checking it is constant over the turn's generated
     tokens and 0 on its tool responses."""
-    adv, inputs = result.advantages, result.inputs
+    adv, inputs = result.advantages, result.batch
     out = []
     for t in inputs.turns[i]:
         values = adv[i, t.start : t.end]
@@ -136,7 +136,7 @@ def test_matchtir_step_by_hand():
     result, _ = run("matchtir", scripts)
     # rollout 0: its search returned Jaws' passage (Steven Spielberg, the next hop): turn 0 earns
     # 1, the answer turn F1 1; rollout 1: one answer turn, F1 0. R = [2, 0]
-    assert_close(result.inputs.extras["turn_rewards"], torch.tensor([[1.0, 1.0], [0.0, 0.0]]))
+    assert_close(result.batch.extras["turn_rewards"], torch.tensor([[1.0, 1.0], [0.0, 0.0]]))
     assert_close(result.scores.total, torch.tensor([2.0, 0.0]))
     # A_traj = ±1/√2 (group of two); turn 0's returns 1 + 0.9 = 1.9 and 0: ±1/√2; turn 1 only
     # rollout 0 has: 0. A = (A_traj + A_turn) / 2
@@ -162,7 +162,7 @@ def test_igpo_step_probes_the_policy_before_the_update():
     scripts = [[SEARCH, answer("so", "Cincinnati")], [answer("guess", "Boston")]]
     result, cfg = run("igpo", scripts)
     assert cfg.reward.name == "outcome" and cfg.reward.metric == "f1"
-    probs = result.inputs.extras["answer_probs"]
+    probs = result.batch.extras["answer_probs"]
     # the step's probes are the pre-update policy's (tiny_lm() is seeded: a fresh one is a copy)
     want = answer_probs(tiny_lm(), result.trajectories, [ITEM], TOK, pad_id=EOS)
     assert_close(probs, want)

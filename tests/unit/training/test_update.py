@@ -7,16 +7,16 @@ import torch
 
 from framework.algorithms.aggregation import AGG_MODES, aggregate, chunk_weights
 from framework.algorithms.losses import ClipLossConfig, ppo_clip_loss
-from framework.training.tokens import pack, token_logprobs
-from framework.training.update import (
+from framework.rl.batch import RolloutBatch
+from framework.rl.update import (
     LossSpec,
     behaviour_logprobs,
     plan_update,
-    run_update_pass,
 )
+from framework.training.tokens import pack, token_logprobs
 from framework.types import PolicyLossInputs
 
-from .conftest import make_trajectories
+from .conftest import make_trajectories, update_pass
 
 ADVANTAGES = torch.tensor([0.7, -0.7, 0.0, 0.0, 1.2, -0.4])  # group 1 is constant: skipped
 SAMPLE_MASK = torch.tensor([True, True, True, True, True, False])  # last one over budget
@@ -47,16 +47,9 @@ def test_chunk_weights_hand_values():
 def _accumulate(model, tok, trajs, plan, spec, old=None):
     """``(stats, gradients)`` of one accumulated update pass (gradients cleared afterwards)."""
     model.zero_grad(set_to_none=True)
-    stats = run_update_pass(
-        model,
-        trajs,
-        ADVANTAGES,
-        SAMPLE_MASK,
-        plan,
-        spec,
-        lambda x: x.backward(),
-        pad_id=tok.pad_token_id,
-        old_logprobs=old,
+    batch = RolloutBatch.build(trajs, pad_id=tok.pad_token_id, sample_mask=SAMPLE_MASK)
+    stats = update_pass(
+        model, batch, ADVANTAGES, plan, spec, lambda x: x.backward(), old_logprobs=old
     )
     grads = _grads(model)
     model.zero_grad(set_to_none=True)
@@ -82,7 +75,13 @@ def test_accumulated_gradient_equals_the_full_batch_gradient(tiny_policy, mode):
     expected = _grads(model)
 
     model.zero_grad(set_to_none=True)
-    plan = plan_update(trajs, ADVANTAGES, SAMPLE_MASK, micro_batch_size=2, agg=mode, skip_zero=True)
+    plan = plan_update(
+        RolloutBatch.build(trajs, pad_id=0, sample_mask=SAMPLE_MASK),
+        ADVANTAGES,
+        micro_batch_size=2,
+        agg=mode,
+        skip_zero=True,
+    )
     assert plan.skipped == 3  # two zero advantages, one dropped rollout
     spec = LossSpec(policy_loss=loss_fn, agg=mode, norm_constant=12.0)
     stats, got = _accumulate(model, tok, trajs, plan, spec)
@@ -98,9 +97,14 @@ def test_on_policy_shortcut_equals_recomputed_behaviour_logprobs(tiny_policy):
     cfg = ClipLossConfig(name="ppo_clip")
     spec = LossSpec(policy_loss=lambda i: ppo_clip_loss(i, cfg=cfg), agg=cfg.agg)
     plan = plan_update(
-        trajs, ADVANTAGES, SAMPLE_MASK, micro_batch_size=4, agg=cfg.agg, skip_zero=False
+        RolloutBatch.build(trajs, pad_id=0, sample_mask=SAMPLE_MASK),
+        ADVANTAGES,
+        micro_batch_size=4,
+        agg=cfg.agg,
+        skip_zero=False,
     )
-    old = behaviour_logprobs(model, trajs, plan, pad_id=tok.pad_token_id)
+    batch = RolloutBatch.build(trajs, pad_id=tok.pad_token_id)
+    old = behaviour_logprobs(model, batch.micro_batches(plan.chunks))
     results = []
     for old_lp in (None, old):
         results.append(_accumulate(model, tok, trajs, plan, spec, old_lp))
@@ -139,7 +143,12 @@ def test_token_budget_bounds_padded_micro_batches():
     adv = torch.ones(len(trajs))
     mask = torch.ones(len(trajs), dtype=torch.bool)
     plan = plan_update(
-        trajs, adv, mask, micro_batch_size=4, agg="token_mean", skip_zero=True, max_tokens=64
+        RolloutBatch.build(trajs, pad_id=0, sample_mask=mask),
+        adv,
+        micro_batch_size=4,
+        agg="token_mean",
+        skip_zero=True,
+        max_tokens=64,
     )
     rows = sorted(int(i) for c in plan.chunks for i in c)
     assert rows == list(range(len(trajs)))
@@ -151,7 +160,7 @@ def test_token_budget_bounds_padded_micro_batches():
 
 
 def test_zero_loss_passes_add_nothing(tiny_policy):
-    from framework.training.update import zero_loss
+    from framework.rl.update import zero_loss
 
     model, tok = tiny_policy
     model.zero_grad(set_to_none=True)

@@ -101,7 +101,7 @@ class QuestionDataModule(L.LightningDataModule):
 
     def observe(self, step: int, result: Any, reward_cfg: Any) -> None:
         """Give an adaptive sampler (one with ``observe``) every process's trained groups of
-        ``step`` (a :class:`~framework.training.step.StepResult` of this process's share)."""
+        ``step`` (a :class:`~framework.rl.step.StepResult` of this process's share)."""
         observe = getattr(self.sampler, "observe", None)
         if observe is None:
             return

@@ -29,6 +29,7 @@ import torch
 
 from framework.config import ComponentConfig, Problem
 from framework.data.schema import QAItem
+from framework.rl.batch import RolloutBatch
 from framework.rollout.types import Trajectory
 
 
@@ -46,16 +47,28 @@ class InputContext:
     Attributes:
         policy: the policy being trained, as it was before this step's update.
         tokenizer: the rollout backend's tokenizer.
-        pad_id: the tokenizer's padding id.
-        trajectories: the step's trained rollouts, grouped by question.
-        items: the step's questions; a rollout's ``group`` indexes them.
+        batch: the step's trained rollouts (:class:`~framework.rl.batch.RolloutBatch`:
+            packed tokens, masks, turns, rewards, dataset columns, inputs computed so far).
     """
 
     policy: Any
     tokenizer: Any
-    pad_id: int
-    trajectories: Sequence[Trajectory]
-    items: Sequence[QAItem]
+    batch: RolloutBatch
+
+    @property
+    def pad_id(self) -> int:
+        """The tokenizer's padding id."""
+        return self.batch.pad_id
+
+    @property
+    def trajectories(self) -> Sequence[Trajectory]:
+        """The step's trained rollouts, grouped by question."""
+        return self.batch.trajectories
+
+    @property
+    def items(self) -> Sequence[QAItem]:
+        """The step's questions; a rollout's ``group`` indexes them."""
+        return self.batch.items
 
 
 def required_inputs(

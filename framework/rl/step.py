@@ -18,18 +18,18 @@ from torch import Tensor
 from framework.algorithms.turn_advantages import pad_to_widest
 from framework.config import ComponentConfig
 from framework.data.schema import QAItem
-from framework.rollout.scoring import Scores, score
-from framework.rollout.types import Trajectory
-from framework.training.batch import advantage_inputs, check_advantages, per_rollout
-from framework.training.inputs import InputContext, provide_inputs
-from framework.training.metrics import (
+from framework.rl.batch import RolloutBatch, check_advantages, per_rollout
+from framework.rl.inputs import InputContext, provide_inputs
+from framework.rl.update import LossSpec, policy_update
+from framework.rollout.metrics import (
     correct,
     correctness_metric,
     rollout_metrics,
     zero_variance_fraction,
 )
-from framework.training.update import LossSpec, policy_update
-from framework.types import AdvantageInputs, GroupRequest
+from framework.rollout.scoring import Scores, score
+from framework.rollout.types import Trajectory
+from framework.types import GroupRequest
 
 
 @dataclass
@@ -43,7 +43,7 @@ class StepParts:
             the last run by phase) and ``backend`` (whose weights follow the policy).
         reward: the reward config (scored through ``REWARDS``).
         advantage: the advantage config (estimated through ``ADVANTAGES``).
-        spec: the bound objective (:func:`~framework.training.update.loss_spec`).
+        spec: the bound objective (:func:`~framework.rl.update.loss_spec`).
         optim: the ``optim`` config section (epochs, micro-batches, clipping).
         pad_id: the tokenizer's padding id.
         reference: the frozen reference policy of a KL term, else ``None``.
@@ -58,6 +58,35 @@ class StepParts:
     pad_id: int
     reference: Any = None
 
+    @classmethod
+    def of(
+        cls,
+        cfg: Any,
+        policy: Any,
+        loop: Any,
+        pad_id: int,
+        *,
+        reward: ComponentConfig | None = None,
+    ) -> StepParts:
+        """The parts of the train config ``cfg`` (``reward``, ``advantage``, ``loss``, ``kl``,
+        ``optim``): the objective bound through the registries and, with a KL term, a frozen
+        reference of ``policy``. ``reward`` replaces the configured one (a benchmark's)."""
+        from framework.rl.update import loss_spec
+        from framework.training.lora import reference_policy
+
+        spec = loss_spec(cfg.loss, cfg.kl)
+        reference = reference_policy(policy) if spec.kl is not None else None
+        return cls(
+            policy,
+            loop,
+            cfg.reward if reward is None else reward,
+            cfg.advantage,
+            spec,
+            cfg.optim,
+            pad_id,
+            reference,
+        )
+
     def sections(self) -> dict[str, ComponentConfig]:
         """The components whose ``requires`` the step meets, by config section: the advantage
         estimator (its inputs' ``extras``). Rewards are scored before the inputs exist."""
@@ -69,24 +98,35 @@ class StepResult:
     """What one step did.
 
     Attributes:
-        trajectories: the ``N`` rollouts, grouped (``items[t.group]`` is a rollout's question).
-        items: the question of each group.
-        scores: total reward and each component, ``[N]`` each.
-        inputs: the batch the advantage estimator saw (token mask, turns, dataset columns).
-        advantages: ``[N]``, or ``[N, L]`` in the layout of ``inputs.token_mask``.
+        batch: the trained rollouts as one batch (token layouts, masks, turns, rewards, dataset
+            columns, the inputs providers computed).
+        advantages: ``[N]``, or ``[N, L]`` in the layout of ``batch.token_mask``.
         figures: ``rollout/...``, ``loss/...``, ``timing/...``, ``train/lr`` and ``train/rollouts``.
     """
 
-    trajectories: list[Trajectory]
-    items: list[QAItem]
-    scores: Scores
-    inputs: AdvantageInputs
+    batch: RolloutBatch
     advantages: Tensor
     figures: dict[str, float]
 
+    @property
+    def trajectories(self) -> list[Trajectory]:
+        """The ``N`` rollouts, grouped (``items[t.group]`` is a rollout's question)."""
+        return self.batch.trajectories
+
+    @property
+    def items(self) -> list[QAItem]:
+        """The question of each group."""
+        return self.batch.items
+
+    @property
+    def scores(self) -> Scores:
+        """Total reward and each component, ``[N]`` each."""
+        assert self.batch.scores is not None  # the step scores before it builds the batch
+        return self.batch.scores
+
     def rollout_advantages(self) -> Tensor:
         """``[N]`` one advantage per rollout (a token-level one: its mean over generated tokens)."""
-        return per_rollout(self.advantages, self.inputs.token_mask)
+        return per_rollout(self.advantages, self.batch.token_mask)
 
     def records(self, step: int) -> list[dict[str, Any]]:
         """One JSON-ready dict per rollout (:func:`~framework.rollout.records.trajectory_records`)
@@ -117,7 +157,7 @@ class StepResult:
     def advantage_values(self) -> Tensor:
         """Every advantage the loss sees: ``[N]``, or those of generated tokens for ``[N, L]``."""
         adv = self.advantages
-        return adv if adv.dim() == 1 else adv[self.inputs.token_mask]
+        return adv if adv.dim() == 1 else adv[self.batch.token_mask]
 
 
 @dataclass
@@ -219,7 +259,7 @@ def draw_groups(
     """
     primary = [g for g in groups if not g.reserve]
     reserve = [g for g in groups if g.reserve] if keep is not None else []
-    metric = correctness_metric(parts.reward)
+    metric = correctness_metric(parts.reward) if keep is not None else ""
     rounds: list[tuple[Drawn, list[bool]]] = []
     timings: dict[str, float] = defaultdict(float)
     pending, kept = primary, 0
@@ -275,13 +315,15 @@ def rl_step(
     """One RL step: roll every group out, score once, estimate advantages, train the policy.
 
     Rollouts (no gradients) -> rewards (``REWARDS``, each component once) -> the groups ``keep``
-    accepts, refilled from the reserve (:func:`draw_groups`) -> advantages (``ADVANTAGES`` on
-    :class:`~framework.types.AdvantageInputs` with the token and turn structure, the dataset
-    columns and, in ``extras``, what the rewards returned besides their ``[N]`` values (a
-    :class:`~framework.types.RewardOutput`'s ``turn_rewards``) and every input a component's config
-    ``requires``, computed by its registered provider (:mod:`framework.training.inputs`, no
-    gradient)) -> ``optim.policy_epochs`` optimiser steps over micro-batches
-    (:func:`~framework.training.update.policy_update`) -> the rollout backend's weights refreshed.
+    accepts, refilled from the reserve (:func:`draw_groups`) -> one
+    :class:`~framework.rl.batch.RolloutBatch` of them (tokens packed, masks and turn indices
+    computed once; in ``extras`` what the rewards returned besides their ``[N]`` values, a
+    :class:`~framework.types.RewardOutput`'s ``turn_rewards``, and every input a component's config
+    ``requires``, computed by its registered provider: :mod:`framework.rl.inputs`, no
+    gradient) -> advantages (``ADVANTAGES`` on the batch's
+    :class:`~framework.types.AdvantageInputs` view) -> ``optim.policy_epochs`` optimiser steps over
+    micro-batches sliced from the batch (:func:`~framework.rl.update.policy_update`) -> the
+    rollout backend's weights refreshed.
     A step that keeps no group changes no weight (the optimiser and schedule still count it).
 
     Args:
@@ -293,7 +335,7 @@ def rl_step(
         keep: the sampler's ``keep_group`` (dynamic sampling; see :func:`draw_groups`).
         backward: runs the backward pass of a loss (Lightning's ``manual_backward``).
         pad_passes: data parallelism: zero-loss backward passes to add for a process with fewer
-            micro-batches (see :func:`~framework.training.update.policy_update`).
+            micro-batches (see :func:`~framework.rl.update.policy_update`).
 
     Returns:
         The trained rollouts, their scores and advantages, and the step's figures under the names
@@ -302,16 +344,14 @@ def rl_step(
     from framework.registry import ADVANTAGES
 
     clock = time.perf_counter()
-    batch, drawn, timings = draw_groups(parts, groups, dataset, keep)
-    trajs, items, scores = batch.trajectories, batch.items, batch.scores
+    kept, drawn, timings = draw_groups(parts, groups, dataset, keep)
 
     mark = time.perf_counter()
-    inputs = advantage_inputs(trajs, items, scores.total)
-    extras = {**inputs.extras, **scores.extras}  # what the rewards returned besides [N]
-    context = InputContext(parts.policy, parts.loop.backend.tokenizer, parts.pad_id, trajs, items)
-    extras.update(provide_inputs(parts.sections(), context, have=extras))
-    inputs = replace(inputs, extras=extras)
-    if trajs:
+    batch = RolloutBatch.build(kept.trajectories, kept.items, kept.scores, pad_id=parts.pad_id)
+    context = InputContext(parts.policy, parts.loop.backend.tokenizer, batch)
+    batch.extras.update(provide_inputs(parts.sections(), context, have=batch.extras))
+    if batch.size:
+        inputs = batch.advantage_inputs()
         raw = ADVANTAGES.bind(parts.advantage)(inputs)
         advantages = check_advantages(raw, inputs, parts.advantage.name)
     else:
@@ -321,14 +361,12 @@ def rl_step(
     mark = time.perf_counter()
     losses = policy_update(
         parts.policy,
-        trajs,
+        batch,
         advantages,
-        inputs.sample_mask,
         parts.spec,
         optimizer,
         scheduler,
         parts.optim,
-        pad_id=parts.pad_id,
         backward=backward,
         reference=parts.reference,
         pad_passes=pad_passes,
@@ -352,6 +390,6 @@ def rl_step(
     figures.update({f"loss/{k}": v for k, v in losses.items()})
     figures.update(timings)
     figures["train/lr"] = scheduler.get_last_lr()[0]
-    figures["train/rollouts"] = len(trajs)
+    figures["train/rollouts"] = batch.size
     figures = {k: float(v) for k, v in figures.items()}
-    return StepResult(trajs, items, scores, inputs, advantages, figures)
+    return StepResult(batch, advantages, figures)

@@ -31,8 +31,8 @@ from torch import Tensor
 from framework.algorithms.turn_advantages import PROBE_PREFIX, IGPOAdvantageConfig
 from framework.data.schema import QAItem
 from framework.registry import INPUT_PROVIDERS
+from framework.rl.inputs import InputContext
 from framework.rollout.types import Tokenizer, Trajectory
-from framework.training.inputs import InputContext
 from framework.training.tokens import pack, token_logprobs
 
 

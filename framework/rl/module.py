@@ -1,6 +1,6 @@
 """The LightningModule of group-relative RL for search agents.
 
-A training step is :func:`framework.training.step.rl_step` (roll out, score, advantages, policy
+A training step is :func:`framework.rl.step.rl_step` (roll out, score, advantages, policy
 epochs over micro-batches, weight refresh), called once per step in plain torch; this module only
 wires it to Lightning: optimisers and schedule, logging, validation, checkpoints and data
 parallelism.
@@ -17,14 +17,13 @@ from typing import Any
 import lightning as L
 import torch
 
-from framework.lightning.data import StepBatch
 from framework.progress import Progress
+from framework.rl.data import StepBatch
+from framework.rl.step import StepParts, StepResult, rl_step, validation_figures
 from framework.rollout.engine import AgentLoop
-from framework.training.lora import apply_lora, reference_policy
+from framework.training.lora import apply_lora
 from framework.training.rng import random_state, set_random_state
 from framework.training.schedule import optimizer_and_schedule
-from framework.training.step import StepParts, StepResult, rl_step, validation_figures
-from framework.training.update import loss_spec
 
 
 class CheckpointMismatch(RuntimeError):
@@ -54,12 +53,9 @@ class SearchAgentRL(L.LightningModule):
             model = apply_lora(model, cfg.lora)
         self.policy = model
         apply_gradient_checkpointing(model, cfg.trainer)
-        spec = loss_spec(cfg.loss, cfg.kl)
         # plain objects, not modules: the reference (only for a KL term) gets no gradient, no
         # checkpoint, no DDP bucket; the loop and its backend are built in setup()
-        pad_id = self.tokenizer.pad_token_id
-        self.parts = StepParts(model, None, cfg.reward, cfg.advantage, spec, cfg.optim, pad_id)
-        self.parts.reference = reference_policy(model) if spec.kl is not None else None
+        self.parts = StepParts.of(cfg, model, None, self.tokenizer.pad_token_id)
         self.backend: Any = None
         self.rl_step = 0
         self._restored_calls: int | None = None

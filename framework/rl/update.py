@@ -23,14 +23,8 @@ from framework.algorithms.rollout_correction import (
     correction_weights,
     mismatch_stats,
 )
-from framework.rollout.types import Trajectory
-from framework.training.tokens import (
-    pack,
-    packed_rollout_logprobs,
-    response_mask,
-    right_aligned,
-    token_logprobs,
-)
+from framework.rl.batch import MicroBatch, RolloutBatch
+from framework.training.tokens import token_logprobs
 from framework.types import LossOutput, PolicyLossInputs
 
 
@@ -44,9 +38,8 @@ class UpdatePlan:
 
 
 def plan_update(
-    trajectories: Sequence[Trajectory],
+    batch: RolloutBatch,
     advantages: Tensor,
-    sample_mask: Tensor,
     *,
     micro_batch_size: int,
     agg: str,
@@ -70,8 +63,8 @@ def plan_update(
     larger than ``micro_batch_size`` (or ``max_tokens``) gets a micro-batch of its own; ``skip_zero``
     leaves out only groups none of whose rollouts would be trained.
     """
-    n = len(trajectories)
-    mask = _row_token_mask(trajectories, sample_mask)
+    n = batch.size
+    sample_mask = batch.sample_mask
     adv_rows = advantages.reshape(n, -1).abs().sum(-1) if n else advantages
     trained = [
         not skip_zero or (bool(sample_mask[i]) and float(adv_rows[i]) != 0.0) for i in range(n)
@@ -79,12 +72,12 @@ def plan_update(
     units: list[list[int]]
     if whole_groups:
         by_group: dict[int, list[int]] = {}
-        for i, t in enumerate(trajectories):
-            by_group.setdefault(t.group, []).append(i)
+        for i, g in enumerate(batch.group_index.tolist()):
+            by_group.setdefault(g, []).append(i)
         units = [rows for rows in by_group.values() if any(trained[i] for i in rows)]
     else:
         units = [[i] for i in range(n) if trained[i]]
-    length = [len(t.token_ids) for t in trajectories]
+    length = batch.lengths
     longest = [max(length[i] for i in unit) for unit in units]
     order = sorted(range(len(units)), key=lambda u: longest[u])
     groups: list[list[int]] = []
@@ -100,12 +93,7 @@ def plan_update(
             groups.append(list(unit))
     chunks = [torch.tensor(g, dtype=torch.long) for g in groups]
     kept = sum(len(g) for g in groups)
-    return UpdatePlan(chunks, chunk_weights(mask, chunks, agg), skipped=n - kept)
-
-
-def _row_token_mask(trajectories: Sequence[Trajectory], sample_mask: Tensor) -> Tensor:
-    """``[N, L]`` effective trained-token mask of the whole batch (:func:`response_mask` layout)."""
-    return response_mask(trajectories) & sample_mask.bool().reshape(-1, 1)
+    return UpdatePlan(chunks, chunk_weights(batch.trained_mask, chunks, agg), skipped=n - kept)
 
 
 @dataclass
@@ -166,13 +154,9 @@ class ChunkResult:
 
 def chunk_loss(
     model: Any,
-    trajectories: Sequence[Trajectory],
-    rows: Tensor,
-    advantages: Tensor,
-    sample_mask: Tensor,
+    micro: MicroBatch,
     spec: LossSpec,
     *,
-    pad_id: int,
     old_logprobs: Tensor | None = None,
     reference: Any = None,
     entropy: bool = False,
@@ -180,43 +164,42 @@ def chunk_loss(
     """Loss of one micro-batch: ``(loss output, entropy [n, R] or None, token mask [n, R],
     rollout mismatch or None)``.
 
-    ``advantages`` are ``[N]`` or ``[N, L]`` of the whole batch (per token in
-    :func:`~framework.training.tokens.response_mask`'s layout). ``old_logprobs`` ``[n, R]`` are the
-    behaviour policy's; ``None`` means the batch is exactly on policy (one policy epoch, weights
-    unchanged since generation) and the current log-probabilities, detached, stand in for them: the
-    ratio is 1 and its gradient the policy gradient.
+    ``micro`` holds its rows' packed tokens and advantages (:meth:`RolloutBatch.micro_batches`).
+    ``old_logprobs`` ``[n, R]`` are the behaviour policy's; ``None`` means the batch is exactly on
+    policy (one policy epoch, weights unchanged since generation) and the current
+    log-probabilities, detached, stand in for them: the ratio is 1 and its gradient the policy
+    gradient.
 
-    When the trajectories carry the rollout backend's log-probs (``rollout_logprobs``), their
-    mismatch with the trainer's pre-update log-probs (``old``) over the trained tokens is measured
+    When the rollouts carry the backend's log-probs (``micro.rollout_logprobs``), their mismatch
+    with the trainer's pre-update log-probs (``old``) over the trained tokens is measured
     (:func:`~framework.algorithms.rollout_correction.mismatch_stats`), and with
     ``spec.rollout_correction`` on, the importance weights
     (:func:`~framework.algorithms.rollout_correction.correction_weights`) go to the loss as
     ``PolicyLossInputs.token_weights``.
 
     Raises:
-        ValueError: a correction is configured but a trained trajectory has no rollout log-probs.
+        ValueError: a correction is configured but a trained rollout has no backend log-probs;
+            ``micro`` carries no advantages.
     """
+    if micro.advantages is None:
+        raise ValueError("chunk_loss() needs a micro-batch with advantages")
     device = next(model.parameters()).device
-    chunk = [trajectories[int(i)] for i in rows]
-    batch = pack(chunk, pad_id).to(device)
-    logp, ent = token_logprobs(model, batch, entropy=entropy)
+    tokens = micro.tokens.to(device)
+    logp, ent = token_logprobs(model, tokens, entropy=entropy)
     old = logp.detach() if old_logprobs is None else old_logprobs.to(device)
-    adv = advantages[rows]  # [n] or [n, L]
-    if adv.dim() == 2:
-        adv = right_aligned(adv, chunk, batch.response_width)  # [n, R], as pack lays tokens out
     inputs = PolicyLossInputs(
         logprobs=logp,
         old_logprobs=old,
-        advantages=adv.to(device),
-        token_mask=batch.loss_mask,
-        sample_mask=sample_mask[rows].to(device),
-        group_index=torch.tensor([t.group for t in chunk], dtype=torch.long, device=device),
+        advantages=micro.advantages.to(device),
+        token_mask=tokens.loss_mask,
+        sample_mask=micro.sample_mask.to(device),
+        group_index=micro.group_index.to(device),
     )
-    mismatch = _rollout_correction(inputs, chunk, spec)
+    mismatch = _rollout_correction(inputs, micro.rollout_logprobs, spec)
     out = spec.policy_loss(inputs)
     if spec.kl is not None and spec.kl_coef > 0 and reference is not None:
         with torch.no_grad():
-            ref_logp, _ = token_logprobs(reference, batch)
+            ref_logp, _ = token_logprobs(reference, tokens)
         out = add_kl_penalty(
             out,
             spec.kl(logp, ref_logp),
@@ -229,20 +212,19 @@ def chunk_loss(
 
 
 def _rollout_correction(
-    inputs: PolicyLossInputs, chunk: Sequence[Trajectory], spec: LossSpec
+    inputs: PolicyLossInputs, behav: Tensor | None, spec: LossSpec
 ) -> MismatchStats | None:
-    """Measure the rollout/trainer mismatch of a micro-batch and, with a correction configured,
-    set ``inputs.token_weights``; None when the trajectories carry no rollout log-probs."""
+    """Measure the rollout/trainer mismatch of a micro-batch (``behav``: the backend's log-probs
+    in the packed layout, :attr:`MicroBatch.rollout_logprobs`) and, with a correction
+    configured, set ``inputs.token_weights``; None when the rollouts carry no backend log-probs."""
     mask = inputs.effective_mask()
-    behav = packed_rollout_logprobs(chunk, mask.shape[1])
     if behav is None:
         if spec.rollout_correction != "none":
-            missing = sum(t.rollout_logprobs is None for t in chunk)
             raise ValueError(
                 f"[loss.rollout_correction] got {spec.rollout_correction!r}; expected the rollout "
-                f"backend's log-probs on every trained rollout, but {missing} of {len(chunk)} in "
-                "this micro-batch have none (rollout.decoder=generate records none). Fix: use "
-                "rollout.decoder=loop or rollout=vllm, or set loss.rollout_correction=none."
+                "backend's log-probs on every trained rollout, but some of this batch have none "
+                "(rollout.decoder=generate records none). Fix: use rollout.decoder=loop or "
+                "rollout=vllm, or set loss.rollout_correction=none."
             )
         return None
     old, behav = inputs.old_logprobs.detach(), behav.to(mask.device)
@@ -263,24 +245,16 @@ def _rollout_correction(
 
 
 @torch.no_grad()
-def behaviour_logprobs(
-    model: Any, trajectories: Sequence[Trajectory], plan: UpdatePlan, *, pad_id: int
-) -> list[Tensor]:
-    """Log-probabilities of every chunk under the current weights (before any update)."""
+def behaviour_logprobs(model: Any, micro: Sequence[MicroBatch]) -> list[Tensor]:
+    """Log-probabilities of every micro-batch under the current weights (before any update)."""
     device = next(model.parameters()).device
-    out = []
-    for rows in plan.chunks:
-        batch = pack([trajectories[int(i)] for i in rows], pad_id).to(device)
-        out.append(token_logprobs(model, batch)[0].detach())
-    return out
+    return [token_logprobs(model, m.tokens.to(device))[0].detach() for m in micro]
 
 
 def run_update_pass(
     model: Any,
-    trajectories: Sequence[Trajectory],
-    advantages: Tensor,
-    sample_mask: Tensor,
-    plan: UpdatePlan,
+    micro: Sequence[MicroBatch],
+    weights: Sequence[float],
     spec: LossSpec,
     backward: Callable[[Tensor], None],
     *,
@@ -290,27 +264,25 @@ def run_update_pass(
     entropy: bool = True,
     extra_passes: int = 0,
 ) -> dict[str, float]:
-    """Accumulate the gradient of the whole batch's loss over the plan's micro-batches.
+    """Accumulate the gradient of the whole batch's loss over its micro-batches (``weights``: the
+    plan's accumulation weights, :func:`plan_update`).
 
-    ``extra_passes`` adds backward passes of an exactly-zero loss: under data parallelism every
-    process must run as many backward passes (each one synchronises gradients) as the busiest one.
+    ``extra_passes`` adds backward passes of an exactly-zero loss (a ``pad_id`` token through the
+    model): under data parallelism every process must run as many backward passes (each one
+    synchronises gradients) as the busiest one.
 
     Returns:
         The batch loss and weighted means of the loss metrics (``clip_frac``, ``approx_kl``, ``kl``,
         ...), plus ``entropy`` (token mean over the trained tokens of the chunks seen) and, when the
-        trajectories carry rollout log-probs, the ``rollout_mismatch_*`` figures (and with a
+        rollouts carry backend log-probs, the ``rollout_mismatch_*`` figures (and with a
         correction ``rollout_correction_frac`` / ``_weight_mean``) over the same tokens.
     """
     results = []
-    for k, (rows, w) in enumerate(zip(plan.chunks, plan.weights, strict=True)):
+    for k, (m, w) in enumerate(zip(micro, weights, strict=True)):
         out, ent, mask, mismatch = chunk_loss(
             model,
-            trajectories,
-            rows,
-            advantages,
-            sample_mask,
+            m,
             spec,
-            pad_id=pad_id,
             old_logprobs=None if old_logprobs is None else old_logprobs[k],
             reference=reference,
             entropy=entropy,
@@ -352,30 +324,24 @@ def summarize(results: Sequence[ChunkResult]) -> dict[str, float]:
 
 
 @torch.no_grad()
-def mean_entropy(
-    model: Any, trajectories: Sequence[Trajectory], rows: Tensor, *, pad_id: int
-) -> float | None:
-    """Token-mean entropy over the generated tokens of ``rows`` (a collapse indicator)."""
-    if rows.numel() == 0:
-        return None
+def mean_entropy(model: Any, micro: MicroBatch) -> float | None:
+    """Token-mean entropy over the generated tokens of ``micro`` (a collapse indicator)."""
     device = next(model.parameters()).device
-    batch = pack([trajectories[int(i)] for i in rows], pad_id).to(device)
-    _, ent = token_logprobs(model, batch, entropy=True)
-    mask = batch.loss_mask.bool()
+    tokens = micro.tokens.to(device)
+    _, ent = token_logprobs(model, tokens, entropy=True)
+    mask = tokens.loss_mask.bool()
     return float(ent[mask].mean()) if mask.any() else None
 
 
 def policy_update(
     model: Any,
-    trajectories: Sequence[Trajectory],
+    batch: RolloutBatch,
     advantages: Tensor,
-    sample_mask: Tensor,
     spec: LossSpec,
     optimizer: Any,
     scheduler: Any,
     optim: Any,
     *,
-    pad_id: int,
     backward: Callable[[Tensor], None] = Tensor.backward,
     reference: Any = None,
     pad_passes: Callable[[int], int] | None = None,
@@ -387,8 +353,9 @@ def policy_update(
     The Lightning module passes its ``manual_backward``; plain torch callers keep the default.
 
     Args:
-        advantages: ``[N]`` per rollout or ``[N, L]`` per response token
-            (:func:`~framework.training.tokens.response_mask`'s layout).
+        batch: the step's rollouts (packed tokens, masks, groups, backend log-probs).
+        advantages: ``[N]`` per rollout or ``[N, L]`` per response token (the batch's response
+            layout).
         optim: the ``optim`` section (policy_epochs, micro_batch_size, micro_batch_tokens,
             skip_zero_advantage, grad_clip).
         pad_passes: given this process's number of micro-batches, how many zero-loss backward
@@ -404,9 +371,8 @@ def policy_update(
     """
     o = optim
     plan = plan_update(
-        trajectories,
+        batch,
         advantages,
-        sample_mask,
         micro_batch_size=o.micro_batch_size,
         agg=spec.agg,
         skip_zero=o.skip_zero_advantage and spec.kl is None and spec.zero_advantage_inert,
@@ -414,9 +380,10 @@ def policy_update(
         whole_groups=spec.whole_groups,
     )
     extra = pad_passes(len(plan.chunks)) if pad_passes is not None else 0
+    micro = batch.micro_batches(plan.chunks, advantages) if plan.chunks else []  # sliced once
     old = None
     if o.policy_epochs > 1:  # later epochs are off policy: keep the behaviour log-probs
-        old = behaviour_logprobs(model, trajectories, plan, pad_id=pad_id)
+        old = behaviour_logprobs(model, micro)
     params = [p for p in model.parameters() if p.requires_grad]
     model.train()
     figures: dict[str, float] = {}
@@ -425,13 +392,11 @@ def policy_update(
         optimizer.zero_grad(set_to_none=True)
         stats = run_update_pass(
             model,
-            trajectories,
-            advantages,
-            sample_mask,
-            plan,
+            micro,
+            plan.weights,
             spec,
             backward,
-            pad_id=pad_id,
+            pad_id=batch.pad_id,
             old_logprobs=old,
             reference=reference,
             entropy=epoch == 0,
@@ -451,18 +416,19 @@ def policy_update(
             figures = dict(stats, grad_norm=float(norm))
     model.eval()
     if "entropy" not in figures:  # nothing was trained: measure the collapse indicator anyway
-        rows = torch.arange(min(len(trajectories), o.micro_batch_size))
-        ent = mean_entropy(model, trajectories, rows, pad_id=pad_id)
+        rows = torch.arange(min(batch.size, o.micro_batch_size))
+        ent = mean_entropy(model, batch.micro_batches([rows])[0]) if batch.size else None
         if ent is not None:
             figures["entropy"] = ent
     figures["nonfinite_grad"] = float(nonfinite)
-    figures["trained_rollouts"] = float(len(trajectories) - plan.skipped)
-    figures["advantage_abs_mean"] = advantage_abs_mean(advantages, trajectories)
+    figures["trained_rollouts"] = float(batch.size - plan.skipped)
+    figures["advantage_abs_mean"] = advantage_abs_mean(advantages, batch.token_mask)
     return figures
 
 
-def advantage_abs_mean(advantages: Tensor, trajectories: Sequence[Trajectory]) -> float:
-    """Mean ``|A|`` over rollouts (``[N]``), or over generated tokens (``[N, L]``)."""
+def advantage_abs_mean(advantages: Tensor, token_mask: Tensor) -> float:
+    """Mean ``|A|`` over rollouts (``[N]``), or over generated tokens (``[N, L]``, ``token_mask``
+    in the same layout)."""
     if advantages.dim() == 1:
         return float(advantages.abs().mean())
-    return float(masked_mean(advantages.abs(), response_mask(trajectories)))
+    return float(masked_mean(advantages.abs(), token_mask))

@@ -1,0 +1,129 @@
+"""The RL recipe, top to bottom: from a validated config and the data splits to a trained policy.
+
+``seekrl-train`` (:mod:`framework.cli.train`) builds the index and the data, runs the SFT warm start,
+then calls :func:`build` and :func:`fit` here, then the final comparison. What one step does is
+:func:`framework.rl.step.rl_step`; the pieces, in the order a step meets them:
+
+1. the sampler draws the step's groups of questions (``SAMPLERS``; :mod:`framework.rl.data` turns
+   its draws into Lightning's batches and restores its position on resume);
+2. :class:`~framework.rl.module.SearchAgentRL`, the LightningModule wrapping the policy and the
+   loss, calls :func:`~framework.rl.step.rl_step` once per step: roll out
+   (:class:`~framework.rollout.engine.AgentLoop`), score (``REWARDS``), build one
+   :class:`~framework.rl.batch.RolloutBatch`, compute the inputs components declare
+   (:mod:`framework.rl.inputs`), estimate advantages (``ADVANTAGES``) and update the policy over
+   micro-batches (:mod:`framework.rl.update`: ``POLICY_LOSSES``, ``KL_ESTIMATORS``);
+3. callbacks: the health monitors (``trainer.health``), step checkpoints, plain progress lines;
+4. one Lightning ``Trainer`` built from the ``trainer`` section
+   (:func:`~framework.lightning.trainer.build_trainer`, the same factory SFT uses).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from framework.data.schema import QAItem
+from framework.health.config import build_monitors
+from framework.lightning.callbacks import StepCheckpoint
+from framework.lightning.health import HealthCallback
+from framework.lightning.trainer import build_trainer, log_progress
+from framework.rl.config import TrainConfig
+from framework.rl.data import QuestionDataModule
+from framework.rl.module import SearchAgentRL
+
+#: figures on the plain progress lines of an RL run
+RL_PROGRESS_KEYS = ("rollout/reward", "rollout/accuracy", "rollout/format_valid", "loss/entropy")
+
+
+@dataclass
+class RLRun:
+    """The RL stage of a run, built and ready to fit.
+
+    Attributes:
+        module: the LightningModule (policy, loss, rollout loop).
+        data: the step stream and the validation questions.
+        trainer: the Lightning trainer.
+        checkpoints: the step checkpoint callback (``interrupted`` after SIGINT / SIGTERM).
+        health: the health callback (``stopped`` holds the alarm that stopped the run).
+        metrics: the trainer's last logged figures, after :func:`fit`.
+    """
+
+    module: SearchAgentRL
+    data: QuestionDataModule
+    trainer: Any
+    checkpoints: StepCheckpoint
+    health: HealthCallback
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def build(
+    cfg: TrainConfig, train_items: list[QAItem], val_items: list[QAItem], run_dir: Path
+) -> RLRun:
+    """Sampler, module, data module, callbacks and trainer of the RL stage.
+
+    Raises:
+        DatasetError, PolicyError, ValueError: the data or the policy cannot be used as configured.
+    """
+    from framework.registry import SAMPLERS
+
+    sampler = SAMPLERS.bind(cfg.sampler)(train_items, cfg.seed)
+    module = SearchAgentRL(cfg, train_items, val_items)
+    t = cfg.trainer
+    data = QuestionDataModule(
+        train_items,
+        val_items,
+        sampler,
+        max_steps=t.max_steps,
+        val_questions=t.val_questions,
+        seed=cfg.seed,
+    )
+    checkpoints = StepCheckpoint(
+        run_dir / "checkpoints",
+        t.checkpoint_every_n_steps,
+        t.keep_checkpoints,
+        t.max_steps,
+        final=t.checkpoint_at_end,
+        weights_only=t.checkpoint_weights_only,
+    )
+    # before the checkpoint callback: a checkpoint holds the monitors' state after its step
+    health = HealthCallback(build_monitors(cfg.health), checkpoints, run_facts(cfg))
+    trainer = build_trainer(
+        t,
+        cfg.logger,
+        run_dir,
+        max_steps=t.max_steps * cfg.optim.policy_epochs,  # Lightning counts optimiser steps
+        callbacks=[health, checkpoints, *log_progress("rl", t.max_steps, RL_PROGRESS_KEYS)],
+        val_check_interval=t.val_every_n_steps or 10**9,
+        limit_val_batches=1,
+    )
+    return RLRun(module, data, trainer, checkpoints, health)
+
+
+def fit(run: RLRun, cfg: TrainConfig, ckpt: str | None) -> dict[str, float]:
+    """Train from ``ckpt`` (a checkpoint path, or None to start fresh), validate once more at the
+    end unless the last step just did (or the run was interrupted or stopped), and return the
+    trainer's last figures. The module's rollout resources are closed whatever happens.
+
+    Raises:
+        CheckpointMismatch, CheckpointWriteError, RetrievalError, PolicyError: what a user can fix.
+    """
+    module, trainer = run.module, run.trainer
+    try:
+        trainer.fit(module, datamodule=run.data, ckpt_path=ckpt, weights_only=True)
+        t = cfg.trainer
+        just_validated = t.val_every_n_steps and module.rl_step % t.val_every_n_steps == 0
+        validate = t.val_at_end and run.data.val_rows and not run.checkpoints.interrupted
+        if validate and not just_validated and run.health.stopped is None:
+            trainer.validate(module, datamodule=run.data, verbose=False)
+    finally:
+        module.close()
+    run.metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    return run.metrics
+
+
+def run_facts(cfg: TrainConfig) -> dict[str, str]:
+    """What the health monitors' alarms name: the retriever (and its server, if it has one)."""
+    r = cfg.retriever
+    where = f" at {r.url}" if isinstance(getattr(r, "url", None), str) else ""
+    return {"retriever": f"'{r.name}'{where}", "algorithm": str(cfg.algorithm)}
