@@ -125,10 +125,18 @@ def _masked_inputs(inputs: PolicyLossInputs) -> tuple[Tensor, Tensor, Tensor, Te
 
 
 def _clipped_objective(
-    ratio: Tensor, adv: Tensor, mask: Tensor, low: float, high: float, cfg: ClipLossConfig
+    ratio: Tensor,
+    adv: Tensor,
+    mask: Tensor,
+    low: float | Tensor,
+    high: float | Tensor,
+    cfg: ClipLossConfig,
 ) -> LossOutput:
+    """PPO's pessimistic clipped objective; ``low`` / ``high`` are the clip widths (a number, or
+    per-token ``[N, L]`` / per-row ``[N, 1]`` widths, as ETR scales them)."""
     unclipped = -adv * ratio  # [N, L]
-    clipped = -adv * ratio.clamp(1.0 - low, 1.0 + high)  # [N, L]
+    # a number or a tensor: clamp takes both (its stub's overloads take one kind at a time)
+    clipped = -adv * ratio.clamp(1.0 - low, 1.0 + high)  # type: ignore[arg-type]  # [N, L]
     per_token = torch.maximum(unclipped, clipped)  # [N, L] pessimistic bound
     loss = aggregate(per_token, mask, cfg.agg, cfg.norm_constant)
     with torch.no_grad():

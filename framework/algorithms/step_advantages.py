@@ -155,6 +155,8 @@ def steps_to_tokens(values: Tensor, steps: AgentSteps, inputs: AdvantageInputs) 
         inputs: ``turns`` (response positions) and ``token_mask [N, L]``.
     """
     mask = inputs.token_mask
+    if mask is None:
+        raise ValueError("steps_to_tokens() needs inputs with a token_mask")
     out = torch.zeros(mask.shape, dtype=values.dtype, device=values.device)
     for i, t, v in zip(steps.rollout.tolist(), steps.turn.tolist(), values.tolist(), strict=True):
         span = inputs.turns[i][t]

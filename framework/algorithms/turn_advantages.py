@@ -133,9 +133,11 @@ def normalize_over(
 def turn_token_values(values: Tensor, inputs: AdvantageInputs) -> Tensor:
     """``[N, L]``: each generated token gets its turn's entry of ``values [N, T]``; 0 on tool
     responses, padding and tokens outside any turn."""
-    index = inputs.turn_index  # [N, L], -1 on padding
+    index, mask = inputs.turn_index, inputs.token_mask  # [N, L], -1 on padding; [N, L]
+    if index is None or mask is None:
+        raise ValueError("turn_token_values() needs inputs with turn_index and token_mask")
     picked = values.gather(1, index.clamp(min=0, max=values.shape[1] - 1))  # [N, L]
-    keep = inputs.token_mask.bool() & (index >= 0) & (index < values.shape[1])
+    keep = mask.bool() & (index >= 0) & (index < values.shape[1])
     return torch.where(keep, picked, torch.zeros_like(picked))
 
 

@@ -36,7 +36,8 @@ def group_options(group: str) -> list[str]:
 
     prepare()
     names = set(ALL[group].names()) if group in ALL else set()
-    dirs = [config_dir()] + [
+    dirs: list[Path | None] = [config_dir()]
+    dirs += [
         Path(p.removeprefix("file://")) for p in config_search_path() if p.startswith("file://")
     ]
     for p in config_search_path():
@@ -98,7 +99,7 @@ def run_app(app: str, task: Callable[[Any], Any], argv: Sequence[str] | None = N
 
     def _main(cfg: DictConfig) -> Any:
         try:
-            typed = validate(cfg, schema)
+            typed: Any = validate(cfg, schema)
         except ConfigError as exc:
             if exc.__cause__ is not None:
                 raise

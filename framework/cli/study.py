@@ -252,7 +252,9 @@ def in_child(target: Any, *args: Any) -> None:
 
     proc = multiprocessing.get_context("spawn").Process(target=target, args=args)
     proc.start()
-    wait_forwarding_sigterm(lambda signum: os.kill(proc.pid, signum), proc.join)
+    pid = proc.pid
+    assert pid is not None  # started
+    wait_forwarding_sigterm(lambda signum: os.kill(pid, signum), proc.join)
     code = proc.exitcode
     if code in (-signal.SIGINT, -signal.SIGTERM, INTERRUPTED):
         # as after an interrupted train run: say so, and that nothing finished is lost

@@ -159,7 +159,7 @@ def answerability_retriever_config(cfg: SynthDatasetConfig) -> Any:
     from framework.registry import RETRIEVERS
 
     entry = RETRIEVERS.get(cfg.answerability.retriever)
-    rcfg = entry.config_cls(name=entry.name)
+    rcfg: Any = entry.config_cls(name=entry.name)
     rcfg.corpus, rcfg.cache_dir, rcfg.progress = cfg.corpus, cfg.cache_dir, cfg.progress
     return rcfg
 
@@ -344,11 +344,11 @@ class _Fill:
                     ok = all(flags[i]) if flags is not None else True
                     if flags is not None:
                         self.checked += 1
-                        self.per_hop.setdefault(item.hops, []).append(ok)
+                        self.per_hop.setdefault(item.hops or 0, []).append(ok)
                     if ok or not cfg.answerability.drop_unanswerable:
                         extra = {**item.extra, "answerable": ok if flags is not None else None}
                         self.kept[split].append(dataclasses.replace(item, extra=extra))
-                        quotas[split][item.hops] -= 1
+                        quotas[split][item.hops or 0] -= 1
                     else:
                         self.dropped += 1
                         self.dropped_by[(split, item.hops)] += 1

@@ -42,12 +42,12 @@ def answerability(
             part = queries[start : start + batch]
             results = retriever.search([q for _, _, q in part], k)
             for (i, j, _), hits in zip(part, results, strict=True):
-                found[(i, j)] = items[i].chain[j] in {h.doc_id for h in hits}
+                found[(i, j)] = (items[i].chain or ())[j] in {h.doc_id for h in hits}
             bar.update(len(part))
     out = []
     for i, it in enumerate(items):
         flags = []
-        for j, doc in enumerate(it.chain):
+        for j, doc in enumerate(it.chain or ()):
             try:
                 retriever.document(doc_id=doc)
             except DocumentNotFound:
@@ -94,7 +94,7 @@ def report(
     test = splits.get("test") or next(iter(splits.values()))
     by_hop: dict[int, list[QAItem]] = defaultdict(list)
     for it in test:
-        by_hop[it.hops].append(it)
+        by_hop[it.hops or 0].append(it)
     lines = ["# Synthesized questions: quality report", ""]
     lines += ["| split | questions | " + " | ".join(f"{h} hop" for h in sorted(by_hop)) + " |"]
     lines += ["|---|---|" + "---|" * len(by_hop)]
@@ -165,7 +165,7 @@ def report(
     for h in sorted(by_hop):
         for it in rng.sample(by_hop[h], min(samples_per_hop, len(by_hop[h]))):
             lines.append(
-                f"- ({h} hop) {it.question}  \n  answer: {it.golden_answers[0]}; chain: {' -> '.join(it.chain)}"
+                f"- ({h} hop) {it.question}  \n  answer: {it.golden_answers[0]}; chain: {' -> '.join(it.chain or ())}"
             )
     return data, "\n".join(lines) + "\n"
 

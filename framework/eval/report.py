@@ -291,7 +291,7 @@ def compare(runs: Sequence[Path], labels: Sequence[str] | None, out: Path) -> di
     for label, res in loaded:
         for d, s in res["datasets"].items():
             rows.append({"run": label, "dataset": d, **flat(s["overall"])})
-    pooled = {}
+    pooled: dict[str, dict[str, Any]] = {}
     for label in dict.fromkeys(lbl for lbl, _ in loaded):
         for d in {d for lbl, r in loaded if lbl == label for d in r["datasets"]}:
             vals = [

@@ -22,7 +22,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from statistics import mean
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from framework.config import ComponentConfig, Problem, check_range
 from framework.registry.kinds import HEALTH_MONITORS
@@ -65,11 +65,14 @@ class MonitorConfig(ComponentConfig):
         return check_range(self.warmup_steps, "warmup_steps", low=0)
 
 
-class Monitor(ABC):
+C = TypeVar("C", bound="MonitorConfig")
+
+
+class Monitor(ABC, Generic[C]):
     """A monitor's bookkeeping: the config, the registry name and the window of recent values."""
 
-    def __init__(self, *, cfg: MonitorConfig) -> None:
-        self.cfg = cfg
+    def __init__(self, *, cfg: C) -> None:
+        self.cfg: C = cfg
         self.name = cfg.name
         self.values: list[float] = []  # the watched metric, one entry per step that had it
 
@@ -99,11 +102,15 @@ def _window_problems(cfg: Any) -> list[Problem]:
     return check_range(cfg.window, "window", low=1)
 
 
-class BaselineMonitor(Monitor):
+#: the configs of the monitors that compare a moving mean with the run's first steps
+W = TypeVar("W", "LengthConfig", "ToolCallsConfig")
+
+
+class BaselineMonitor(Monitor[W]):
     """A monitor comparing the moving mean of its metric over ``cfg.window`` steps with a
     baseline: the mean of the run's first ``cfg.window`` steps."""
 
-    def __init__(self, *, cfg: Any) -> None:
+    def __init__(self, *, cfg: Any) -> None:  # a W (mypy cannot pass a constrained one up)
         super().__init__(cfg=cfg)
         self.first: list[float] = []
 
@@ -146,7 +153,7 @@ class CollapseConfig(MonitorConfig):
 
 
 @HEALTH_MONITORS.register("reward_collapse", config=CollapseConfig)
-class CollapseMonitor(Monitor):
+class CollapseMonitor(Monitor[CollapseConfig]):
     """Trips when the moving mean of ``metric`` over ``window`` steps falls ``drop`` (a share)
     below the best moving mean seen so far (which must reach ``min_best``).
 
@@ -200,7 +207,7 @@ class EntropyConfig(MonitorConfig):
 
 
 @HEALTH_MONITORS.register("entropy_collapse", config=EntropyConfig)
-class EntropyMonitor(Monitor):
+class EntropyMonitor(Monitor[EntropyConfig]):
     """Trips when the policy's entropy stays below ``min_entropy`` for ``patience`` steps in a
     row: the policy has become (nearly) deterministic and its groups stop exploring.
 
@@ -242,7 +249,7 @@ class LengthConfig(MonitorConfig):
 
 
 @HEALTH_MONITORS.register("length_blowup", config=LengthConfig)
-class LengthMonitor(BaselineMonitor):
+class LengthMonitor(BaselineMonitor[LengthConfig]):
     """Trips when the moving mean of the response length over ``window`` steps exceeds
     ``factor`` times its baseline, the mean of the run's first ``window`` steps.
 
@@ -285,7 +292,7 @@ class ToolCallsConfig(MonitorConfig):
 
 
 @HEALTH_MONITORS.register("tool_calls_vanish", config=ToolCallsConfig)
-class ToolCallsMonitor(BaselineMonitor):
+class ToolCallsMonitor(BaselineMonitor[ToolCallsConfig]):
     """Trips when an agent that used its tools (mean tool calls per rollout over the first
     ``window`` steps at least ``min_baseline``) stops using them: the moving mean over the last
     ``window`` steps falls to ``floor`` (0: no call at all).
@@ -327,7 +334,7 @@ class RetrievalConfig(MonitorConfig):
 
 
 @HEALTH_MONITORS.register("retrieval_empty", config=RetrievalConfig)
-class RetrievalMonitor(Monitor):
+class RetrievalMonitor(Monitor[RetrievalConfig]):
     """Trips when, over the search queries of the last ``window`` steps (at least
     ``min_queries``), more than ``max_rate`` of them returned no passage or failed: the agent is
     searching an empty or broken index and nothing it learns is about the corpus. Reads the step's
@@ -391,7 +398,7 @@ class GradientConfig(MonitorConfig):
 
 
 @HEALTH_MONITORS.register("gradient", config=GradientConfig)
-class GradientMonitor(Monitor):
+class GradientMonitor(Monitor[GradientConfig]):
     """Trips at once on a non-finite loss or gradient norm (the trainer skips that update, so the
     checkpoint holds the last finite weights), and when the gradient norm before clipping exceeds
     ``max_norm`` for ``patience`` steps in a row. Non-finite trips even during warm-up.
@@ -446,7 +453,7 @@ class ZeroVarianceConfig(MonitorConfig):
 
 
 @HEALTH_MONITORS.register("zero_variance", config=ZeroVarianceConfig)
-class ZeroVarianceMonitor(Monitor):
+class ZeroVarianceMonitor(Monitor[ZeroVarianceConfig]):
     """Trips when more than ``max_fraction`` of each step's groups had identical rewards (no
     learning signal under group normalisation) for ``patience`` steps in a row.
 

@@ -148,12 +148,13 @@ def build_trainer(
     import lightning as L
     from hydra.utils import instantiate
 
+    precision: Any = t.precision_choice().precision  # one of Lightning's precision names
     return L.Trainer(
         accelerator=t.accelerator,
         devices=t.devices,
         num_nodes=t.num_nodes,
         strategy=t.strategy,
-        precision=t.precision_choice().precision,
+        precision=precision,
         max_epochs=1,  # one pass over the stage's step stream, whose length is max_steps
         max_steps=max_steps,
         gradient_clip_val=gradient_clip_val,

@@ -86,8 +86,10 @@ def tokenize_store(store: CorpusStore, params: BM25Params, *, progress: bool = F
     return Tokenized(ids=ids, vocab=vocab)
 
 
-def bm25_index_dir(cfg: BM25RetrieverConfig, corpus: str) -> Path:
-    """Where the BM25 index of ``cfg`` over the corpus with fingerprint ``corpus`` is cached."""
+def bm25_index_dir(cfg: Any, corpus: str) -> Path:
+    """Where the BM25 index of ``cfg`` over the corpus with fingerprint ``corpus`` is cached
+    (``cfg``: a :class:`BM25RetrieverConfig`, or any retriever config with its ``bm25`` and
+    ``cache_dir`` fields, as the hybrid's)."""
     key = hashlib.blake2b(json.dumps(asdict(cfg.bm25), sort_keys=True).encode(), digest_size=6)
     return cache_root(cfg.cache_dir) / "bm25" / f"{corpus}-{key.hexdigest()}"
 

@@ -363,7 +363,7 @@ class CorpusStore:
                 f"SELECT row, passage_id, doc_id, title, text FROM passages WHERE row IN ({marks})"
             )
             for row, *rest in self._con().execute(sql, part):
-                found[row] = tuple(rest)  # type: ignore[assignment]
+                found[row] = tuple(rest)
         missing = [r for r in unique if r not in found]
         if missing:
             raise RetrievalError(

@@ -152,6 +152,7 @@ def build_faiss_index(embeddings: np.ndarray, cfg: DenseIndexConfig, seed: int =
 
     n, dim = embeddings.shape
     metric = faiss.METRIC_INNER_PRODUCT
+    index: Any
     if cfg.type == "flat":
         index = faiss.IndexFlatIP(dim)
     elif cfg.type == "hnsw":
@@ -194,7 +195,8 @@ def set_search_params(index: Any, cfg: DenseIndexConfig) -> None:
     import faiss
 
     if cfg.type == "hnsw":
-        faiss.downcast_index(index).hnsw.efSearch = cfg.ef_search
+        hnsw: Any = faiss.downcast_index(index)  # IndexHNSWFlat, which the stub's Index is not
+        hnsw.hnsw.efSearch = cfg.ef_search
     elif cfg.type in ("ivf", "ivfpq"):
         faiss.extract_index_ivf(index).nprobe = cfg.nprobe
 

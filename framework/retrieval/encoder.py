@@ -147,7 +147,12 @@ class SentenceEncoder:
             self.model = self.model.to(torch.bfloat16)
         if cfg.max_length is not None:
             self.model.max_seq_length = cfg.max_length
-        self.dim = int(self.model.get_embedding_dimension())
+        dim = self.model.get_embedding_dimension()
+        if dim is None:
+            raise RetrievalError(
+                f"[retriever.encoder] {cfg.path}: the model reports no embedding size"
+            )
+        self.dim = int(dim)
 
     def _encode(self, texts: Sequence[str], prefix: str, progress: bool) -> np.ndarray:
         emb = self.model.encode(

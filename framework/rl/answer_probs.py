@@ -92,8 +92,8 @@ def answer_probs(
         chunk = probes[lo : lo + batch_size]
         batch = pack(chunk, pad_id).to(device)
         logp, _ = token_logprobs(policy, batch)  # [n, R], 0 off the answer tokens
-        mask = batch.loss_mask.float()  # [n, R]
-        mean = (logp.float() * mask).sum(-1) / mask.sum(-1).clamp(min=1)  # [n]
+        on_answer = batch.loss_mask.float()  # [n, R]
+        mean = (logp.float() * on_answer).sum(-1) / on_answer.sum(-1).clamp(min=1)  # [n]
         for (i, k), value in zip(where[lo : lo + batch_size], mean.exp().tolist(), strict=True):
             out[i, k] = value
     return out

@@ -18,7 +18,7 @@ import lightning as L
 import torch
 
 from framework.progress import Progress
-from framework.rl.data import StepBatch
+from framework.rl.data import QuestionDataModule, StepBatch
 from framework.rl.step import StepParts, StepResult, rl_step, validation_figures
 from framework.rollout.engine import AgentLoop
 from framework.training.lora import apply_lora
@@ -115,12 +115,12 @@ class SearchAgentRL(L.LightningModule):
             self.train_items,
             self.optimizers(),
             self.lr_schedulers(),
-            keep=getattr(self.trainer.datamodule.sampler, "keep_group", None),
+            keep=getattr(self.data.sampler, "keep_group", None),
             backward=self.manual_backward,
             pad_passes=self._missing_passes,
         )
-        self.trainer.datamodule.observe(self.rl_step, result, self.cfg.reward)
-        self.trainer.datamodule.mark_trained(batch)
+        self.data.observe(self.rl_step, result, self.cfg.reward)
+        self.data.mark_trained(batch)
         self.rl_step += 1
         figures = dict(result.figures, **{"train/step": float(self.rl_step)})
         n = max(len(result.trajectories), 1)  # 0 when dynamic sampling kept no group
@@ -132,6 +132,11 @@ class SearchAgentRL(L.LightningModule):
         self.last_rollout = rollout
         self.last_figures = figures
         self.record(result)
+
+    @property
+    def data(self) -> QuestionDataModule:
+        """The run's data module (the step stream and its sampler)."""
+        return self.trainer.datamodule  # type: ignore[attr-defined]  # set by Trainer.fit
 
     def _missing_passes(self, mine: int) -> int:
         """Backward passes this process must add so that every process runs as many as the
@@ -156,7 +161,7 @@ class SearchAgentRL(L.LightningModule):
             suffix = "" if self.global_rank == 0 else f".rank{self.global_rank}"
             with (folder / f"step-{step:06d}{suffix}.jsonl").open("w") as fh:
                 fh.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
-        experiments = [getattr(lg, "experiment", None) for lg in self.loggers]
+        experiments: list[Any] = [getattr(lg, "experiment", None) for lg in self.loggers]
         for exp in experiments if self.global_rank == 0 else []:
             if not hasattr(exp, "add_histogram") or not result.trajectories:
                 continue

@@ -83,8 +83,8 @@ def plan_update(
     groups: list[list[int]] = []
     for u in order:  # ascending, so this unit holds the longest row so far
         unit = units[u]
-        cur = groups[-1] if groups else None
-        fits = cur is not None and len(cur) + len(unit) <= micro_batch_size
+        cur = groups[-1] if groups else []
+        fits = bool(groups) and len(cur) + len(unit) <= micro_batch_size
         if fits and max_tokens and (len(cur) + len(unit)) * longest[u] > max_tokens:
             fits = False
         if fits:
@@ -330,7 +330,7 @@ def mean_entropy(model: Any, micro: MicroBatch) -> float | None:
     tokens = micro.tokens.to(device)
     _, ent = token_logprobs(model, tokens, entropy=True)
     mask = tokens.loss_mask.bool()
-    return float(ent[mask].mean()) if mask.any() else None
+    return float(ent[mask].mean()) if ent is not None and mask.any() else None
 
 
 def policy_update(

@@ -136,7 +136,9 @@ def _in_place_layer() -> type:
             shape = (*k.shape[:-2], self.capacity, k.shape[-1])
             self._k, self._v, self._n = k.new_zeros(shape), v.new_zeros(shape), 0
 
-        def update(self, k: torch.Tensor, v: torch.Tensor, *args: Any, **kwargs: Any):
+        def update(  # type: ignore[override]  # the same call, the parameters named k and v
+            self, k: torch.Tensor, v: torch.Tensor, *args: Any, **kwargs: Any
+        ) -> Any:
             if not self.is_initialized:
                 self.lazy_initialization(k, v)
             n, add = self._n, k.shape[-2]
@@ -359,7 +361,10 @@ def decode_with_logprobs(
         from transformers import DynamicCache
 
         cache = DynamicCache()  # its layers are created at their first update, as InPlaceLayers
-        cache.layer_class_to_replicate = functools.partial(_in_place_layer(), width + budget)
+        # a factory of the layer class, which DynamicCache calls as it would the class itself
+        cache.layer_class_to_replicate = functools.partial(  # type: ignore[assignment]
+            _in_place_layer(), width + budget
+        )
         for layer in range(len(kv[unique[0]])):
             k0, v0 = kv[unique[0]][layer]
             keys = k0.new_zeros((b, k0.shape[0], width, k0.shape[-1]))
@@ -370,7 +375,7 @@ def decode_with_logprobs(
                 values[r, :, width - lengths[r] :] = v
             cache.update(keys, values, layer)
         del kv
-        first_logits = torch.stack([last[expand[r]] for r in range(b)])
+        first_logits: torch.Tensor | None = torch.stack([last[expand[r]] for r in range(b)])
 
     window = max((len(s.encode()) for s in stop), default=0)
     live = list(range(b))  # positions in the batch -> rows[...]

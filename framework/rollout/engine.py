@@ -294,9 +294,9 @@ class AgentLoop:
             for c in r.pending:
                 tool = TOOLS[c.name]
                 r.traj.stats[tool.stat] = r.traj.stats.get(tool.stat, 0) + tool.count(c)
-            mine = results[start : start + len(r.pending)]
-            body = "\n\n".join([x.text for x in mine] + [f"Error: {e}" for e in r.errors])
-            evidence = "\n\n".join(x.evidence for x in mine if x.evidence)
+            answered = results[start : start + len(r.pending)]
+            body = "\n\n".join([x.text for x in answered] + [f"Error: {e}" for e in r.errors])
+            evidence = "\n\n".join(x.evidence for x in answered if x.evidence)
             start += len(r.pending)
             r.pending, r.errors = [], []
             self._append_observation(r, body, evidence)

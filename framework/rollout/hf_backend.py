@@ -254,10 +254,14 @@ class TransformersBackend:
             ids[row, width - len(s) :] = torch.tensor(list(s), dtype=torch.long)
             mask[row, width - len(s) :] = 1
         device = next(self.model.parameters()).device
-        s = self.cfg.sampling
-        kwargs: dict[str, Any] = {"do_sample": s.temperature > 0}
-        if s.temperature > 0:
-            kwargs.update(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k or None)
+        sampling = self.cfg.sampling
+        kwargs: dict[str, Any] = {"do_sample": sampling.temperature > 0}
+        if sampling.temperature > 0:
+            kwargs.update(
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                top_k=sampling.top_k or None,
+            )
         with torch.inference_mode():
             generated = self.model.generate(
                 input_ids=ids.to(device),

@@ -183,7 +183,7 @@ def load_tokenizer(cfg: PolicyConfig) -> Any:
     from transformers import AutoTokenizer
 
     if cfg.source == "path":
-        folder = Path(cfg.path).expanduser()
+        folder = Path(_checked_path(cfg)).expanduser()
     elif cfg.tokenizer is not None and cfg.source != "smollm2":
         folder = Path(cfg.tokenizer).expanduser()
     else:
@@ -231,7 +231,7 @@ def load_policy(cfg: PolicyConfig) -> tuple[Any, Any]:
         model = LlamaForCausalLM(config).to(dtype)
     else:
         folder = (
-            Path(cfg.path).expanduser()
+            Path(_checked_path(cfg)).expanduser()
             if cfg.source == "path"
             else smollm2_checkpoint(cfg.cache_dir)
         )
@@ -244,3 +244,13 @@ def load_policy(cfg: PolicyConfig) -> tuple[Any, Any]:
             ) from exc
     model.generation_config.pad_token_id = tok.pad_token_id
     return model.to(cfg.device).eval(), tok
+
+
+def _checked_path(cfg: PolicyConfig) -> str:
+    """``cfg.path``, which config validation requires for ``source=path``."""
+    if cfg.path is None:
+        raise PolicyError(
+            "[rollout.policy.path] got None; expected a checkpoint directory for source=path. "
+            "Fix: set rollout.policy.path=<dir>."
+        )
+    return cfg.path

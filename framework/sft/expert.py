@@ -143,7 +143,9 @@ class _Plan:
                 self.phase = "visited"
                 self.found_in_search = found
                 goal = f"find {_a(clue)}"
-                call = _call("visit", {"title": self.item.chain[self.hop - 1], "goal": goal})
+                call = _call(
+                    "visit", {"title": (self.item.chain or ())[self.hop - 1], "goal": goal}
+                )
                 return _turn(self.rng.choice(VISIT).format(**kw), call)
             if not found:
                 self.failure = "evidence not retrieved"

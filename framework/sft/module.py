@@ -113,11 +113,14 @@ class SFTData(L.LightningDataModule):
         lengths = [len(t.token_ids) for t in self.train]
         batches = _Batches(lengths, self.batch_size, self.seed, self.epochs, self.start)
         return DataLoader(
-            batches, batch_size=None, collate_fn=lambda rows: [self.train[i] for i in rows]
+            batches,
+            batch_size=None,
+            collate_fn=lambda rows: [self.train[i] for i in rows],
         )
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(self.val, batch_size=self.batch_size, collate_fn=list)
+        # a list of trajectories is a map-style dataset (DataLoader's stub wants a Dataset)
+        return DataLoader(self.val, batch_size=self.batch_size, collate_fn=list)  # type: ignore[arg-type]
 
 
 def token_groups(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
@@ -189,7 +192,8 @@ class SFTModule(L.LightningModule):
         loss, tokens = self._micro_batched_loss(batch)
         self.log("sft/loss", loss, prog_bar=True, batch_size=len(batch))
         self.log("sft/tokens", float(tokens), batch_size=len(batch))
-        self.log("sft/lr", self.lr_schedulers().get_last_lr()[0], batch_size=len(batch))
+        schedule: Any = self.lr_schedulers()  # the one LambdaLR of configure_optimizers
+        self.log("sft/lr", schedule.get_last_lr()[0], batch_size=len(batch))
         return loss
 
     def validation_step(self, batch: list[Trajectory], batch_idx: int) -> None:

@@ -19,7 +19,9 @@ def adamw(params: Iterable[Any], *, fused: bool = True, **kwargs: Any) -> Any:
 
     params = list(params)
     ok = fused and all(p.is_floating_point() and p.device.type in FUSED_DEVICES for p in params)
-    return torch.optim.AdamW(params, **({"fused": True} if ok else {"foreach": True}), **kwargs)
+    if ok:
+        return torch.optim.AdamW(params, fused=True, **kwargs)
+    return torch.optim.AdamW(params, foreach=True, **kwargs)
 
 
 def lr_multiplier(schedule: str, warmup_steps: int, total_steps: int) -> Callable[[int], float]:
