@@ -7,42 +7,59 @@ Each registry also declares how the framework calls its targets (``signature``; 
 component's config dataclass, bound by :meth:`Registry.bind`), the methods of the objects that class
 targets build (``methods``) and the class every config of the kind derives from (``config_base``,
 checked when a component registers).
-These declarations are the README's registry table (``python3 tools/registry_table.py`` writes it);
+Each registry is typed by its kind's :mod:`~framework.registry.protocols` protocol, so the type
+checker checks every registered target against the signature. These declarations are the README's
+registry table (``python3 tools/registry_table.py`` writes it);
 ``tests/unit/registry/test_registry_table.py`` checks them against the built-in components and the
 README, so the table, this file and the code cannot drift apart.
 """
 
 from __future__ import annotations
 
-from framework.registry.core import Registry
+from typing import Any
 
-REWARDS: Registry = Registry(
+from framework.registry.core import Registry
+from framework.registry.protocols import (
+    AdvantageFn,
+    DatasetFn,
+    HealthMonitorFactory,
+    InputProviderFn,
+    JudgeFactory,
+    KLFn,
+    PolicyLossFn,
+    RetrieverFactory,
+    RewardFn,
+    RolloutBackendFactory,
+    SamplerFactory,
+)
+
+REWARDS: Registry[RewardFn] = Registry(
     "reward",
     signature="fn(inputs: RewardInputs, *, cfg) -> Tensor[N] | RewardOutput",
 )
-ADVANTAGES: Registry = Registry(
+ADVANTAGES: Registry[AdvantageFn] = Registry(
     "advantage",
     signature="fn(inputs: AdvantageInputs, *, cfg) -> Tensor[N or N, L]",
 )
-POLICY_LOSSES: Registry = Registry(
+POLICY_LOSSES: Registry[PolicyLossFn] = Registry(
     "loss",
     signature="fn(inputs: PolicyLossInputs, *, cfg) -> LossOutput",
     config_base="framework.algorithms.losses:PolicyLossConfig",
 )
-KL_ESTIMATORS: Registry = Registry(
+KL_ESTIMATORS: Registry[KLFn] = Registry(
     "kl",
     signature="fn(logprobs, ref_logprobs, *, cfg) -> Tensor[N, L]",
     # the trainer reads ``coef`` (0 turns the term and its reference model off)
     config_base="framework.algorithms.kl:KLConfig",
 )
-SAMPLERS: Registry = Registry(
+SAMPLERS: Registry[SamplerFactory] = Registry(
     "sampler",
     signature="cls(questions, seed, *, cfg)",
     methods=("next_groups() -> list[GroupRequest]", "state_dict()", "load_state_dict(state)"),
     # optional: keep_group(rewards, correct) -> bool, which groups of a step are trained;
     # observe(step, questions, rewards, correct) and state_after(state): adaptive samplers
 )
-RETRIEVERS: Registry = Registry(
+RETRIEVERS: Registry[RetrieverFactory] = Registry(
     "retriever",
     signature="cls(*, cfg)",
     methods=(
@@ -52,7 +69,7 @@ RETRIEVERS: Registry = Registry(
     ),
     config_base="framework.retrieval.types:RetrieverConfigBase",
 )
-ROLLOUT_BACKENDS: Registry = Registry(
+ROLLOUT_BACKENDS: Registry[RolloutBackendFactory] = Registry(
     "rollout",
     signature="cls(*, cfg, model=None, tokenizer=None)",
     methods=(
@@ -60,16 +77,16 @@ ROLLOUT_BACKENDS: Registry = Registry(
         "update_weights(model)",
     ),
 )
-DATASETS: Registry = Registry(
+DATASETS: Registry[DatasetFn] = Registry(
     "dataset",
     signature="fn(split, *, cfg) -> list[QAItem]",
 )
-JUDGES: Registry = Registry(
+JUDGES: Registry[JudgeFactory] = Registry(
     "judge",
     signature="cls(*, cfg, backend=None)",
     methods=("__call__(inputs: JudgeInputs) -> list[bool]",),
 )
-HEALTH_MONITORS: Registry = Registry(
+HEALTH_MONITORS: Registry[HealthMonitorFactory] = Registry(
     "health_monitor",
     signature="cls(*, cfg)",
     methods=(
@@ -79,7 +96,7 @@ HEALTH_MONITORS: Registry = Registry(
     ),
     config_base="framework.health.monitors:MonitorConfig",
 )
-INPUT_PROVIDERS: Registry = Registry(
+INPUT_PROVIDERS: Registry[InputProviderFn] = Registry(
     "input",
     signature="fn(ctx: InputContext, *, cfg) -> Tensor | Any",
     # registered under the name of the input it computes; ``cfg`` is the config of the component
@@ -87,7 +104,7 @@ INPUT_PROVIDERS: Registry = Registry(
     config_store=None,
 )
 
-ALL: dict[str, Registry] = {
+ALL: dict[str, Registry[Any]] = {
     r.group: r
     for r in (
         REWARDS,
