@@ -9,7 +9,7 @@ LoRA, the Lightning trainer, the SFT warm start), which :mod:`framework.rl` may 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import MISSING
 
@@ -21,6 +21,19 @@ from framework.lightning.trainer import TrainerConfig
 from framework.rollout.engine import AgentConfig
 from framework.sft.config import WarmStartConfig
 from framework.training.lora import LoraConfig
+
+if TYPE_CHECKING:
+    from framework.algorithms.kl import KLConfig
+    from framework.algorithms.losses import PolicyLossConfig
+    from framework.config import ComponentConfig
+    from framework.retrieval.types import RetrieverConfigBase
+    from framework.rollout.hf_backend import TransformersBackendConfig
+    from framework.rollout.vllm_backend import VLLMBackendConfig
+
+
+def _section() -> Any:
+    """A component section's default for the type checker (Hydra's is MISSING)."""
+    return MISSING
 
 
 @dataclass
@@ -123,14 +136,26 @@ class TrainConfig:
     algorithm: str = field(default=MISSING, metadata={"help": "bundle name, set by algorithm/"})
     seed: int = field(default=0, metadata={"help": "one seed for data, rollouts and torch"})
     run_dir: str = RUN_DIR
-    advantage: Any = MISSING
-    loss: Any = MISSING
-    kl: Any = MISSING
-    reward: Any = MISSING
-    sampler: Any = MISSING
-    dataset: Any = MISSING
-    rollout: Any = MISSING
-    retriever: Any = MISSING
+    # Component sections: Hydra fills each with the config dataclass its registry entry declared,
+    # so the schema leaves them untyped; the type checker sees each kind's config base.
+    if TYPE_CHECKING:
+        advantage: ComponentConfig = _section()
+        loss: PolicyLossConfig = _section()
+        kl: KLConfig = _section()
+        reward: ComponentConfig = _section()
+        sampler: ComponentConfig = _section()
+        dataset: ComponentConfig = _section()
+        rollout: TransformersBackendConfig | VLLMBackendConfig = _section()  # the built-in ones
+        retriever: RetrieverConfigBase = _section()
+    else:
+        advantage: Any = MISSING
+        loss: Any = MISSING
+        kl: Any = MISSING
+        reward: Any = MISSING
+        sampler: Any = MISSING
+        dataset: Any = MISSING
+        rollout: Any = MISSING
+        retriever: Any = MISSING
     agent: AgentConfig = field(default_factory=AgentConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     lora: LoraConfig = field(default_factory=LoraConfig)

@@ -17,7 +17,9 @@ from typing import Any
 import lightning as L
 import torch
 
+from framework.data.schema import QAItem
 from framework.progress import Progress
+from framework.rl.config import TrainConfig
 from framework.rl.data import QuestionDataModule, StepBatch
 from framework.rl.step import StepParts, StepResult, rl_step, validation_figures
 from framework.rollout.engine import AgentLoop
@@ -39,7 +41,9 @@ class SearchAgentRL(L.LightningModule):
         val_items: validation questions.
     """
 
-    def __init__(self, cfg: Any, train_items: list, val_items: list) -> None:
+    def __init__(
+        self, cfg: TrainConfig, train_items: list[QAItem], val_items: list[QAItem]
+    ) -> None:
         super().__init__()
         from framework.lightning.trainer import apply_gradient_checkpointing
         from framework.rollout.policy import load_policy
@@ -89,9 +93,9 @@ class SearchAgentRL(L.LightningModule):
         self.close()
 
     def close(self) -> None:
-        if self.parts.loop is not None:
+        if isinstance(self.parts.loop, AgentLoop):  # what setup() builds
             self.parts.loop.retriever.close()
-            self.parts.loop = None
+        self.parts.loop = None
 
     def on_fit_start(self) -> None:
         if isinstance(self.parts.reference, torch.nn.Module):
@@ -195,7 +199,11 @@ class SearchAgentRL(L.LightningModule):
     # -- checkpoints --------------------------------------------------------------------------------
     def policy_identity(self) -> dict[str, Any]:
         p = self.cfg.rollout.policy
-        ident = {"source": p.source, "path": p.path, "lora": bool(self.cfg.lora.enabled)}
+        ident: dict[str, Any] = {
+            "source": p.source,
+            "path": p.path,
+            "lora": bool(self.cfg.lora.enabled),
+        }
         if p.source == "tiny":
             ident.update(layers=p.tiny_layers, hidden=p.tiny_hidden)
         if p.source == "shape":

@@ -125,5 +125,6 @@ def fit(run: RLRun, cfg: TrainConfig, ckpt: str | None) -> dict[str, float]:
 def run_facts(cfg: TrainConfig) -> dict[str, str]:
     """What the health monitors' alarms name: the retriever (and its server, if it has one)."""
     r = cfg.retriever
-    where = f" at {r.url}" if isinstance(getattr(r, "url", None), str) else ""
+    url = getattr(r, "url", None)  # a served index's address
+    where = f" at {url}" if isinstance(url, str) else ""
     return {"retriever": f"'{r.name}'{where}", "algorithm": str(cfg.algorithm)}

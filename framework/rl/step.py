@@ -10,7 +10,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
@@ -19,6 +19,7 @@ from framework.algorithms.turn_advantages import pad_to_widest
 from framework.config import ComponentConfig
 from framework.data.schema import QAItem
 from framework.rl.batch import RolloutBatch, check_advantages, per_rollout
+from framework.rl.config import OptimConfig, TrainConfig
 from framework.rl.inputs import InputContext, provide_inputs
 from framework.rl.update import LossSpec, policy_update
 from framework.rollout.metrics import (
@@ -32,15 +33,33 @@ from framework.rollout.types import Trajectory
 from framework.types import GroupRequest
 
 
+class RolloutLoop(Protocol):
+    """What rolls a step's groups out (:class:`~framework.rollout.engine.AgentLoop`, or a
+    benchmark's single-turn loop)."""
+
+    #: the generation backend, whose weights follow the policy (``update_weights``, ``tokenizer``)
+    backend: Any
+    #: seconds of the last run by phase
+    timings: dict[str, float]
+
+    def run(
+        self,
+        questions: list[str],
+        group_sizes: list[int],
+        *,
+        question_ids: list[int] | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> list[Trajectory]: ...
+
+
 @dataclass
 class StepParts:
     """What every step of a run works with.
 
     Attributes:
         policy: the causal LM being trained (full or LoRA).
-        loop: rolls groups out: :class:`~framework.rollout.engine.AgentLoop`, or any object with
-            its ``run(questions, group_sizes, *, question_ids, progress)``, ``timings`` (seconds of
-            the last run by phase) and ``backend`` (whose weights follow the policy).
+        loop: rolls groups out (:class:`RolloutLoop`); ``None`` until the Lightning module's
+            ``setup`` builds it.
         reward: the reward config (scored through ``REWARDS``).
         advantage: the advantage config (estimated through ``ADVANTAGES``).
         spec: the bound objective (:func:`~framework.rl.update.loss_spec`).
@@ -49,21 +68,21 @@ class StepParts:
         reference: the frozen reference policy of a KL term, else ``None``.
     """
 
-    policy: Any
-    loop: Any
+    policy: torch.nn.Module
+    loop: RolloutLoop | None
     reward: ComponentConfig
     advantage: ComponentConfig
     spec: LossSpec
-    optim: Any
+    optim: OptimConfig
     pad_id: int
     reference: Any = None
 
     @classmethod
     def of(
         cls,
-        cfg: Any,
-        policy: Any,
-        loop: Any,
+        cfg: TrainConfig,
+        policy: torch.nn.Module,
+        loop: RolloutLoop | None,
         pad_id: int,
         *,
         reward: ComponentConfig | None = None,
@@ -86,6 +105,12 @@ class StepParts:
             pad_id,
             reference,
         )
+
+    def running_loop(self) -> RolloutLoop:
+        """The rollout loop (raises before the Lightning module's ``setup`` has built it)."""
+        if self.loop is None:
+            raise RuntimeError("StepParts.loop is None: build the rollout loop before a step")
+        return self.loop
 
     def sections(self) -> dict[str, ComponentConfig]:
         """The components whose ``requires`` the step meets, by config section: the advantage
@@ -216,7 +241,7 @@ def rollouts(
     (``progress``: see :meth:`~framework.rollout.engine.AgentLoop.run`)."""
     parts.policy.eval()
     with torch.no_grad():
-        return parts.loop.run(
+        return parts.running_loop().run(
             [it.question for it in items],
             list(group_sizes),
             question_ids=list(question_ids),
@@ -267,7 +292,7 @@ def draw_groups(
         clock = time.perf_counter()
         items = [dataset[g.question] for g in pending]
         trajs = rollouts(parts, items, [g.size for g in pending], [g.question for g in pending])
-        for k, v in parts.loop.timings.items():
+        for k, v in parts.running_loop().timings.items():
             if k != "total":
                 timings[f"timing/{k}"] += v
         for k, n in getattr(parts.loop, "retrieval_counts", {}).items():
@@ -348,7 +373,7 @@ def rl_step(
 
     mark = time.perf_counter()
     batch = RolloutBatch.build(kept.trajectories, kept.items, kept.scores, pad_id=parts.pad_id)
-    context = InputContext(parts.policy, parts.loop.backend.tokenizer, batch)
+    context = InputContext(parts.policy, parts.running_loop().backend.tokenizer, batch)
     batch.extras.update(provide_inputs(parts.sections(), context, have=batch.extras))
     if batch.size:
         inputs = batch.advantage_inputs()
@@ -373,7 +398,7 @@ def rl_step(
     )
     timings["timing/update"] = time.perf_counter() - mark
     mark = time.perf_counter()
-    parts.loop.backend.update_weights(parts.policy)
+    parts.running_loop().backend.update_weights(parts.policy)
     timings["timing/weight_sync"] = time.perf_counter() - mark
 
     step_seconds = time.perf_counter() - clock
