@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import gc
 import resource
 import sys
 from pathlib import Path
@@ -64,11 +65,14 @@ def _libc() -> ctypes.CDLL | None:
 
 
 def release_freed() -> None:
-    """Hand the heap's free pages back to the OS (glibc's ``malloc_trim``; nothing elsewhere).
+    """Free a finished stage's objects and hand the heap's free pages back to the OS.
 
-    glibc keeps freed blocks of a few megabytes in the heap, where torch's per-layer tensors land; a
-    finished stage's tensors would otherwise stay resident into the next stage.
+    First a full garbage collection: a stage's Lightning trainer and module refer to each other, so
+    the model, gradients and optimiser state they hold are freed only when the cycle collector runs,
+    which large tensors do not prompt. Then glibc's ``malloc_trim`` (nothing elsewhere): glibc keeps freed blocks of a
+    few megabytes in the heap, where torch's per-layer tensors land.
     """
+    gc.collect()
     lib = _libc()
     if lib is not None:
         lib.malloc_trim(0)

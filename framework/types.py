@@ -11,9 +11,17 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from torch import Tensor
+
+#: a rollout's outcome: answered within the format, broke it, or ran out of budget (turns, tool
+#: calls, tokens); the one table of statuses the engine, rewards, metrics and evaluation read
+Status = Literal["ok", "format_error", "over_budget"]
+STATUS_OK: Status = "ok"
+STATUS_FORMAT_ERROR: Status = "format_error"
+STATUS_OVER_BUDGET: Status = "over_budget"
+STATUSES: tuple[Status, ...] = (STATUS_OK, STATUS_FORMAT_ERROR, STATUS_OVER_BUDGET)
 
 
 @dataclass(frozen=True)

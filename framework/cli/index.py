@@ -21,14 +21,15 @@ from framework.lightning.trainer import INTERRUPTED
 def index(cfg: IndexConfig) -> dict[str, Any]:
     """Open the retriever (building whatever is missing), report where it lives, try one query."""
     from framework.registry import RETRIEVERS
-    from framework.retrieval.types import RetrievalError
+    from framework.retrieval.types import RetrievalError, remote_problem
 
-    if cfg.retriever.name == "http":
-        print(
-            "[retriever.name] got 'http'; expected a local backend (faiss, bm25, hybrid). "
-            "Fix: build the index where the server runs (seekrl-index there, then seekrl-serve).",
-            file=sys.stderr,
-        )
+    remote = remote_problem(
+        cfg.retriever,
+        "seekrl-index builds an index on this machine",
+        "build the index where the server runs (seekrl-index there, then seekrl-serve)",
+    )
+    if remote is not None:
+        print(remote, file=sys.stderr)
         raise SystemExit(2)
     try:
         with sigterm_as_interrupt():

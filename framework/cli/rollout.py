@@ -16,6 +16,7 @@ from typing import Any
 
 from framework.cli.app import run_app
 from framework.cli.schema import RolloutsConfig
+from framework.types import STATUSES
 
 
 def rollouts(cfg: RolloutsConfig) -> dict[str, Any]:
@@ -50,9 +51,7 @@ def rollouts(cfg: RolloutsConfig) -> dict[str, Any]:
     for r in records[: cfg.show]:
         print(render_record(r))
     tokens = sum(t.stats["generated_tokens"] for t in trajectories)
-    statuses = {
-        s: sum(t.status == s for t in trajectories) for s in ("ok", "format_error", "over_budget")
-    }
+    statuses = {s: sum(t.status == s for t in trajectories) for s in STATUSES}
     summary = {
         "rollouts": len(trajectories),
         "mean_reward": float(scores.total.mean()),

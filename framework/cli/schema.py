@@ -25,6 +25,7 @@ from omegaconf import MISSING
 from framework.config.app import RUN_DIR
 from framework.config.problems import Problem, check, check_choice, check_range
 from framework.config.study import StudyConfig
+from framework.retrieval.types import remote_problem
 from framework.rl.config import TrainConfig
 from framework.rollout.engine import AgentConfig
 from framework.sft.config import SFTConfig
@@ -185,15 +186,13 @@ class ServeConfig:
             "a loopback address unless allow_remote=true",
             "keep host=127.0.0.1, or set allow_remote=true to expose the server on purpose",
         )
-        if self.retriever is not None and getattr(self.retriever, "name", None) == "http":
-            out += [
-                Problem(
-                    "retriever.name",
-                    "http",
-                    "a local backend (faiss, bm25, hybrid)",
-                    "serve a local index; the http backend is the client of this server",
-                )
-            ]
+        remote = remote_problem(
+            self.retriever,
+            "the server serves an index on this machine",
+            f"serve a local index; the {getattr(self.retriever, 'name', '')} backend is a client "
+            "of a server",
+        )
+        out += [remote] if remote is not None else []
         return out
 
 

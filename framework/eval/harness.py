@@ -22,6 +22,7 @@ from framework.rewards.entity import EntityRewardConfig
 from framework.rewards.entity_match import entities_found
 from framework.rewards.text import exact_match, token_f1
 from framework.rollout.types import Trajectory
+from framework.types import STATUS_OK, STATUSES
 
 
 def rollout_seed(seed: int, question_id: str, sample: int) -> int:
@@ -212,8 +213,11 @@ def summarize(rows: Sequence[dict[str, Any]], k: int) -> dict[str, Any]:
         "tool_calls": _mean([r["tool_calls"] for r in rows]),
         "queries": _mean([r["queries"] for r in rows]),
         "turns": _mean([r["turns"] for r in rows]),
-        "format_error_rate": _mean([float(r["status"] == "format_error") for r in rows]),
-        "over_budget_rate": _mean([float(r["status"] == "over_budget") for r in rows]),
+        **{
+            f"{s}_rate": _mean([float(r["status"] == s) for r in rows])
+            for s in STATUSES
+            if s != STATUS_OK
+        },
     }
     with_entities = [r for r in rows if r["match_rate"] is not None]
     if len(with_entities) == len(rows) and rows:

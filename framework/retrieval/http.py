@@ -13,7 +13,7 @@ import ipaddress
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 import httpx
@@ -38,6 +38,8 @@ _START_FIX = "start one with `seekrl-serve` or set retriever.url"
 
 @dataclass
 class HttpRetrieverConfig(RetrieverConfigBase):
+    local: ClassVar[bool] = False  # the client of a retrieval server
+
     url: str = field(
         default="http://127.0.0.1:8000",
         metadata={"help": "base URL of the retrieval server (seekrl-serve or Search-R1's)"},

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numbers
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from framework.config import ComponentConfig, Problem, check_range
 
@@ -197,6 +197,27 @@ def document_key(doc_id: str | None, title: str | None) -> tuple[str, str]:
 
 @dataclass
 class RetrieverConfigBase(ComponentConfig):
-    """Fields every retriever config has."""
+    """Fields every retriever config has.
 
+    ``local`` says whether the backend searches an index on this machine (which ``seekrl-index``
+    builds and ``seekrl-serve`` serves) or is the client of a server elsewhere (``http``).
+    """
+
+    local: ClassVar[bool] = True
     limits: QueryLimits = field(default_factory=QueryLimits)
+
+
+def local_retrievers() -> list[str]:
+    """The registered retrievers that search an index on this machine."""
+    from framework.registry import RETRIEVERS
+
+    return [e.name for e in RETRIEVERS if getattr(e.config_cls, "local", True)]
+
+
+def remote_problem(retriever: Any, why: str, fix: str) -> Problem | None:
+    """A config problem when ``retriever`` (a retriever config) is the client of a server rather
+    than a local index (``why``: what needs a local one; ``fix``: what to do instead)."""
+    if retriever is None or getattr(type(retriever), "local", True):
+        return None
+    expected = f"a local backend ({', '.join(local_retrievers())}): {why}"
+    return Problem("retriever.name", retriever.name, expected, fix)

@@ -9,9 +9,7 @@ import torch
 from torch import Tensor
 
 from framework.rewards.text import answer_metric, extract_answer
-from framework.types import RewardInputs
-
-STATUSES = ("ok", "format_error", "over_budget")
+from framework.types import STATUSES, RewardInputs
 
 
 def require_column(inputs: RewardInputs, column: str, reward: str, why: str) -> Sequence[Any]:

@@ -26,7 +26,7 @@ from framework.training.tokens import (
     response_mask,
     right_aligned,
 )
-from framework.types import AdvantageInputs, TurnSpan
+from framework.types import STATUS_OVER_BUDGET, AdvantageInputs, TurnSpan
 
 
 @dataclass
@@ -128,7 +128,9 @@ class RolloutBatch:
         tokens = pack(trajs, pad_id) if trajs else None  # [N, W], the packed layout
         behaviour = packed_rollout_logprobs(trajs, tokens.response_width) if tokens else None
         if sample_mask is None:
-            sample_mask = torch.tensor([t.status != "over_budget" for t in trajs], dtype=torch.bool)
+            sample_mask = torch.tensor(
+                [t.status != STATUS_OVER_BUDGET for t in trajs], dtype=torch.bool
+            )
         sample_mask = sample_mask.bool()
         return cls(
             trajectories=trajs,

@@ -28,7 +28,7 @@ from framework.rollout.parser import (
 from framework.rollout.policy import chat_prompt_ids
 from framework.rollout.tools import TOOLS, CountingRetriever, ToolResult, tool_stats
 from framework.rollout.types import RolloutBackend, Segment, Trajectory
-from framework.types import TurnSpan
+from framework.types import STATUS_FORMAT_ERROR, STATUS_OVER_BUDGET, Status, TurnSpan
 
 SYSTEM_PROMPT = """You are a research assistant who answers questions by searching a Wikipedia corpus.
 Think step by step inside <think> </think>. To search, write
@@ -180,7 +180,7 @@ class AgentLoop:
             self._run_tools([r for r in active if not r.done])
             for r in active:
                 if not r.done and r.traj.stats["turns"] >= self.cfg.max_turns:
-                    self._finish(r, "over_budget", "max_turns")
+                    self._finish(r, STATUS_OVER_BUDGET, "max_turns")
             ended = [r for r in active if r.done]
             active = [r for r in active if not r.done]
             finished += len(ended)
@@ -199,7 +199,7 @@ class AgentLoop:
         budget = [self.cfg.max_total_tokens - len(r.traj.token_ids) for r in active]
         for r, left in zip(active, budget, strict=True):
             if left <= 0:
-                self._finish(r, "over_budget", "max_total_tokens")
+                self._finish(r, STATUS_OVER_BUDGET, "max_total_tokens")
         live = [
             (r, min(left, self.cfg.max_new_tokens_per_turn))
             for r, left in zip(active, budget, strict=True)
@@ -256,16 +256,16 @@ class AgentLoop:
         if turn.malformed is not None:
             out_of_room = finish == "length" and len(t.token_ids) >= self.cfg.max_total_tokens
             reason = "max_total_tokens" if out_of_room else turn.malformed
-            self._finish(r, "over_budget" if out_of_room else "format_error", reason)
+            self._finish(r, STATUS_OVER_BUDGET if out_of_room else STATUS_FORMAT_ERROR, reason)
             return
         calls = len(turn.calls) + len(turn.errors)
         if t.stats["tool_calls"] + calls > self.cfg.max_tool_calls:
-            self._finish(r, "over_budget", "max_tool_calls")
+            self._finish(r, STATUS_OVER_BUDGET, "max_tool_calls")
             return
         t.stats["tool_calls"] += calls
         t.stats["invalid_calls"] += len(turn.errors)
         if t.stats["invalid_calls"] > self.cfg.max_invalid_calls:
-            self._finish(r, "format_error", "too many invalid tool calls")
+            self._finish(r, STATUS_FORMAT_ERROR, "too many invalid tool calls")
             return
         r.pending, r.errors = turn.calls, turn.errors
         t.turns[-1] = replace(t.turns[-1], calls=tuple(turn.calls), invalid_calls=len(turn.errors))
@@ -306,7 +306,7 @@ class AgentLoop:
         text = f"\n{TOOL_RESPONSE[0]}\n{body}\n{TOOL_RESPONSE[1]}\n"
         ids = [int(i) for i in self.tok.encode(text, add_special_tokens=False)]
         if len(t.token_ids) + len(ids) > self.cfg.max_total_tokens:
-            self._finish(r, "over_budget", "max_total_tokens")
+            self._finish(r, STATUS_OVER_BUDGET, "max_total_tokens")
             return
         start = len(t.token_ids)
         t.token_ids.extend(ids)
@@ -322,7 +322,7 @@ class AgentLoop:
         )
         t.response_text += text
 
-    def _finish(self, r: _Rollout, status: str, reason: str) -> None:
+    def _finish(self, r: _Rollout, status: Status, reason: str) -> None:
         r.done = True
         r.traj.status = status
         r.traj.end_reason = reason

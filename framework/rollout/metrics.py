@@ -20,6 +20,7 @@ from framework.rewards.text import ReportsEntityRule, ReportsVerdict, answer_met
 from framework.rollout.scoring import Scores
 from framework.rollout.tools import tool_stats
 from framework.rollout.types import Trajectory
+from framework.types import STATUS_OK, STATUSES
 
 
 def correctness_metric(reward_cfg: object = None) -> str:
@@ -133,8 +134,7 @@ def rollout_metrics(
         "reward": float(scores.total.float().mean()),
         "accuracy": mean(right),
         "format_valid": mean(t.status == "ok" for t in trajectories),
-        "format_error": mean(t.status == "format_error" for t in trajectories),
-        "over_budget": mean(t.status == "over_budget" for t in trajectories),
+        **{s: mean(t.status == s for t in trajectories) for s in STATUSES if s != STATUS_OK},
         "truncated": mean(t.stats.get("truncated_turns", 0) > 0 for t in trajectories),
     }
     for name, values in scores.components.items():

@@ -6,9 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from framework.types import TurnSpan
+from framework.types import STATUS_OK, Status, TurnSpan
 
-STATUSES = ("ok", "format_error", "over_budget")
 SEGMENT_KINDS = ("think", "tool_call", "tool_response", "answer", "other")
 
 
@@ -104,7 +103,7 @@ class Trajectory:
     prompt_len: int
     segments: list[Segment] = field(default_factory=list)
     turns: list[TurnSpan] = field(default_factory=list)
-    status: str = "ok"
+    status: Status = STATUS_OK
     answer: str | None = None
     think_text: str = ""
     response_text: str = ""

@@ -195,7 +195,8 @@ def visit_call(title: str | None = None, doc_id: str | None = None) -> str:
 
 def check_invariants(t: Trajectory, max_total_tokens: int, prompt: list[int] | None = None) -> None:
     """What every trajectory must satisfy, whatever the model did."""
-    from framework.rollout.types import SEGMENT_KINDS, STATUSES
+    from framework.rollout.types import SEGMENT_KINDS
+    from framework.types import STATUSES
 
     n = len(t.token_ids)
     assert t.status in STATUSES
