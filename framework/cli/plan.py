@@ -165,12 +165,14 @@ def dataset_stages(dcfg: Any) -> Iterator[Stage]:
 
 
 def policy_stages(pcfg: Any) -> Iterator[Stage]:
-    """The packaged SmolLM2 GGUF converted to a safetensors checkpoint, once."""
-    from framework.paths import cache_root
+    """The policy's weights made on first use (the packaged SmolLM2 GGUF converted to a
+    safetensors checkpoint, once), where its source makes them."""
+    from framework.rollout.policy import policy_source
 
-    if pcfg.source == "smollm2":
-        target = cache_root(pcfg.cache_dir) / "models" / "smollm2-135m-instruct"
-        work = "convert the packaged GGUF, seconds"
+    built = policy_source(pcfg).built
+    if built is not None:
+        target = built(pcfg)
+        work = "convert the packaged weights, seconds"
         yield Stage("policy", (target / "config.json").is_file(), str(target), work, 5.0)
 
 

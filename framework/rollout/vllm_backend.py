@@ -19,7 +19,13 @@ from typing import Any
 from framework.config import ComponentConfig, Problem, check_range
 from framework.registry.kinds import ROLLOUT_BACKENDS
 from framework.rollout.hf_backend import SamplingConfig
-from framework.rollout.policy import PolicyConfig, PolicyError, load_tokenizer, smollm2_checkpoint
+from framework.rollout.policy import (
+    POLICY_SOURCES,
+    PolicyConfig,
+    PolicyError,
+    load_tokenizer,
+    policy_source,
+)
 from framework.rollout.types import Generation
 
 
@@ -44,13 +50,13 @@ class VLLMBackendConfig(ComponentConfig):
 
 
 def _checkpoint_dir(policy: PolicyConfig) -> Path:
-    if policy.source == "path" and policy.path:
-        return Path(policy.path).expanduser()
-    if policy.source == "smollm2":
-        return smollm2_checkpoint(policy.cache_dir)
+    folder = policy_source(policy).checkpoint(policy)
+    if folder is not None:
+        return folder
     raise PolicyError(
-        f"[rollout.policy.source] got {policy.source}; expected smollm2 or path for the vllm "
-        "backend (it serves a checkpoint folder). Fix: use rollout=transformers for the tiny and "
+        f"[rollout.policy.source] got {policy.source}; expected a source with saved weights "
+        f"({', '.join(k for k, v in POLICY_SOURCES.items() if v.random_dims is None)}) for the "
+        "vllm backend (it serves a checkpoint folder). Fix: use rollout=transformers for the tiny and "
         "shape models, or save the model and pass rollout.policy.source=path."
     )
 

@@ -12,7 +12,9 @@ from framework.rollout.vllm_backend import _checkpoint_dir
 def test_a_policy_without_a_checkpoint_folder_is_refused_naming_its_source(source):
     with pytest.raises(PolicyError) as err:
         _checkpoint_dir(PolicyConfig(source=source))
-    assert str(err.value).startswith(f"[rollout.policy.source] got {source}; expected smollm2")
+    assert str(err.value).startswith(
+        f"[rollout.policy.source] got {source}; expected a source with saved weights (smollm2, path)"
+    )
     assert "Fix: use rollout=transformers" in str(err.value)
 
 
