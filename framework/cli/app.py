@@ -15,8 +15,6 @@ from framework.registry.core import UnknownComponentError, unknown_component_err
 
 # `group=value`, `+group=value`, `++group=value` or `~group`; values may be sweeps `a,b`.
 _CHOICE = re.compile(r"^\+{0,2}(?P<group>[a-z_]+)=(?P<value>[A-Za-z0-9_.,/-]*)$")
-# Config groups that are not registries but have option files in conf/.
-_FILE_GROUPS = ("algorithm", "trainer", "scale", "logger", "debug", "experiment", "study")
 
 
 def prepare() -> None:
@@ -49,6 +47,15 @@ def group_options(group: str) -> list[str]:
     return sorted(names)
 
 
+def file_groups() -> set[str]:
+    """The config groups that are not registries but have option files in conf/ (``algorithm``,
+    ``trainer``, ``scale``, ...): its folders that hold YAML files, Hydra's own settings aside."""
+    root = config_dir()
+    return {
+        d.name for d in root.iterdir() if d.is_dir() and d.name != "hydra" and any(d.glob("*.yaml"))
+    }
+
+
 def _package_dir(dotted: str) -> Path | None:
     """The folder a ``pkg://package/sub/dir`` search-path entry names."""
     parts = dotted.strip("/").replace("/", ".").split(".")
@@ -63,7 +70,7 @@ def check_choices(args: Sequence[str]) -> list[UnknownComponentError]:
     errors = []
     for arg in args:
         m = _CHOICE.match(arg)
-        if not m or (m["group"] not in ALL and m["group"] not in _FILE_GROUPS):
+        if not m or (m["group"] not in ALL and m["group"] not in file_groups()):
             continue
         options = group_options(m["group"])
         errors += [

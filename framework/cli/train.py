@@ -12,6 +12,7 @@ checkpoints and the final policy, and writes TensorBoard logs under ``<run_dir>/
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -57,18 +58,6 @@ def _source(dataset: Any, split: str) -> str:
     return str(getattr(dataset, split, None) or f"dataset={dataset.name} ({split})")
 
 
-COMPONENT_SECTIONS = (
-    "reward",
-    "advantage",
-    "loss",
-    "kl",
-    "sampler",
-    "dataset",
-    "rollout",
-    "retriever",
-)
-
-
 def dry_run(cfg: TrainConfig) -> None:
     """Bind every configured component, say what the run would build (from the cache, building
     nothing: no index, no data, no model loaded), check the data when it exists, then stop."""
@@ -81,7 +70,8 @@ def dry_run(cfg: TrainConfig) -> None:
     print(f"seekrl-train: configuration valid (algorithm={cfg.algorithm}, seed={cfg.seed})")
     choice = cfg.trainer.precision_choice()  # reads the CPU's flags only
     print(f"  precision  {choice.precision} ({choice.reason})")
-    for section in COMPONENT_SECTIONS:
+    schema = {f.name for f in dataclasses.fields(cfg)}
+    for section in [group for group in ALL if group in schema]:  # the registries it selects from
         component = getattr(cfg, section)
         entry = ALL[section].get(component.name)
         ALL[section].bind(component)  # fails here, not mid-run, if a target cannot take its config
