@@ -152,6 +152,8 @@ class PolicyLossInputs:
         token_weights: ``[N, L]`` detached non-negative weights of each token's policy-gradient
             term (rollout correction's importance weights); ``None`` = 1. Every loss applies them
             (the built-ins through ``_masked_inputs``, which folds them into the advantages).
+        extras: the inputs the loss config ``requires``, computed by their providers for the
+            whole step and sliced to this micro-batch's rows (first dimension ``N``).
     """
 
     logprobs: Tensor
@@ -161,6 +163,7 @@ class PolicyLossInputs:
     sample_mask: Tensor | None = None
     group_index: Tensor | None = None
     token_weights: Tensor | None = None
+    extras: Mapping[str, Any] = field(default_factory=dict)
 
     def effective_mask(self) -> Tensor:
         """``[N, L]`` bool: token mask with dropped samples removed."""

@@ -42,6 +42,7 @@ class MicroBatch:
         sample_mask: ``[n]`` bool.
         group_index: ``[n]`` long.
         rollout_logprobs: ``[n, R]`` the backend's log-probs, ``None`` when not recorded.
+        extras: the batch's extras of these rows (tensors and lists with one entry per rollout).
     """
 
     rows: Tensor
@@ -50,6 +51,7 @@ class MicroBatch:
     sample_mask: Tensor
     group_index: Tensor
     rollout_logprobs: Tensor | None
+    extras: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -167,6 +169,10 @@ class RolloutBatch:
             extras=self.extras,
         )
 
+    def rows_of_extras(self, rows: Tensor) -> dict[str, Any]:
+        """:attr:`extras` of ``rows``: per-rollout entries sliced, anything else as it is."""
+        return {k: _rows_of(v, rows, self.size) for k, v in self.extras.items()}
+
     def micro_batches(
         self, chunks: Sequence[Tensor], advantages: Tensor | None = None
     ) -> list[MicroBatch]:
@@ -204,9 +210,19 @@ class RolloutBatch:
                     sample_mask=self.sample_mask[rows],
                     group_index=self.group_index[rows],
                     rollout_logprobs=None if behaviour is None else behaviour[rows, -resp:],
+                    extras=self.rows_of_extras(rows),
                 )
             )
         return out
+
+
+def _rows_of(value: Any, rows: Tensor, n: int) -> Any:
+    """``value``'s entries of ``rows`` when it has one per rollout (first dimension ``n``)."""
+    if isinstance(value, Tensor) and value.dim() > 0 and value.shape[0] == n:
+        return value[rows]
+    if isinstance(value, (list, tuple)) and len(value) == n:
+        return [value[int(i)] for i in rows]
+    return value
 
 
 def turn_index(trajectories: Sequence[Trajectory], width: int | None = None) -> Tensor:

@@ -182,7 +182,8 @@ class TrainConfig:
         from framework.training.checkpoints import latest_checkpoint
 
         out = target_problems(self.logger, "logger")
-        out += missing_providers({"advantage": self.advantage})  # what the estimator requires
+        # what the estimator and the loss require
+        out += missing_providers({"advantage": self.advantage, "loss": self.loss})
         correction = getattr(self.loss, "rollout_correction", "none")
         out += rollout_source_problems(correction, self.rollout)
         if self.resume is not None:

@@ -3,7 +3,9 @@
 A component config lists in ``requires`` the inputs it needs beyond what every step computes
 (:class:`~framework.config.ComponentConfig`); for each, the provider registered under that name in
 :data:`~framework.registry.INPUT_PROVIDERS` computes it from an :class:`InputContext`, and the
-step hands it to the component in its inputs' ``extras``. So the step knows no component:
+step hands it to the component in its inputs' ``extras`` (an advantage estimator's
+``AdvantageInputs``, or a loss's ``PolicyLossInputs`` with the rows of its micro-batch). So the step
+knows no component:
 
     @dataclass
     class MyAdvantageConfig(ComponentConfig):
@@ -15,7 +17,7 @@ step hands it to the component in its inputs' ``extras``. So the step knows no c
 
 A provider is called with ``cfg`` = the config of the first component that requires the input (its
 fields may parametrise the provider, as IGPO's ``probe_batch_size`` does), after the rollouts are
-scored and before advantages are estimated, without gradients; an input the rewards already
+scored and before advantages are estimated and the policy updated, without gradients; an input the rewards already
 returned (a :class:`~framework.types.RewardOutput` extra of the same name) is not recomputed.
 """
 

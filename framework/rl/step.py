@@ -66,6 +66,7 @@ class StepParts:
         optim: the ``optim`` config section (epochs, micro-batches, clipping).
         pad_id: the tokenizer's padding id.
         reference: the frozen reference policy of a KL term, else ``None``.
+        loss: the loss config (bound in ``spec``), whose ``requires`` the step meets too.
     """
 
     policy: torch.nn.Module
@@ -76,6 +77,7 @@ class StepParts:
     optim: OptimConfig
     pad_id: int
     reference: Any = None
+    loss: ComponentConfig | None = None
 
     @classmethod
     def of(
@@ -104,6 +106,7 @@ class StepParts:
             cfg.optim,
             pad_id,
             reference,
+            cfg.loss,
         )
 
     def running_loop(self) -> RolloutLoop:
@@ -112,10 +115,11 @@ class StepParts:
             raise RuntimeError("StepParts.loop is None: build the rollout loop before a step")
         return self.loop
 
-    def sections(self) -> dict[str, ComponentConfig]:
+    def sections(self) -> dict[str, ComponentConfig | None]:
         """The components whose ``requires`` the step meets, by config section: the advantage
-        estimator (its inputs' ``extras``). Rewards are scored before the inputs exist."""
-        return {"advantage": self.advantage}
+        estimator (its inputs' ``extras``) and the policy loss (``PolicyLossInputs.extras``, sliced
+        to each micro-batch). Rewards are scored before the inputs exist."""
+        return {"advantage": self.advantage, "loss": self.loss}
 
 
 @dataclass

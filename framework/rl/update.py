@@ -194,6 +194,7 @@ def chunk_loss(
         token_mask=tokens.loss_mask,
         sample_mask=micro.sample_mask.to(device),
         group_index=micro.group_index.to(device),
+        extras={k: v.to(device) if isinstance(v, Tensor) else v for k, v in micro.extras.items()},
     )
     mismatch = _rollout_correction(inputs, micro.rollout_logprobs, spec)
     out = spec.policy_loss(inputs)

@@ -10,23 +10,23 @@ tokenizer is byte level (one ASCII character = one token; see ``tests/unit/rollo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 import pytest
 import torch
 from torch import Tensor
 
+from framework.algorithms.losses import ClipLossConfig, ppo_clip_loss
 from framework.cli.app import load_config
 from framework.config import ComponentConfig, ConfigError
 from framework.data.schema import QAItem
-from framework.registry import ADVANTAGES, INPUT_PROVIDERS, REWARDS
+from framework.registry import ADVANTAGES, INPUT_PROVIDERS, POLICY_LOSSES, REWARDS
 from framework.rl.inputs import InputContext
 from framework.rl.step import StepParts, rl_step
-from framework.rl.update import loss_spec
 from framework.rollout.engine import AgentConfig, AgentLoop
 from framework.training.schedule import optimizer_and_schedule
-from framework.types import AdvantageInputs, GroupRequest, ToolCall
+from framework.types import AdvantageInputs, GroupRequest, LossOutput, PolicyLossInputs, ToolCall
 from tests.unit.rollout.fakes import EOS, FakeBackend, FakeRetriever, FakeTokenizer, search_call
 
 TOK = FakeTokenizer()
@@ -115,8 +115,7 @@ def run_step(scripts, groups, *overrides: str, keep=None, rounds=False):
     policy = tiny_lm()
     before = [p.detach().clone() for p in policy.parameters()]
     loop = ScriptedLoop(scripts if rounds else [scripts])
-    spec = loss_spec(cfg.loss, cfg.kl)
-    parts = StepParts(policy, loop, cfg.reward, cfg.advantage, spec, cfg.optim, pad_id=EOS)
+    parts = StepParts.of(cfg, policy, loop, EOS)
     opt, sched = optimizer_and_schedule(policy, cfg.optim, 1)
     result = rl_step(parts, groups, DATASET, opt, sched, keep=keep)
     moved = any(not torch.equal(a, b) for a, b in zip(before, policy.parameters(), strict=True))
@@ -304,3 +303,60 @@ def test_a_required_input_without_a_provider_is_a_config_error():
         )
     finally:
         ADVANTAGES.remove("test_needs_unknown")
+
+
+# -- a loss that needs an input the framework does not compute ---------------------------------------
+@dataclass
+class WeightedClipConfig(ClipLossConfig):
+    #: declared on the loss: the step computes it once and slices it to each micro-batch
+    requires: ClassVar[tuple[str, ...]] = ("test_rollout_weights",)
+
+
+LOSS_SEEN: list[tuple[int, list[float]]] = []
+
+
+@INPUT_PROVIDERS.register("test_rollout_weights", config=WeightedClipConfig)
+def rollout_weights(ctx: InputContext, *, cfg: WeightedClipConfig) -> Tensor:
+    """``[N]`` 1, 2, 3, ...: one weight per rollout of the step, in batch order."""
+    return torch.arange(1, ctx.batch.size + 1, dtype=torch.float32)
+
+
+@POLICY_LOSSES.register("test_weighted_clip", config=WeightedClipConfig)
+def weighted_clip_loss(inputs: PolicyLossInputs, *, cfg: WeightedClipConfig) -> LossOutput:
+    """PPO-clip with each rollout's advantage scaled by its required weight."""
+    n = inputs.logprobs.shape[0]
+    # [n] of this micro-batch's rows (1 when called outside a step, as the loss-contract tests do)
+    weights = inputs.extras.get("test_rollout_weights", torch.ones(n))
+    LOSS_SEEN.append((len(weights), weights.tolist()))
+    scaled = replace(
+        inputs,
+        advantages=inputs.advantages * weights.reshape(-1, *[1] * (inputs.advantages.dim() - 1)),
+    )
+    return ppo_clip_loss(scaled, cfg=cfg)
+
+
+def test_a_loss_gets_the_input_it_declares_sliced_to_its_micro_batch():
+    LOSS_SEEN.clear()
+    scripts = [[ANSWER.format("Steven Spielberg")], [ANSWER.format("Boston")]] * 2
+    groups = [GroupRequest(0, 2), GroupRequest(1, 2)]
+    result, moved = run_step(scripts, groups, "loss=test_weighted_clip", "optim.micro_batch_size=1")
+    assert moved and torch.equal(
+        result.batch.extras["test_rollout_weights"], torch.tensor([1.0, 2.0, 3.0, 4.0])
+    )
+    # one micro-batch per trained rollout (zero advantages are skipped), each with its own weight
+    trained = [i for i, a in enumerate(result.advantages.tolist()) if a != 0]
+    assert sorted(w for _, (w,) in LOSS_SEEN) == [float(i + 1) for i in trained]
+    assert all(n == 1 for n, _ in LOSS_SEEN)
+
+
+def test_a_loss_input_without_a_provider_is_a_config_error():
+    @dataclass
+    class LossNeedsUnknown(ClipLossConfig):
+        requires: ClassVar[tuple[str, ...]] = ("test_no_such_loss_input",)
+
+    POLICY_LOSSES.register("test_loss_needs_unknown", config=LossNeedsUnknown)(ppo_clip_loss)
+    try:
+        with pytest.raises(ConfigError, match=r"\[loss.name\] got 'test_loss_needs_unknown'"):
+            load_config("train", ["loss=test_loss_needs_unknown"])
+    finally:
+        POLICY_LOSSES.remove("test_loss_needs_unknown")
