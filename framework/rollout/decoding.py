@@ -231,7 +231,9 @@ class PrefixCache:
 PACKED_SDPA = "seekrl_sdpa"
 
 
-def _packed_sdpa(module: Any, query: torch.Tensor, key: Any, value: Any, mask: Any, **kw: Any):
+def _packed_sdpa(
+    module: Any, query: torch.Tensor, key: Any, value: Any, mask: Any, **kw: Any
+) -> Any:
     """transformers' SDPA attention, except that a one-token query without a mask on a CPU takes
     the path it takes with a mask (the query heads of a key/value head packed as one block)
     instead of SDPA's ``enable_gqa``, which the CPU kernel runs about 2.7x slower per decode step
