@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,14 +16,13 @@ from framework.rewards.composite import reward_parts
 from framework.rollout.types import Trajectory
 from framework.types import RewardInputs
 
-#: the QAItem fields given to components as columns, and the column each becomes
+#: the QAItem fields given to components as columns, and the column each becomes: every field of
+#: the dataset schema under its own name (``id`` as ``question_id``), but ``entities`` (a column only
+#: when every question has them) and ``extra`` (its entries are columns of their own)
 ITEM_COLUMNS = {
-    "question": "question",
-    "id": "question_id",
-    "hops": "hops",
-    "golden_answers": "golden_answers",
-    "chain": "chain",
-    "data_source": "data_source",
+    f.name: {"id": "question_id"}.get(f.name, f.name)
+    for f in dataclasses.fields(QAItem)
+    if f.name not in ("entities", "extra")
 }
 
 
