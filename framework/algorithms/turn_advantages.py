@@ -15,7 +15,6 @@ per turn, and gives it to every token the policy generated in that turn (``input
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -67,17 +66,6 @@ def turn_extra(inputs: AdvantageInputs, key: str, who: str, source: str) -> Tens
     if value.shape[1] < need:
         value = torch.nn.functional.pad(value, (0, need - value.shape[1]))
     return value[:, :need].to(torch.get_default_dtype())
-
-
-def pad_to_widest(parts: Sequence[Tensor]) -> list[Tensor]:
-    """``parts`` each zero-padded at the end of every dimension after the first to the largest
-    (``[n_j, T_j]`` turn rewards of different most turns), the first dimension unchanged."""
-    shape = [max(p.shape[d] for p in parts) for d in range(1, parts[0].dim())]
-    out = []
-    for p in parts:
-        pad = [x for d in reversed(range(1, p.dim())) for x in (0, shape[d - 1] - p.shape[d])]
-        out.append(torch.nn.functional.pad(p, pad) if any(pad) else p)
-    return out
 
 
 def turn_valid(counts: Tensor, width: int) -> Tensor:

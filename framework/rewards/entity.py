@@ -13,7 +13,6 @@ leak check shares.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -24,7 +23,10 @@ from framework.algorithms.shaping import entity_shaped_reward
 from framework.config import ComponentConfig, Problem, check_choice, check_range
 from framework.registry.kinds import REWARDS
 from framework.rewards.common import answer_scores, require_column, valid_mask
-from framework.rewards.entity_match import EntityMatching, entities_found
+from framework.rewards.entity_match import (  # the matching the logged metrics share
+    EntityMatching,
+    question_match_rates,
+)
 from framework.rewards.text import extract_think, verdict_metrics
 from framework.types import RewardInputs
 
@@ -66,7 +68,7 @@ class EntityRewardConfig(ComponentConfig):
         return self.correctness
 
     def entity_rule(self) -> EntityRewardConfig:
-        return self
+        return self  # it has the rule's matching() and skip_question_entities
 
     def matching(self) -> EntityMatching:
         """The matching options of this config, for :func:`entities_found`."""
@@ -75,55 +77,6 @@ class EntityRewardConfig(ComponentConfig):
             lowercase=self.lowercase,
             strip_punctuation=self.strip_punctuation,
         )
-
-
-def entity_match_rate(
-    think: str, entities: Sequence[Sequence[str] | str], cfg: EntityRewardConfig
-) -> float:
-    """``γ = |found| / |E_q|``: the share of entities whose surface form occurs in ``think``.
-
-    Args:
-        think: the rollout's concatenated think text.
-        entities: per entity its surface form, optionally followed by aliases (a bare string is an
-            entity without aliases).
-        cfg: matching options.
-
-    Returns:
-        A rate in [0, 1]; 0 for an empty entity list.
-    """
-    if not entities:
-        return 0.0
-    return sum(entities_found(think, entities, cfg.matching())) / len(entities)
-
-
-def hidden_entities(
-    question: str, entities: Sequence[Sequence[str] | str], cfg: EntityRewardConfig
-) -> list[Sequence[str] | str]:
-    """The entities that ``question`` does not name itself, under the reward's own matching.
-
-    The paper's questions are obfuscated and name none of their entities; a synthesized question
-    here names its anchor ("... the Wikipedia article about Anna Pavlova ..."). Counting an entity
-    the question names would pay a wrong rollout for copying the question into its reasoning, so
-    with ``skip_question_entities`` (the default) ``E_q`` holds only the entities the agent has to
-    find (bridges and the answer). A question that names every entity leaves ``E_q`` empty: its
-    wrong rollouts earn 0, as in GRPO.
-    """
-    named = entities_found(question, entities, cfg.matching())
-    return [e for e, n in zip(entities, named, strict=True) if not n]
-
-
-def question_match_rates(
-    thinks: Sequence[str],
-    entities: Sequence[Sequence[Sequence[str] | str]],
-    questions: Sequence[str] | None,
-    cfg: EntityRewardConfig,
-) -> list[float]:
-    """Per rollout ``γ_i`` over its question's ``E_q``: every entity, or only those the question
-    does not name itself (:func:`hidden_entities`) under ``skip_question_entities`` when the
-    questions are known."""
-    if cfg.skip_question_entities and questions is not None:
-        entities = [hidden_entities(q, e, cfg) for q, e in zip(questions, entities, strict=True)]
-    return [entity_match_rate(t, e, cfg) for t, e in zip(thinks, entities, strict=True)]
 
 
 @REWARDS.register("e_grpo", config=EntityRewardConfig)

@@ -15,6 +15,7 @@ import itertools
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 _PUNCT = str.maketrans(string.punctuation, " " * len(string.punctuation))
 
@@ -99,3 +100,77 @@ def entities_found_by_any(
         found = entities_found(text, entities, matching)
         flags = [a or b for a, b in zip(flags, found, strict=True)]
     return flags
+
+
+class RulesEntities(Protocol):
+    """How a question's entities are matched in a text: an :class:`EntityRule`, or the config of a
+    reward that matches entities (E-GRPO's), which has the same two members."""
+
+    @property
+    def skip_question_entities(self) -> bool: ...
+
+    def matching(self) -> EntityMatching: ...
+
+
+@dataclass(frozen=True)
+class EntityRule:
+    """An entity-matching rule that no reward config carries: by default E-GRPO's (the surface form
+    only, case-sensitive, the question's own entities left out of ``E_q``), which the logged
+    entity figures use when the trained reward matches no entities."""
+
+    aliases: bool = False
+    lowercase: bool = False
+    strip_punctuation: bool = False
+    skip_question_entities: bool = True
+
+    def matching(self) -> EntityMatching:
+        return EntityMatching(self.aliases, self.lowercase, self.strip_punctuation)
+
+
+def entity_match_rate(
+    think: str, entities: Sequence[Sequence[str] | str], cfg: RulesEntities
+) -> float:
+    """``γ = |found| / |E_q|``: the share of entities whose surface form occurs in ``think``.
+
+    Args:
+        think: the rollout's concatenated think text.
+        entities: per entity its surface form, optionally followed by aliases (a bare string is an
+            entity without aliases).
+        cfg: the matching rule.
+
+    Returns:
+        A rate in [0, 1]; 0 for an empty entity list.
+    """
+    if not entities:
+        return 0.0
+    return sum(entities_found(think, entities, cfg.matching())) / len(entities)
+
+
+def hidden_entities(
+    question: str, entities: Sequence[Sequence[str] | str], cfg: RulesEntities
+) -> list[Sequence[str] | str]:
+    """The entities that ``question`` does not name itself, under the reward's own matching.
+
+    The paper's questions are obfuscated and name none of their entities; a synthesized question
+    here names its anchor ("... the Wikipedia article about Anna Pavlova ..."). Counting an entity
+    the question names would pay a wrong rollout for copying the question into its reasoning, so
+    with ``skip_question_entities`` (the default) ``E_q`` holds only the entities the agent has to
+    find (bridges and the answer). A question that names every entity leaves ``E_q`` empty: its
+    wrong rollouts earn 0, as in GRPO.
+    """
+    named = entities_found(question, entities, cfg.matching())
+    return [e for e, n in zip(entities, named, strict=True) if not n]
+
+
+def question_match_rates(
+    thinks: Sequence[str],
+    entities: Sequence[Sequence[Sequence[str] | str]],
+    questions: Sequence[str] | None,
+    cfg: RulesEntities,
+) -> list[float]:
+    """Per rollout ``γ_i`` over its question's ``E_q``: every entity, or only those the question
+    does not name itself (:func:`hidden_entities`) under ``skip_question_entities`` when the
+    questions are known."""
+    if cfg.skip_question_entities and questions is not None:
+        entities = [hidden_entities(q, e, cfg) for q, e in zip(questions, entities, strict=True)]
+    return [entity_match_rate(t, e, cfg) for t, e in zip(thinks, entities, strict=True)]

@@ -134,7 +134,7 @@ class ReportsEntityRule(Protocol):
     (the partial-credit figures of the logged metrics use the trained reward's own rule)."""
 
     def entity_rule(self) -> Any:
-        """An :class:`~framework.rewards.entity.EntityRewardConfig`, or None."""
+        """A rule with ``matching()`` and ``skip_question_entities`` (:class:`~framework.rewards.entity_match.RulesEntities`: E-GRPO's config is one), or None."""
         ...
 
 

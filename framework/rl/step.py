@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
-from framework.algorithms.turn_advantages import pad_to_widest
+from framework.algorithms.padding import pad_to_widest
 from framework.config import ComponentConfig
 from framework.data.schema import QAItem
 from framework.rl.batch import RolloutBatch, check_advantages, per_rollout

@@ -11,8 +11,9 @@ from torch import Tensor
 from framework.algorithms.group import group_max, group_min
 from framework.algorithms.shaping import entity_shaped_reward
 from framework.data.schema import QAItem
-from framework.rewards.entity import (
-    EntityRewardConfig,
+from framework.rewards.entity_match import (
+    EntityRule,
+    RulesEntities,
     entity_match_rate,
     question_match_rates,
 )
@@ -34,11 +35,11 @@ def correctness_metric(reward_cfg: object = None) -> str:
     return name or "em"
 
 
-def entity_rule(reward_cfg: object = None) -> EntityRewardConfig:
+def entity_rule(reward_cfg: object = None) -> RulesEntities:
     """How entities are matched for the logged entity figures: the reward's own rule
     (:class:`~framework.rewards.text.ReportsEntityRule`), else E-GRPO's defaults."""
     rule = reward_cfg.entity_rule() if isinstance(reward_cfg, ReportsEntityRule) else None
-    return rule if rule is not None else EntityRewardConfig(name="e_grpo")
+    return rule if rule is not None else EntityRule()
 
 
 def correct(

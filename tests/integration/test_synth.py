@@ -13,7 +13,8 @@ import pytest
 
 from framework.data.schema import QAItem, read_dataset, write_split
 from framework.data.synthesis import SPLITS, quotas_for
-from framework.rewards.entity import MATCH_CHOICES, EntityRewardConfig, entity_match_rate
+from framework.rewards.entity import MATCH_CHOICES, EntityRewardConfig
+from framework.rewards.entity_match import entity_match_rate
 
 REPO = Path(__file__).resolve().parents[2]
 SIZES = {"train": 120, "validation": 20, "test": 30}

@@ -12,12 +12,13 @@ import pytest
 
 from framework.data.entity_graph import Article, GraphConfig, build_graph
 from framework.data.synthesis import QuestionSynthesizer
-from framework.rewards.entity import MATCH_CHOICES, EntityRewardConfig, entity_match_rate
+from framework.rewards.entity import MATCH_CHOICES, EntityRewardConfig
 from framework.rewards.entity_match import (
     SELECTABLE,
     EntityMatching,
     entities_found,
     entities_found_by_any,
+    entity_match_rate,
 )
 
 

@@ -133,4 +133,7 @@ def test_metrics_read_what_a_reward_reports_not_its_field_names():
     rule = EntityRewardConfig(name="e_grpo", skip_question_entities=False)
     terms = [{"name": "format"}, {"name": "e_grpo", "skip_question_entities": False}]
     assert entity_rule(WeightedSumConfig(name="weighted_sum", terms=terms)) == rule
-    assert entity_rule(OutcomeRewardConfig(name="outcome")) == EntityRewardConfig(name="e_grpo")
+    default = entity_rule(OutcomeRewardConfig(name="outcome"))  # E-GRPO's defaults
+    e_grpo = EntityRewardConfig(name="e_grpo")
+    assert default.matching() == e_grpo.matching()
+    assert default.skip_question_entities == e_grpo.skip_question_entities

@@ -19,7 +19,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from framework.rewards.entity import EntityRewardConfig, entity_match_rate
+from framework.rewards.entity import EntityRewardConfig
+from framework.rewards.entity_match import entity_match_rate
 from framework.rewards.text import (
     extract_answer,
     extract_think,

@@ -6,7 +6,8 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from framework.rewards.entity import EntityRewardConfig, entity_match_rate, entity_reward
+from framework.rewards.entity import EntityRewardConfig, entity_reward
+from framework.rewards.entity_match import entity_match_rate
 from framework.rewards.outcome import OutcomeRewardConfig, outcome_reward
 from framework.rewards.text import (
     exact_match,
