@@ -373,11 +373,12 @@ def rl_step(
     from framework.registry import ADVANTAGES
 
     clock = time.perf_counter()
+    loop = parts.running_loop()
     kept, drawn, timings = draw_groups(parts, groups, dataset, keep)
 
     mark = time.perf_counter()
     batch = RolloutBatch.build(kept.trajectories, kept.items, kept.scores, pad_id=parts.pad_id)
-    context = InputContext(parts.policy, parts.running_loop().backend.tokenizer, batch)
+    context = InputContext(parts.policy, loop.backend.tokenizer, batch)
     batch.extras.update(provide_inputs(parts.sections(), context, have=batch.extras))
     if batch.size:
         inputs = batch.advantage_inputs()
@@ -402,7 +403,7 @@ def rl_step(
     )
     timings["timing/update"] = time.perf_counter() - mark
     mark = time.perf_counter()
-    parts.running_loop().backend.update_weights(parts.policy)
+    loop.backend.update_weights(parts.policy)
     timings["timing/weight_sync"] = time.perf_counter() - mark
 
     step_seconds = time.perf_counter() - clock
