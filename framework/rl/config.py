@@ -178,12 +178,12 @@ class TrainConfig:
     )
 
     def problems(self) -> list[Problem]:
-        from framework.rl.inputs import missing_providers
+        from framework.rl.inputs import REQUIRING_SECTIONS, missing_providers
         from framework.training.checkpoints import latest_checkpoint
 
         out = target_problems(self.logger, "logger")
         # what the estimator and the loss require
-        out += missing_providers({"advantage": self.advantage, "loss": self.loss})
+        out += missing_providers({s: getattr(self, s) for s in REQUIRING_SECTIONS})
         correction = getattr(self.loss, "rollout_correction", "none")
         out += rollout_source_problems(correction, self.rollout)
         if self.resume is not None:

@@ -34,6 +34,11 @@ from framework.data.schema import QAItem
 from framework.rl.batch import RolloutBatch
 from framework.rollout.types import Trajectory
 
+#: the config sections whose components' ``requires`` the step meets: the advantage estimator (in
+#: ``AdvantageInputs.extras``) and the policy loss (in ``PolicyLossInputs.extras``, per
+#: micro-batch); rewards are scored before any input exists
+REQUIRING_SECTIONS = ("advantage", "loss")
+
 
 class MissingInputProvider(LookupError):
     """A component requires an input that no provider computes."""

@@ -20,7 +20,7 @@ from framework.config import ComponentConfig
 from framework.data.schema import QAItem
 from framework.rl.batch import RolloutBatch, check_advantages, per_rollout
 from framework.rl.config import OptimConfig, TrainConfig
-from framework.rl.inputs import InputContext, provide_inputs
+from framework.rl.inputs import REQUIRING_SECTIONS, InputContext, provide_inputs
 from framework.rl.update import LossSpec, policy_update
 from framework.rollout.metrics import (
     correct,
@@ -114,12 +114,6 @@ class StepParts:
         if self.loop is None:
             raise RuntimeError("StepParts.loop is None: build the rollout loop before a step")
         return self.loop
-
-    def sections(self) -> dict[str, ComponentConfig | None]:
-        """The components whose ``requires`` the step meets, by config section: the advantage
-        estimator (its inputs' ``extras``) and the policy loss (``PolicyLossInputs.extras``, sliced
-        to each micro-batch). Rewards are scored before the inputs exist."""
-        return {"advantage": self.advantage, "loss": self.loss}
 
 
 @dataclass
@@ -379,7 +373,8 @@ def rl_step(
     mark = time.perf_counter()
     batch = RolloutBatch.build(kept.trajectories, kept.items, kept.scores, pad_id=parts.pad_id)
     context = InputContext(parts.policy, loop.backend.tokenizer, batch)
-    batch.extras.update(provide_inputs(parts.sections(), context, have=batch.extras))
+    sections = {s: getattr(parts, s) for s in REQUIRING_SECTIONS}  # the components requiring
+    batch.extras.update(provide_inputs(sections, context, have=batch.extras))
     if batch.size:
         inputs = batch.advantage_inputs()
         raw = ADVANTAGES.bind(parts.advantage)(inputs)
