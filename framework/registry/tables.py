@@ -4,8 +4,9 @@ Beside the registries (components with configs), a few choices are named entries
 read by the code that dispatches them, by config validation (``check_choice`` against the live
 table) and by the docs: aggregation modes (``AGG_MODES``, :mod:`framework.algorithms.aggregation`),
 answer metrics (``ANSWER_METRICS``, :mod:`framework.rewards.text`), agent tools (``TOOLS``,
-:mod:`framework.rollout.tools`) and anchor-state keys (``STATE_KEYS``,
-:mod:`framework.algorithms.step_advantages`). A plugin module adds to one at import, which happens
+:mod:`framework.rollout.tools`), anchor-state keys (``STATE_KEYS``,
+:mod:`framework.algorithms.step_advantages`) and the reward extras a weighted sum adds up
+(``SUMMED_EXTRAS``, :mod:`framework.rewards.composite`). A plugin module adds to one at import, which happens
 before any config is validated::
 
     from framework.registry.tables import add_entry

@@ -107,9 +107,10 @@ def reward_components(inputs: RewardInputs, cfg: ComponentConfig) -> dict[str, T
     return reward_parts(inputs, cfg)[1]
 
 
-#: extras that are rewards themselves (``[N, T]`` per-turn rewards): a ``weighted_sum`` weights
-#: them by their term's weight and adds those of several terms, as it does the rewards proper
-SUMMED_EXTRAS = ("turn_rewards",)
+#: extras that are rewards themselves, with what each holds: a ``weighted_sum`` weights them by
+#: their term's weight and adds those of several terms, as it does the rewards proper (a plugin
+#: whose reward returns another such extra adds it with ``framework.registry.tables.add_entry``)
+SUMMED_EXTRAS: dict[str, str] = {"turn_rewards": "[N, T] the reward of each model turn"}
 
 
 def reward_parts(
