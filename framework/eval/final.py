@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from framework.eval.paired import paired_bootstrap, per_question
+from framework.types import STATUS_OK
 
 #: what the demo is, printed under the figures
 WHAT_THIS_IS = (
@@ -24,7 +25,7 @@ def _figures(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     n = len(rows)
     return {
         "pass@1": sum(float(r["correct"]) for r in rows) / n,
-        "format_valid": sum(r.get("status") == "ok" for r in rows) / n,
+        "format_valid": sum(r.get("status") == STATUS_OK for r in rows) / n,
         "tool_calls": sum(float(r.get("tool_calls") or 0) for r in rows) / n,
     }
 

@@ -106,14 +106,14 @@ def question_rows(
     verdicts = judge(
         JudgeInputs(
             questions=[item.question] * len(trajs),
-            answers=[t.answer if t.status == "ok" else None for t in trajs],
+            answers=[t.answer if t.status == STATUS_OK else None for t in trajs],
             golds=[item.golden_answers] * len(trajs),
         )
     )
     rows = []
     entities = list(item.entities or [])
     for i, (t, ok) in enumerate(zip(trajs, verdicts, strict=True)):
-        answer = t.answer if t.status == "ok" else None
+        answer = t.answer if t.status == STATUS_OK else None
         flags = entities_found(t.think_text, entities, entity_cfg.matching())
         rate = sum(flags) / len(entities) if entities else None
         rows.append(

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from framework.rewards.text import answer_metric, extract_answer
-from framework.types import STATUSES, RewardInputs
+from framework.types import STATUS_OK, STATUSES, RewardInputs
 
 
 def require_column(inputs: RewardInputs, column: str, reward: str, why: str) -> Sequence[Any]:
@@ -65,5 +65,5 @@ def valid_mask(inputs: RewardInputs) -> Tensor:
             f"[rollout.status] got {unknown}; expected values in {list(STATUSES)}. "
             "Fix: report one of those statuses per rollout."
         )
-    ok = [s == "ok" and h for s, h in zip(inputs.status, has_answer, strict=True)]
+    ok = [s == STATUS_OK and h for s, h in zip(inputs.status, has_answer, strict=True)]
     return torch.tensor(ok, dtype=torch.bool)

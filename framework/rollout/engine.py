@@ -28,7 +28,7 @@ from framework.rollout.parser import (
 from framework.rollout.policy import chat_prompt_ids
 from framework.rollout.tools import TOOLS, CountingRetriever, ToolResult, tool_stats
 from framework.rollout.types import RolloutBackend, Segment, Trajectory
-from framework.types import STATUS_FORMAT_ERROR, STATUS_OVER_BUDGET, Status, TurnSpan
+from framework.types import STATUS_FORMAT_ERROR, STATUS_OK, STATUS_OVER_BUDGET, Status, TurnSpan
 
 SYSTEM_PROMPT = """You are a research assistant who answers questions by searching a Wikipedia corpus.
 Think step by step inside <think> </think>. To search, write
@@ -251,7 +251,7 @@ class AgentLoop:
             t.stats["truncated_turns"] += 1
         if turn.answer is not None:
             t.answer = turn.answer
-            self._finish(r, "ok", "answer")
+            self._finish(r, STATUS_OK, "answer")
             return
         if turn.malformed is not None:
             out_of_room = finish == "length" and len(t.token_ids) >= self.cfg.max_total_tokens

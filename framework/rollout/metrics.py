@@ -49,7 +49,7 @@ def correct(
     :data:`~framework.rewards.text.ANSWER_METRICS`; normalised exact match by default)."""
     judge = answer_metric(metric, "reward.correctness")
     return [
-        t.status == "ok"
+        t.status == STATUS_OK
         and t.answer is not None
         and judge.correct(t.answer, items[t.group].golden_answers)
         for t in trajectories
@@ -94,7 +94,7 @@ def partial_credit(
         [items[t.group].question for t in trajectories],
         entity_rule(cfg),
     )
-    valid = torch.tensor([t.status == "ok" for t in trajectories])
+    valid = torch.tensor([t.status == STATUS_OK for t in trajectories])
     correct_t = torch.tensor(list(correct_flags))
     gamma_hat = entity_shaped_reward(
         torch.zeros_like(correct_t),  # every rollout "wrong": its shaped value is γ̂ itself
@@ -134,7 +134,7 @@ def rollout_metrics(
     out: dict[str, float] = {
         "reward": float(scores.total.float().mean()),
         "accuracy": mean(right),
-        "format_valid": mean(t.status == "ok" for t in trajectories),
+        "format_valid": mean(t.status == STATUS_OK for t in trajectories),
         **{s: mean(t.status == s for t in trajectories) for s in STATUSES if s != STATUS_OK},
         "truncated": mean(t.stats.get("truncated_turns", 0) > 0 for t in trajectories),
     }

@@ -25,6 +25,7 @@ from framework.config import Problem, check_range
 from framework.data.schema import QAItem
 from framework.rollout.engine import AgentConfig, AgentLoop
 from framework.rollout.types import Generation, Trajectory
+from framework.types import STATUS_OK, STATUS_OVER_BUDGET
 
 
 @dataclass
@@ -298,9 +299,9 @@ def _drop_reason(item: QAItem, plan: _Plan, t: Trajectory) -> str | None:
 
     if plan.failure:
         return plan.failure
-    if t.status == "over_budget":
+    if t.status == STATUS_OVER_BUDGET:
         return f"over budget ({t.end_reason})"
-    if t.status != "ok":
+    if t.status != STATUS_OK:
         return f"format error ({t.end_reason})"
     if t.answer is None or not exact_match(t.answer, item.golden_answers):
         return "wrong answer"
