@@ -4,7 +4,8 @@
 once (left padded, as the model scores them), the response and trained-token masks, turn indices
 and spans, the backend's log-probs, group ids, rewards and their parts, and every dataset column.
 The advantage estimator sees it as :class:`~framework.types.AdvantageInputs` (a view, no copy); the
-update slices its micro-batches out of it (:meth:`RolloutBatch.rows`) instead of packing again.
+update slices its micro-batches out of it (:meth:`RolloutBatch.micro_batches`) instead of packing
+again.
 """
 
 from __future__ import annotations
@@ -69,7 +70,6 @@ class RolloutBatch:
         items: the question of each group (empty where a caller has no questions).
         scores: total reward, its components and the rewards' extras (``None`` before scoring).
         pad_id: the padding id of :attr:`tokens`.
-        size: ``N``.
         tokens: the whole batch packed (:func:`~framework.training.tokens.pack`); ``None`` when
             the batch is empty.
         lengths: each rollout's sequence length (prompt and response).
@@ -93,7 +93,6 @@ class RolloutBatch:
     items: list[QAItem]
     scores: Scores | None
     pad_id: int
-    size: int
     tokens: TokenBatch | None
     lengths: list[int]
     rewards: Tensor
@@ -139,7 +138,6 @@ class RolloutBatch:
             items=list(items),
             scores=scores,
             pad_id=pad_id,
-            size=len(trajs),
             tokens=tokens,
             lengths=[len(t.token_ids) for t in trajs],
             rewards=scores.total.float() if scores is not None else torch.zeros(len(trajs)),
@@ -154,6 +152,11 @@ class RolloutBatch:
             rollout_logprobs=behaviour,
             extras=dict(scores.extras) if scores is not None else {},
         )
+
+    @property
+    def size(self) -> int:
+        """``N``, the number of rollouts."""
+        return len(self.trajectories)
 
     def advantage_inputs(self) -> AdvantageInputs:
         """What the advantage estimator sees: this batch's tensors, not copies."""
@@ -188,7 +191,7 @@ class RolloutBatch:
         """
         if self.tokens is None:
             raise ValueError("RolloutBatch.micro_batches() needs a non-empty batch")
-        t, out = self.tokens, []
+        t, behaviour, out = self.tokens, self.rollout_logprobs, []
         for rows in chunks:
             picked = [self.trajectories[int(i)] for i in rows]
             width = max(self.lengths[int(i)] for i in rows)
@@ -196,7 +199,6 @@ class RolloutBatch:
             adv = None if advantages is None else advantages[rows]
             if adv is not None and adv.dim() == 2:
                 adv = right_aligned(adv, picked, resp)
-            behaviour = self.rollout_logprobs
             out.append(
                 MicroBatch(
                     rows=rows,
