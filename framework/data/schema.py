@@ -32,7 +32,7 @@ import math
 import os
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -345,6 +345,42 @@ class QAItem:
             data_source=data_source,
             extra={k: v for k, v in info.items() if k not in RESERVED_EXTRA and v is not None},
         )
+
+
+#: the QAItem fields given to components as columns, and the column each becomes: every field of
+#: the dataset schema under its own name (``id`` as ``question_id``), but ``entities`` (a column only
+#: when every question has them) and ``extra`` (its entries are columns of their own)
+ITEM_COLUMNS = {
+    f.name: {"id": "question_id"}.get(f.name, f.name)
+    for f in fields(QAItem)
+    if f.name not in ("entities", "extra")
+}
+
+
+def dataset_columns(rows: Sequence[QAItem]) -> dict[str, list[Any]]:
+    """Every dataset column of ``rows`` (one question per rollout), as rewards and advantage
+    estimators receive them (as TRL's reward functions do).
+
+    Columns: ``question``, ``question_id``, ``hops``, ``golden_answers``, ``chain`` and
+    ``data_source`` always (``hops`` and ``chain`` may hold ``None``); ``entities`` when every
+    question has them; and each entry of ``QAItem.extra`` that every question has, under its own
+    name (an entry named like one of the columns above is left out: the field wins).
+    """
+    columns: dict[str, list[Any]] = {
+        column: [_column_value(getattr(r, name)) for r in rows]
+        for name, column in ITEM_COLUMNS.items()
+    }
+    if all(r.entities for r in rows):
+        columns["entities"] = [_column_value(r.entities) for r in rows]
+    shared = set.intersection(*(set(r.extra) for r in rows)) if rows else set()
+    for key in sorted(shared - set(columns) - {"entities"}):
+        columns[key] = [r.extra[key] for r in rows]
+    return columns
+
+
+def _column_value(value: Any) -> Any:
+    """Tuples (as QAItem stores sequences) as lists, nested."""
+    return [_column_value(v) for v in value] if isinstance(value, tuple) else value
 
 
 def _question_of(row: dict[str, Any], info: dict[str, Any]) -> str:

@@ -10,15 +10,16 @@ again.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from framework.data.schema import QAItem
-from framework.rollout.scoring import Scores, dataset_columns
+from framework.algorithms.aggregation import chunk_weights, masked_mean
+from framework.data.schema import QAItem, dataset_columns
+from framework.rollout.scoring import Scores
 from framework.rollout.types import Trajectory
 from framework.training.tokens import (
     TokenBatch,
@@ -26,6 +27,7 @@ from framework.training.tokens import (
     packed_rollout_logprobs,
     response_mask,
     right_aligned,
+    turn_index,
 )
 from framework.types import STATUS_OVER_BUDGET, AdvantageInputs, TurnSpan
 
@@ -53,6 +55,55 @@ class MicroBatch:
     group_index: Tensor
     rollout_logprobs: Tensor | None
     extras: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """How an update groups a batch's rows into micro-batches: fixed for a run by the ``optim``
+    section and the loss (:func:`~framework.rl.update.plan_options`).
+
+    Attributes:
+        micro_batch_size: most rollouts in one micro-batch.
+        agg: the loss aggregation (``AGG_MODES``), which decides each micro-batch's weight.
+        skip_zero: leave out rollouts whose advantage is exactly 0 or that are masked out (their
+            loss terms are 0: no KL term is configured then).
+        max_tokens: most padded tokens (rows x longest row) in one micro-batch; 0 for no limit.
+        whole_groups: a loss that reads group statistics (``needs_groups``): every group lies in
+            exactly one micro-batch.
+    """
+
+    micro_batch_size: int
+    agg: str
+    skip_zero: bool = False
+    max_tokens: int = 0
+    whole_groups: bool = False
+
+
+@dataclass
+class UpdatePlan:
+    """Which rows of a batch go through the model, in which micro-batches, with which weights.
+
+    Attributes:
+        chunks: ``[n_k]`` row indices per micro-batch.
+        weights: each micro-batch's accumulation weight
+            (:func:`~framework.algorithms.aggregation.chunk_weights`).
+        micro: the micro-batches, sliced once (:meth:`RolloutBatch.micro_batches`).
+        rollouts: ``N``, the batch's rollouts.
+        skipped: rollouts left out of every micro-batch.
+        pad_id: the padding id of the batch's tokens.
+        probe: the first rows (at most a micro-batch), to measure the policy's entropy on when no
+            trained token does; ``None`` for an empty batch.
+        advantage_abs_mean: mean ``|A|`` over rollouts (``[N]``) or generated tokens (``[N, L]``).
+    """
+
+    chunks: list[Tensor]
+    weights: list[float]
+    micro: list[MicroBatch] = field(default_factory=list)
+    rollouts: int = 0
+    skipped: int = 0
+    pad_id: int = 0
+    probe: MicroBatch | None = None
+    advantage_abs_mean: float = 0.0
 
 
 @dataclass
@@ -172,6 +223,79 @@ class RolloutBatch:
             extras=self.extras,
         )
 
+    def estimate(self, estimator: Callable[[AdvantageInputs], Tensor], name: str) -> Tensor:
+        """The advantages of this batch by ``estimator`` (bound from the ``advantage`` section
+        named ``name``) on its :meth:`advantage_inputs`, checked (:func:`check_advantages`);
+        ``[0]`` for an empty batch."""
+        if not self.trajectories:
+            return torch.zeros(0)
+        inputs = self.advantage_inputs()
+        return check_advantages(estimator(inputs), inputs, name)
+
+    def plan(self, advantages: Tensor, options: PlanOptions) -> UpdatePlan:
+        """Micro-batches of similar length (less padding), sliced, with their accumulation weights.
+
+        A micro-batch holds at most ``options.micro_batch_size`` rollouts and, when
+        ``options.max_tokens`` is set, at most that many padded tokens (rows x longest row; a
+        single longer rollout still gets its own micro-batch): activation memory grows with
+        tokens, and search trajectories vary in length.
+
+        With ``skip_zero``, rollouts whose advantage is exactly 0 or that are masked out are left
+        out: their loss terms are 0, and :func:`~framework.algorithms.aggregation.chunk_weights`
+        keeps them in the batch totals, so loss and gradient equal the full batch's.
+
+        With ``whole_groups``, the unit packed into micro-batches is a group (the rollouts sharing
+        ``Trajectory.group``) instead of a rollout: every group lies in exactly one micro-batch, so
+        the loss sees each group complete. A group larger than ``micro_batch_size`` (or
+        ``max_tokens``) gets a micro-batch of its own; ``skip_zero`` leaves out only groups none of
+        whose rollouts would be trained.
+
+        Args:
+            advantages: ``[N]`` or ``[N, L]`` (the response layout).
+        """
+        o, n = options, len(self.trajectories)
+        adv_rows = advantages.reshape(n, -1).abs().sum(-1) if n else advantages
+        trained = [
+            not o.skip_zero or (bool(self.sample_mask[i]) and float(adv_rows[i]) != 0.0)
+            for i in range(n)
+        ]
+        units: list[list[int]]
+        if o.whole_groups:
+            by_group: dict[int, list[int]] = {}
+            for i, g in enumerate(self.group_index.tolist()):
+                by_group.setdefault(g, []).append(i)
+            units = [rows for rows in by_group.values() if any(trained[i] for i in rows)]
+        else:
+            units = [[i] for i in range(n) if trained[i]]
+        longest = [max(self.lengths[i] for i in unit) for unit in units]
+        groups: list[list[int]] = []
+        for u in sorted(range(len(units)), key=lambda u: longest[u]):
+            unit, cur = units[u], groups[-1] if groups else []  # ascending: the longest row so far
+            fits = bool(groups) and len(cur) + len(unit) <= o.micro_batch_size
+            if fits and o.max_tokens and (len(cur) + len(unit)) * longest[u] > o.max_tokens:
+                fits = False
+            if fits:
+                cur.extend(unit)
+            else:
+                groups.append(list(unit))
+        chunks = [torch.tensor(g, dtype=torch.long) for g in groups]
+        micro = self.micro_batches(chunks, advantages) if chunks else []
+        probe = self.micro_batches([torch.arange(min(n, o.micro_batch_size))])[0] if n else None
+        if advantages.dim() == 1:
+            abs_mean = float(advantages.abs().mean())
+        else:
+            abs_mean = float(masked_mean(advantages.abs(), self.token_mask))
+        return UpdatePlan(
+            chunks,
+            chunk_weights(self.trained_mask, chunks, o.agg),
+            micro,
+            rollouts=n,
+            skipped=n - sum(len(g) for g in groups),
+            pad_id=self.pad_id,
+            probe=probe,
+            advantage_abs_mean=abs_mean,
+        )
+
     def rows_of_extras(self, rows: Tensor) -> dict[str, Any]:
         """:attr:`extras` of ``rows``: per-rollout entries sliced, anything else as it is."""
         return {k: _rows_of(v, rows, self.size) for k, v in self.extras.items()}
@@ -225,25 +349,6 @@ def _rows_of(value: Any, rows: Tensor, n: int) -> Any:
     if isinstance(value, (list, tuple)) and len(value) == n:
         return [value[int(i)] for i in rows]
     return value
-
-
-def turn_index(trajectories: Sequence[Trajectory], width: int | None = None) -> Tensor:
-    """``[N, L]`` long: per response token the model turn it belongs to (a tool response belongs to
-    the turn that called the tool); -1 on padding and in rollouts that recorded no turns.
-
-    Same layout as :func:`~framework.training.tokens.response_mask` (whose width ``L`` is
-    ``width``, computed from the trajectories when not given).
-    """
-    if width is None:
-        width = response_mask(trajectories).shape[1]
-    index = torch.full((len(trajectories), width), -1, dtype=torch.long)
-    for i, t in enumerate(trajectories):
-        p = t.prompt_len
-        for k, turn in enumerate(t.turns):
-            index[i, turn.start - p : turn.end - p] = k
-            if turn.observation is not None:
-                index[i, turn.observation[0] - p : turn.observation[1] - p] = k
-    return index
 
 
 def per_rollout(advantages: Tensor, token_mask: Tensor | None) -> Tensor:

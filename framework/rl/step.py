@@ -18,10 +18,10 @@ from torch import Tensor
 from framework.algorithms.padding import pad_to_widest
 from framework.config import ComponentConfig
 from framework.data.schema import QAItem
-from framework.rl.batch import RolloutBatch, check_advantages, per_rollout
+from framework.rl.batch import PlanOptions, RolloutBatch, per_rollout
 from framework.rl.config import OptimConfig, TrainConfig
 from framework.rl.inputs import REQUIRING_SECTIONS, InputContext, provide_inputs
-from framework.rl.update import LossSpec, policy_update
+from framework.rl.update import LossSpec, plan_options, policy_update
 from framework.rollout.metrics import (
     correct,
     correctness_metric,
@@ -30,7 +30,7 @@ from framework.rollout.metrics import (
 )
 from framework.rollout.scoring import Scores, score
 from framework.rollout.types import Trajectory
-from framework.types import GroupRequest
+from framework.types import AdvantageInputs, GroupRequest
 
 
 class RolloutLoop(Protocol):
@@ -67,6 +67,10 @@ class StepParts:
         pad_id: the tokenizer's padding id.
         reference: the frozen reference policy of a KL term, else ``None``.
         loss: the loss config (bound in ``spec``), whose ``requires`` the step meets too.
+        estimator: the advantage estimator, bound once from ``advantage`` through
+            ``ADVANTAGES`` (when not given).
+        plan: how updates group rows into micro-batches, from ``optim`` and ``spec``
+            (:func:`~framework.rl.update.plan_options`; when not given).
     """
 
     policy: torch.nn.Module
@@ -78,6 +82,16 @@ class StepParts:
     pad_id: int
     reference: Any = None
     loss: ComponentConfig | None = None
+    estimator: Callable[[AdvantageInputs], Tensor] | None = None
+    plan: PlanOptions | None = None
+
+    def __post_init__(self) -> None:
+        from framework.registry import ADVANTAGES
+
+        if self.estimator is None:
+            self.estimator = ADVANTAGES.bind(self.advantage)
+        if self.plan is None:
+            self.plan = plan_options(self.optim, self.spec)
 
     @classmethod
     def of(
@@ -343,10 +357,11 @@ def rl_step(
     computed once; in ``extras`` what the rewards returned besides their ``[N]`` values, a
     :class:`~framework.types.RewardOutput`'s ``turn_rewards``, and every input a component's config
     ``requires``, computed by its registered provider: :mod:`framework.rl.inputs`, no
-    gradient) -> advantages (``ADVANTAGES`` on the batch's
-    :class:`~framework.types.AdvantageInputs` view) -> ``optim.policy_epochs`` optimiser steps over
-    micro-batches sliced from the batch (:func:`~framework.rl.update.policy_update`) -> the
-    rollout backend's weights refreshed.
+    gradient) -> advantages (the estimator bound once from ``ADVANTAGES``, on the batch's
+    :class:`~framework.types.AdvantageInputs` view: :meth:`RolloutBatch.estimate`) -> the
+    micro-batches sliced from the batch with their weights (:meth:`RolloutBatch.plan`) ->
+    ``optim.policy_epochs`` optimiser steps over them (:func:`~framework.rl.update.policy_update`)
+    -> the rollout backend's weights refreshed.
     A step that keeps no group changes no weight (the optimiser and schedule still count it).
 
     Args:
@@ -364,8 +379,7 @@ def rl_step(
         The trained rollouts, their scores and advantages, and the step's figures under the names
         the trainer logs (``rollout/...`` describe every rollout the step generated).
     """
-    from framework.registry import ADVANTAGES
-
+    assert parts.estimator is not None and parts.plan is not None  # bound in __post_init__
     clock = time.perf_counter()
     loop = parts.running_loop()
     kept, drawn, timings = draw_groups(parts, groups, dataset, keep)
@@ -375,19 +389,14 @@ def rl_step(
     context = InputContext(parts.policy, loop.backend.tokenizer, batch)
     sections = {s: getattr(parts, s) for s in REQUIRING_SECTIONS}  # the components requiring
     batch.extras.update(provide_inputs(sections, context, have=batch.extras))
-    if batch.size:
-        inputs = batch.advantage_inputs()
-        raw = ADVANTAGES.bind(parts.advantage)(inputs)
-        advantages = check_advantages(raw, inputs, parts.advantage.name)
-    else:
-        advantages = torch.zeros(0)
+    advantages = batch.estimate(parts.estimator, parts.advantage.name)
     timings["timing/scoring"] += time.perf_counter() - mark
 
     mark = time.perf_counter()
+    plan = batch.plan(advantages, parts.plan)
     losses = policy_update(
         parts.policy,
-        batch,
-        advantages,
+        plan,
         parts.spec,
         optimizer,
         scheduler,
@@ -415,6 +424,6 @@ def rl_step(
     figures.update({f"loss/{k}": v for k, v in losses.items()})
     figures.update(timings)
     figures["train/lr"] = scheduler.get_last_lr()[0]
-    figures["train/rollouts"] = batch.size
+    figures["train/rollouts"] = len(batch.trajectories)
     figures = {k: float(v) for k, v in figures.items()}
     return StepResult(batch, advantages, figures)

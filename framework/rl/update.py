@@ -14,7 +14,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from framework.algorithms.aggregation import chunk_weights, masked_mean
 from framework.algorithms.kl import KLConfig
 from framework.algorithms.losses import PolicyLossConfig
 from framework.algorithms.objective import add_kl_penalty
@@ -23,77 +22,9 @@ from framework.algorithms.rollout_correction import (
     correction_weights,
     mismatch_stats,
 )
-from framework.rl.batch import MicroBatch, RolloutBatch
+from framework.rl.batch import MicroBatch, PlanOptions, UpdatePlan
 from framework.training.tokens import token_logprobs
 from framework.types import LossOutput, PolicyLossInputs
-
-
-@dataclass
-class UpdatePlan:
-    """Which rows go through the model, in which micro-batches, with which weights."""
-
-    chunks: list[Tensor]
-    weights: list[float]
-    skipped: int = 0
-
-
-def plan_update(
-    batch: RolloutBatch,
-    advantages: Tensor,
-    *,
-    micro_batch_size: int,
-    agg: str,
-    skip_zero: bool,
-    max_tokens: int = 0,
-    whole_groups: bool = False,
-) -> UpdatePlan:
-    """Micro-batches of similar length (less padding) and their accumulation weights.
-
-    A micro-batch holds at most ``micro_batch_size`` rollouts and, when ``max_tokens`` is set, at
-    most that many padded tokens (rows x longest row; a single longer rollout still gets its own
-    micro-batch): activation memory grows with tokens, and search trajectories vary in length.
-
-    With ``skip_zero``, rollouts whose advantage is exactly 0 or that are masked out are left out:
-    their loss terms are 0 (no KL term is configured then), and :func:`chunk_weights` keeps them in
-    the batch totals, so loss and gradient equal the full batch's.
-
-    With ``whole_groups`` (a loss that reads group statistics, ``needs_groups``), the unit packed
-    into micro-batches is a group (the rollouts sharing ``Trajectory.group``) instead of a rollout:
-    every group lies in exactly one micro-batch, so the loss sees each group complete. A group
-    larger than ``micro_batch_size`` (or ``max_tokens``) gets a micro-batch of its own; ``skip_zero``
-    leaves out only groups none of whose rollouts would be trained.
-    """
-    n = batch.size
-    sample_mask = batch.sample_mask
-    adv_rows = advantages.reshape(n, -1).abs().sum(-1) if n else advantages
-    trained = [
-        not skip_zero or (bool(sample_mask[i]) and float(adv_rows[i]) != 0.0) for i in range(n)
-    ]
-    units: list[list[int]]
-    if whole_groups:
-        by_group: dict[int, list[int]] = {}
-        for i, g in enumerate(batch.group_index.tolist()):
-            by_group.setdefault(g, []).append(i)
-        units = [rows for rows in by_group.values() if any(trained[i] for i in rows)]
-    else:
-        units = [[i] for i in range(n) if trained[i]]
-    length = batch.lengths
-    longest = [max(length[i] for i in unit) for unit in units]
-    order = sorted(range(len(units)), key=lambda u: longest[u])
-    groups: list[list[int]] = []
-    for u in order:  # ascending, so this unit holds the longest row so far
-        unit = units[u]
-        cur = groups[-1] if groups else []
-        fits = bool(groups) and len(cur) + len(unit) <= micro_batch_size
-        if fits and max_tokens and (len(cur) + len(unit)) * longest[u] > max_tokens:
-            fits = False
-        if fits:
-            cur.extend(unit)
-        else:
-            groups.append(list(unit))
-    chunks = [torch.tensor(g, dtype=torch.long) for g in groups]
-    kept = sum(len(g) for g in groups)
-    return UpdatePlan(chunks, chunk_weights(batch.trained_mask, chunks, agg), skipped=n - kept)
 
 
 @dataclass
@@ -137,6 +68,20 @@ def loss_spec(loss: PolicyLossConfig, kl: KLConfig) -> LossSpec:
         rollout_correction=loss.rollout_correction,
         rollout_correction_level=loss.rollout_correction_level,
         rollout_correction_threshold=loss.rollout_correction_threshold,
+    )
+
+
+def plan_options(optim: Any, spec: LossSpec) -> PlanOptions:
+    """How this run's updates group rows into micro-batches (:meth:`RolloutBatch.plan`): the
+    ``optim`` section's sizes and the loss's needs. Zero-advantage rollouts are skipped only when
+    ``optim.skip_zero_advantage`` is on, no KL term is configured and the loss says such rollouts
+    add nothing (``zero_advantage_inert``)."""
+    return PlanOptions(
+        micro_batch_size=optim.micro_batch_size,
+        agg=spec.agg,
+        skip_zero=optim.skip_zero_advantage and spec.kl is None and spec.zero_advantage_inert,
+        max_tokens=optim.micro_batch_tokens,
+        whole_groups=spec.whole_groups,
     )
 
 
@@ -336,8 +281,7 @@ def mean_entropy(model: Any, micro: MicroBatch) -> float | None:
 
 def policy_update(
     model: Any,
-    batch: RolloutBatch,
-    advantages: Tensor,
+    plan: UpdatePlan,
     spec: LossSpec,
     optimizer: Any,
     scheduler: Any,
@@ -347,18 +291,16 @@ def policy_update(
     reference: Any = None,
     pad_passes: Callable[[int], int] | None = None,
 ) -> dict[str, float]:
-    """The update of one RL step: ``optim.policy_epochs`` optimiser steps on the batch.
+    """The update of one RL step: ``optim.policy_epochs`` optimiser steps on the planned
+    micro-batches.
 
-    Plans the micro-batches, keeps the behaviour log-probabilities when later epochs are off
-    policy, accumulates each epoch's gradient, clips it and steps the optimiser and scheduler.
-    The Lightning module passes its ``manual_backward``; plain torch callers keep the default.
+    Keeps the behaviour log-probabilities when later epochs are off policy, accumulates each
+    epoch's gradient, clips it and steps the optimiser and scheduler. The Lightning module passes
+    its ``manual_backward``; plain torch callers keep the default.
 
     Args:
-        batch: the step's rollouts (packed tokens, masks, groups, backend log-probs).
-        advantages: ``[N]`` per rollout or ``[N, L]`` per response token (the batch's response
-            layout).
-        optim: the ``optim`` section (policy_epochs, micro_batch_size, micro_batch_tokens,
-            skip_zero_advantage, grad_clip).
+        plan: the step's micro-batches and their weights (:meth:`RolloutBatch.plan`).
+        optim: the ``optim`` section (policy_epochs, grad_clip).
         pad_passes: given this process's number of micro-batches, how many zero-loss backward
             passes to add (data parallelism: see :func:`run_update_pass`); None adds none.
 
@@ -370,18 +312,8 @@ def policy_update(
         pre-update log-probs against the rollout backend's, over the trained tokens) and, with
         ``loss.rollout_correction`` on, ``rollout_correction_frac`` / ``_weight_mean``.
     """
-    o = optim
-    plan = plan_update(
-        batch,
-        advantages,
-        micro_batch_size=o.micro_batch_size,
-        agg=spec.agg,
-        skip_zero=o.skip_zero_advantage and spec.kl is None and spec.zero_advantage_inert,
-        max_tokens=o.micro_batch_tokens,
-        whole_groups=spec.whole_groups,
-    )
-    extra = pad_passes(len(plan.chunks)) if pad_passes is not None else 0
-    micro = batch.micro_batches(plan.chunks, advantages) if plan.chunks else []  # sliced once
+    o, micro = optim, plan.micro
+    extra = pad_passes(len(micro)) if pad_passes is not None else 0
     old = None
     if o.policy_epochs > 1:  # later epochs are off policy: keep the behaviour log-probs
         old = behaviour_logprobs(model, micro)
@@ -397,7 +329,7 @@ def policy_update(
             plan.weights,
             spec,
             backward,
-            pad_id=batch.pad_id,
+            pad_id=plan.pad_id,
             old_logprobs=old,
             reference=reference,
             entropy=epoch == 0,
@@ -416,20 +348,11 @@ def policy_update(
         if epoch == 0:
             figures = dict(stats, grad_norm=float(norm))
     model.eval()
-    if "entropy" not in figures:  # nothing was trained: measure the collapse indicator anyway
-        rows = torch.arange(min(batch.size, o.micro_batch_size))
-        ent = mean_entropy(model, batch.micro_batches([rows])[0]) if batch.size else None
+    if "entropy" not in figures and plan.probe is not None:  # nothing was trained: measure anyway
+        ent = mean_entropy(model, plan.probe)
         if ent is not None:
             figures["entropy"] = ent
     figures["nonfinite_grad"] = float(nonfinite)
-    figures["trained_rollouts"] = float(batch.size - plan.skipped)
-    figures["advantage_abs_mean"] = advantage_abs_mean(advantages, batch.token_mask)
+    figures["trained_rollouts"] = float(plan.rollouts - plan.skipped)
+    figures["advantage_abs_mean"] = plan.advantage_abs_mean
     return figures
-
-
-def advantage_abs_mean(advantages: Tensor, token_mask: Tensor) -> float:
-    """Mean ``|A|`` over rollouts (``[N]``), or over generated tokens (``[N, L]``, ``token_mask``
-    in the same layout)."""
-    if advantages.dim() == 1:
-        return float(advantages.abs().mean())
-    return float(masked_mean(advantages.abs(), token_mask))

@@ -2,53 +2,17 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 from torch import Tensor
 
 from framework.config import ComponentConfig
-from framework.data.schema import QAItem
+from framework.data.schema import QAItem, dataset_columns
 from framework.rewards.composite import reward_parts
 from framework.rollout.types import Trajectory
 from framework.types import RewardInputs
-
-#: the QAItem fields given to components as columns, and the column each becomes: every field of
-#: the dataset schema under its own name (``id`` as ``question_id``), but ``entities`` (a column only
-#: when every question has them) and ``extra`` (its entries are columns of their own)
-ITEM_COLUMNS = {
-    f.name: {"id": "question_id"}.get(f.name, f.name)
-    for f in dataclasses.fields(QAItem)
-    if f.name not in ("entities", "extra")
-}
-
-
-def dataset_columns(rows: Sequence[QAItem]) -> dict[str, list[Any]]:
-    """Every dataset column of ``rows`` (one question per rollout), as rewards and advantage
-    estimators receive them (as TRL's reward functions do).
-
-    Columns: ``question``, ``question_id``, ``hops``, ``golden_answers``, ``chain`` and
-    ``data_source`` always (``hops`` and ``chain`` may hold ``None``); ``entities`` when every
-    question has them; and each entry of ``QAItem.extra`` that every question has, under its own
-    name (an entry named like one of the columns above is left out: the field wins).
-    """
-    columns: dict[str, list[Any]] = {
-        column: [_plain(getattr(r, name)) for r in rows] for name, column in ITEM_COLUMNS.items()
-    }
-    if all(r.entities for r in rows):
-        columns["entities"] = [_plain(r.entities) for r in rows]
-    shared = set.intersection(*(set(r.extra) for r in rows)) if rows else set()
-    for key in sorted(shared - set(columns) - {"entities"}):
-        columns[key] = [r.extra[key] for r in rows]
-    return columns
-
-
-def _plain(value: Any) -> Any:
-    """Tuples (as QAItem stores sequences) as lists, nested."""
-    return [_plain(v) for v in value] if isinstance(value, tuple) else value
 
 
 def reward_inputs(trajectories: Sequence[Trajectory], items: Sequence[QAItem]) -> RewardInputs:

@@ -72,6 +72,25 @@ def response_mask(trajectories: Sequence[Trajectory]) -> Tensor:
     return mask
 
 
+def turn_index(trajectories: Sequence[Trajectory], width: int | None = None) -> Tensor:
+    """``[N, L]`` long: per response token the model turn it belongs to (a tool response belongs to
+    the turn that called the tool); -1 on padding and in rollouts that recorded no turns.
+
+    Same layout as :func:`response_mask` (whose width ``L`` is
+    ``width``, computed from the trajectories when not given).
+    """
+    if width is None:
+        width = response_mask(trajectories).shape[1]
+    index = torch.full((len(trajectories), width), -1, dtype=torch.long)
+    for i, t in enumerate(trajectories):
+        p = t.prompt_len
+        for k, turn in enumerate(t.turns):
+            index[i, turn.start - p : turn.end - p] = k
+            if turn.observation is not None:
+                index[i, turn.observation[0] - p : turn.observation[1] - p] = k
+    return index
+
+
 def right_aligned(values: Tensor, trajectories: Sequence[Trajectory], width: int) -> Tensor:
     """Per-token ``values [n, L]`` in :func:`response_mask`'s layout moved to :func:`pack`'s: row
     ``k``'s response ends in the last of ``width`` columns (``width`` >= every response length).

@@ -26,8 +26,8 @@ from framework.algorithms.loss_variants import (
 )
 from framework.algorithms.losses import ClipLossConfig, ppo_clip_loss
 from framework.registry import POLICY_LOSSES, load_components
-from framework.rl.batch import RolloutBatch
-from framework.rl.update import loss_spec, plan_update
+from framework.rl.batch import PlanOptions, RolloutBatch
+from framework.rl.update import loss_spec
 from framework.rollout.types import Trajectory
 from framework.types import PolicyLossInputs
 
@@ -725,13 +725,14 @@ def test_plan_keeps_groups_whole():
     trajs = _trajectories(lengths, groups)
     adv = torch.tensor([1.0, -1.0, 0.0, 0.0, 0.0, 0.5, -0.5, 1.0, -1.0])  # group 1 all zero
     keep = torch.ones(9, dtype=torch.bool)
-    plan = plan_update(
-        RolloutBatch.build(trajs, pad_id=0, sample_mask=keep),
+    plan = RolloutBatch.build(trajs, pad_id=0, sample_mask=keep).plan(
         adv,
-        micro_batch_size=4,
-        agg="token_mean",
-        skip_zero=True,
-        whole_groups=True,
+        PlanOptions(
+            micro_batch_size=4,
+            agg="token_mean",
+            skip_zero=True,
+            whole_groups=True,
+        ),
     )
     chunks = [sorted(int(i) for i in c) for c in plan.chunks]
     # group 1 (rows 2-4) is skipped whole; units by their longest row: group 2 (6), group 3 (8),
@@ -743,13 +744,14 @@ def test_plan_keeps_groups_whole():
     assert plan.weights == pytest.approx([20 / 45, 12 / 45])
     # micro-batches of 2: no two groups fit together, and group 1 (3 rows) exceeds the size and
     # gets a micro-batch of its own
-    big = plan_update(
-        RolloutBatch.build(trajs, pad_id=0, sample_mask=keep),
+    big = RolloutBatch.build(trajs, pad_id=0, sample_mask=keep).plan(
         torch.ones(9),
-        micro_batch_size=2,
-        agg="token_mean",
-        skip_zero=False,
-        whole_groups=True,
+        PlanOptions(
+            micro_batch_size=2,
+            agg="token_mean",
+            skip_zero=False,
+            whole_groups=True,
+        ),
     )
     assert sorted(sorted(int(i) for i in c) for c in big.chunks) == [
         [0, 1],
@@ -759,12 +761,13 @@ def test_plan_keeps_groups_whole():
     ]
     # without whole_groups rows are packed by length alone: rows 7 (3 tokens) and 0 (5) share a
     # micro-batch although they belong to groups 3 and 0
-    rows = plan_update(
-        RolloutBatch.build(trajs, pad_id=0, sample_mask=keep),
+    rows = RolloutBatch.build(trajs, pad_id=0, sample_mask=keep).plan(
         adv,
-        micro_batch_size=2,
-        agg="token_mean",
-        skip_zero=True,
+        PlanOptions(
+            micro_batch_size=2,
+            agg="token_mean",
+            skip_zero=True,
+        ),
     )
     assert [sorted(int(i) for i in c) for c in rows.chunks] == [[0, 7], [5, 6], [1, 8]]
 
@@ -788,13 +791,14 @@ def test_whole_group_micro_batches_reproduce_the_full_batch(name, agg):
     gi = torch.tensor(groups)
     fn, cfg = (etr_loss, etr_cfg(agg)) if name == "etr" else (disco_loss, disco_cfg(agg))
     full, full_grad = _run(fn, cfg, logp, old, adv, mask, gi)
-    plan = plan_update(
-        RolloutBatch.build(trajs, pad_id=0),
+    plan = RolloutBatch.build(trajs, pad_id=0).plan(
         adv,
-        micro_batch_size=4,
-        agg=agg,
-        skip_zero=False,
-        whole_groups=True,
+        PlanOptions(
+            micro_batch_size=4,
+            agg=agg,
+            skip_zero=False,
+            whole_groups=True,
+        ),
     )
     assert len(plan.chunks) > 1
     assert plan.weights == chunk_weights(mask.bool(), plan.chunks, agg)
@@ -857,13 +861,14 @@ def test_trainer_fills_group_index_and_accumulates_whole_groups():
         fn(inputs, cfg=cfg).loss.backward()
         expected = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
         model.zero_grad(set_to_none=True)
-        plan = plan_update(
-            RolloutBatch.build(trajs, pad_id=0, sample_mask=keep),
+        plan = RolloutBatch.build(trajs, pad_id=0, sample_mask=keep).plan(
             adv,
-            micro_batch_size=3,
-            agg=spec.agg,
-            skip_zero=False,
-            whole_groups=spec.whole_groups,
+            PlanOptions(
+                micro_batch_size=3,
+                agg=spec.agg,
+                skip_zero=False,
+                whole_groups=spec.whole_groups,
+            ),
         )
         assert [sorted(int(i) for i in c) for c in plan.chunks] in (
             [[0, 1, 2], [3, 4, 5]],

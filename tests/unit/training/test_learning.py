@@ -19,7 +19,7 @@ import torch
 from framework.cli.app import load_config
 from framework.registry import ADVANTAGES
 from framework.rl.batch import RolloutBatch
-from framework.rl.update import loss_spec, policy_update
+from framework.rl.update import loss_spec, plan_options, policy_update
 from framework.rollout.types import Trajectory
 from framework.training.schedule import adamw, lr_multiplier
 from framework.types import AdvantageInputs, TurnSpan
@@ -129,8 +129,7 @@ def _learn(overrides: list[str], sign: float = 1.0) -> list[float]:
         adv = advantage_fn(_advantage_inputs(rewards, group_index)).float()
         policy_update(
             model,
-            RolloutBatch.build(trajs, pad_id=PAD),
-            sign * adv,
+            RolloutBatch.build(trajs, pad_id=PAD).plan(sign * adv, plan_options(o, spec)),
             spec,
             opt,
             sched,

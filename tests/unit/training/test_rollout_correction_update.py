@@ -13,7 +13,7 @@ import torch
 from framework.algorithms.losses import ClipLossConfig, ppo_clip_loss
 from framework.algorithms.rollout_correction import mismatch_figures
 from framework.rl.batch import RolloutBatch
-from framework.rl.update import LossSpec, chunk_loss, loss_spec, policy_update
+from framework.rl.update import LossSpec, chunk_loss, loss_spec, plan_options, policy_update
 from framework.training.tokens import pack, packed_rollout_logprobs, token_logprobs
 
 from .conftest import make_trajectories
@@ -209,7 +209,8 @@ def test_policy_update_reports_the_first_pass_mismatch(setup):
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
     spec = _spec(rollout_correction="tis")
     rollouts = RolloutBatch.build(marked, pad_id=pad, sample_mask=SAMPLE_MASK)
-    figures = policy_update(model, rollouts, ADVANTAGES, spec, opt, sched, optim)
+    plan = rollouts.plan(ADVANTAGES, plan_options(optim, spec))
+    figures = policy_update(model, plan, spec, opt, sched, optim)
     for name in (
         "rollout_mismatch_kl_mean",
         "rollout_mismatch_kl_max",

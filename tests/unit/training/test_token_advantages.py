@@ -14,11 +14,11 @@ from framework.config import ComponentConfig
 from framework.data.schema import QAItem
 from framework.registry import REWARDS, Registry
 from framework.rewards.composite import WeightedSumConfig
-from framework.rl.batch import RolloutBatch, turn_index
-from framework.rl.update import LossSpec, loss_spec, plan_update
+from framework.rl.batch import PlanOptions, RolloutBatch
+from framework.rl.update import LossSpec, loss_spec
 from framework.rollout.scoring import dataset_columns, score
 from framework.rollout.types import Trajectory
-from framework.training.tokens import pack, response_mask, right_aligned, token_logprobs
+from framework.training.tokens import pack, response_mask, right_aligned, token_logprobs, turn_index
 from framework.types import TurnSpan
 
 from .conftest import make_trajectories, update_pass
@@ -45,12 +45,13 @@ def test_right_aligned_matches_pack_layout():
 def _pass(model, tok, trajs, adv, mode, micro_batch_size):
     cfg = ClipLossConfig(name="ppo_clip", agg=mode, norm_constant=12.0)
     spec = LossSpec(policy_loss=lambda i: ppo_clip_loss(i, cfg=cfg), agg=mode, norm_constant=12.0)
-    plan = plan_update(
-        RolloutBatch.build(trajs, pad_id=0, sample_mask=SAMPLE_MASK),
+    plan = RolloutBatch.build(trajs, pad_id=0, sample_mask=SAMPLE_MASK).plan(
         adv,
-        micro_batch_size=micro_batch_size,
-        agg=mode,
-        skip_zero=True,
+        PlanOptions(
+            micro_batch_size=micro_batch_size,
+            agg=mode,
+            skip_zero=True,
+        ),
     )
     model.zero_grad(set_to_none=True)
     batch = RolloutBatch.build(trajs, pad_id=tok.pad_token_id, sample_mask=SAMPLE_MASK)

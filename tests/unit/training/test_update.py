@@ -7,11 +7,10 @@ import torch
 
 from framework.algorithms.aggregation import AGG_MODES, aggregate, chunk_weights
 from framework.algorithms.losses import ClipLossConfig, ppo_clip_loss
-from framework.rl.batch import RolloutBatch
+from framework.rl.batch import PlanOptions, RolloutBatch
 from framework.rl.update import (
     LossSpec,
     behaviour_logprobs,
-    plan_update,
 )
 from framework.training.tokens import pack, token_logprobs
 from framework.types import PolicyLossInputs
@@ -75,12 +74,13 @@ def test_accumulated_gradient_equals_the_full_batch_gradient(tiny_policy, mode):
     expected = _grads(model)
 
     model.zero_grad(set_to_none=True)
-    plan = plan_update(
-        RolloutBatch.build(trajs, pad_id=0, sample_mask=SAMPLE_MASK),
+    plan = RolloutBatch.build(trajs, pad_id=0, sample_mask=SAMPLE_MASK).plan(
         ADVANTAGES,
-        micro_batch_size=2,
-        agg=mode,
-        skip_zero=True,
+        PlanOptions(
+            micro_batch_size=2,
+            agg=mode,
+            skip_zero=True,
+        ),
     )
     assert plan.skipped == 3  # two zero advantages, one dropped rollout
     spec = LossSpec(policy_loss=loss_fn, agg=mode, norm_constant=12.0)
@@ -96,12 +96,13 @@ def test_on_policy_shortcut_equals_recomputed_behaviour_logprobs(tiny_policy):
     trajs = make_trajectories(len(tok), seed=3)
     cfg = ClipLossConfig(name="ppo_clip")
     spec = LossSpec(policy_loss=lambda i: ppo_clip_loss(i, cfg=cfg), agg=cfg.agg)
-    plan = plan_update(
-        RolloutBatch.build(trajs, pad_id=0, sample_mask=SAMPLE_MASK),
+    plan = RolloutBatch.build(trajs, pad_id=0, sample_mask=SAMPLE_MASK).plan(
         ADVANTAGES,
-        micro_batch_size=4,
-        agg=cfg.agg,
-        skip_zero=False,
+        PlanOptions(
+            micro_batch_size=4,
+            agg=cfg.agg,
+            skip_zero=False,
+        ),
     )
     batch = RolloutBatch.build(trajs, pad_id=tok.pad_token_id)
     old = behaviour_logprobs(model, batch.micro_batches(plan.chunks))
@@ -142,13 +143,14 @@ def test_token_budget_bounds_padded_micro_batches():
     trajs = [Trajectory(0, i // 2, [1] * n, [0] + [1] * (n - 1), 1) for i, n in enumerate(lengths)]
     adv = torch.ones(len(trajs))
     mask = torch.ones(len(trajs), dtype=torch.bool)
-    plan = plan_update(
-        RolloutBatch.build(trajs, pad_id=0, sample_mask=mask),
+    plan = RolloutBatch.build(trajs, pad_id=0, sample_mask=mask).plan(
         adv,
-        micro_batch_size=4,
-        agg="token_mean",
-        skip_zero=True,
-        max_tokens=64,
+        PlanOptions(
+            micro_batch_size=4,
+            agg="token_mean",
+            skip_zero=True,
+            max_tokens=64,
+        ),
     )
     rows = sorted(int(i) for c in plan.chunks for i in c)
     assert rows == list(range(len(trajs)))
