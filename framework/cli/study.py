@@ -518,8 +518,7 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
     if needs_sft(first_cfg):
         in_child(_warm_start_child, first_cfg)  # the cold-start SFT, cached for every run
     train_cfg = warm_start(first_cfg)  # now only reads the cached policy's folder
-    start = train_cfg.rollout.policy
-    start_ckpt = Path(start.path) if start.source == "path" and start.path else None
+    start_ckpt = train_cfg.rollout.policy.checkpoint_dir()
     evaluate_once(train_cfg, cfg, start_ckpt, root / "eval" / "start", start=True)
 
     # 2. every (arm, seed): train (or resume, or skip), then evaluate; first, every run already

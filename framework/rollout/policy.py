@@ -91,6 +91,10 @@ class PolicyConfig:
         },
     )
 
+    def checkpoint_dir(self) -> Path | None:
+        """The local checkpoint folder this policy loads (``source=path``), else None."""
+        return Path(self.path).expanduser() if self.source == "path" and self.path else None
+
     def problems(self) -> list[Problem]:
         out = check_choice(self.source, "source", tuple(POLICY_SOURCES))
         out += check_choice(self.dtype, "dtype", DTYPES)
