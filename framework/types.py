@@ -118,7 +118,9 @@ class AdvantageInputs:
             boundaries, tool calls with their queries, observation spans.
         stats: per rollout the agent loop's counters (``turns``, ``tool_calls``, ``queries``, ...).
         columns: dataset columns aligned with the rollouts, the same as :class:`RewardInputs`'.
-        extras: optional per-rollout tensors for estimators that need more (step rewards, ...).
+        extras: per-rollout inputs for estimators that need more: what rewards returned besides
+            ``[N]`` (``turn_rewards``, ...) and every input the estimator ``requires`` (a tensor
+            whose first dimension is ``N``, or a list with one entry per rollout).
     """
 
     rewards: Tensor
@@ -129,7 +131,7 @@ class AdvantageInputs:
     turns: Sequence[Sequence[TurnSpan]] = ()
     stats: Sequence[Mapping[str, int]] = ()
     columns: Mapping[str, Sequence[Any]] = field(default_factory=dict)
-    extras: Mapping[str, Tensor] = field(default_factory=dict)
+    extras: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -4,8 +4,9 @@
     python3 tools/algorithms_table.py --check    # exit 1 when docs/algorithms.md is out of date
 
 One row per built-in method (advantage estimators, policy losses, rewards, KL estimators, samplers):
-its name, plug point (the registry and its config group), the paper (the first arXiv id in the
-component's docstring), the formula (the docstring's first sentence), the presets that select it
+its name, plug point (the registry and its config group), the paper (the arXiv id of its config's
+``paper``, else the first in the component's docstring; marked partial or reconstructed by the
+config's ``fidelity``), the formula (the docstring's first sentence), the presets that select it
 (``conf/algorithm/*.yaml`` bundles and the component's own group file) and the unit-test files that
 name it. Nothing is typed by hand, so the page cannot drift from the code:
 ``tests/unit/registry/test_algorithms_table.py`` fails when the page differs from what this script
@@ -79,9 +80,13 @@ def formula(doc: str) -> str:
     return first_sentence(doc)
 
 
-def paper(doc: str) -> str:
-    found = ARXIV.search(doc)
-    return f"[{found.group(1)}](https://arxiv.org/abs/{found.group(1)})" if found else "-"
+def paper(doc: str, config: type | None = None) -> str:
+    """The arXiv link of the component's ``paper`` (its config's), else the docstring's first one,
+    marked when the formula is reconstructed from the abstract (``fidelity``)."""
+    found = ARXIV.search(getattr(config, "paper", "")) or ARXIV.search(doc)
+    link = f"[{found.group(1)}](https://arxiv.org/abs/{found.group(1)})" if found else "-"
+    fidelity = getattr(config, "fidelity", "")
+    return f"{link} ({fidelity})" if fidelity in ("partial", "reconstructed") else link
 
 
 def presets(kind: str, name: str) -> list[str]:
@@ -127,7 +132,7 @@ def rows() -> list[dict[str, str]]:
                 {
                     "name": entry.name,
                     "kind": kind,
-                    "paper": paper(doc),
+                    "paper": paper(doc, entry.config_cls),
                     "formula": formula(doc) or "-",
                     "presets": ", ".join(presets(kind, entry.name)) or "-",
                     "tests": ", ".join(f"`{t}`" for t in test_files(kind, entry.name)) or "-",

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 
-def _dense(group_index: Tensor) -> tuple[Tensor, int]:
+def dense_index(group_index: Tensor) -> tuple[Tensor, int]:
     """Map arbitrary group ids to ``0..K-1``; returns ``(inverse [N], K)``."""
     uniq, inverse = torch.unique(group_index, return_inverse=True)
     return inverse, int(uniq.numel())
@@ -18,14 +18,14 @@ def _dense(group_index: Tensor) -> tuple[Tensor, int]:
 
 def group_size(group_index: Tensor) -> Tensor:
     """``[N]`` number of rollouts in each rollout's group (float)."""
-    inv, k = _dense(group_index)
+    inv, k = dense_index(group_index)
     counts = torch.bincount(inv, minlength=k).to(torch.get_default_dtype())
     return counts[inv]
 
 
 def group_sum(values: Tensor, group_index: Tensor) -> Tensor:
     """``[N]`` sum of ``values`` over each rollout's group."""
-    inv, k = _dense(group_index)
+    inv, k = dense_index(group_index)
     sums = torch.zeros(k, dtype=values.dtype, device=values.device).index_add_(0, inv, values)
     return sums[inv]
 
@@ -45,7 +45,7 @@ def group_std(values: Tensor, group_index: Tensor, *, unbiased: bool = True) -> 
 
 
 def _group_reduce(values: Tensor, group_index: Tensor, reduce: str) -> Tensor:
-    inv, k = _dense(group_index)
+    inv, k = dense_index(group_index)
     init = torch.zeros(k, dtype=values.dtype, device=values.device)
     return init.scatter_reduce(0, inv, values, reduce=reduce, include_self=False)[inv]
 
@@ -67,7 +67,7 @@ def group_median(values: Tensor, group_index: Tensor) -> Tensor:
     lower of the two middle values (``torch.median``'s convention), so the result is always one of
     the group's own values and ``values - group_median(values)`` is exactly 0 at the median.
     """
-    inv, k = _dense(group_index)
+    inv, k = dense_index(group_index)
     order = torch.argsort(values, stable=True)  # by value ...
     order = order[torch.argsort(inv[order], stable=True)]  # ... within each group, groups in turn
     counts = torch.bincount(inv, minlength=k)

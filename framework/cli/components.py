@@ -38,6 +38,8 @@ def describe(kinds: Sequence[str] | None = None) -> dict[str, Any]:
                     "name": e.name,
                     "source": e.source,
                     "origin": e.origin,
+                    "paper": e.config_cls.paper,
+                    "fidelity": e.config_cls.fidelity,
                     "fields": [vars(f) for f in e.fields()],
                 }
                 for e in ALL[kind]
@@ -64,10 +66,19 @@ def render(data: dict[str, Any]) -> str:
             lines.append("  (none registered)")
         for e in entries:
             lines.append(f"  {e['name']:<24} [{e['source']}] {e['origin']}")
+            if e["paper"] or e["fidelity"]:
+                lines.append(f"      ({provenance(e['paper'], e['fidelity'])})")
             for f in e["fields"]:
                 help_text = f"  # {f['help']}" if f["help"] else ""
                 lines.append(f"      {f['name']}: {f['type']} = {f['default']}{help_text}")
     return "\n".join(lines)
+
+
+def provenance(paper: str, fidelity: str) -> str:
+    """A component's paper and how closely it follows it, as the listing prints it."""
+    if fidelity == "reconstructed":
+        return f"RECONSTRUCTED from the abstract, not the paper's method: {paper or 'no paper'}"
+    return "; ".join(x for x in (paper, fidelity and f"{fidelity} formula") if x)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -24,9 +24,18 @@ class ComponentConfig:
     that name in ``INPUT_PROVIDERS`` and handed over in ``AdvantageInputs.extras``, so an
     estimator that needs something new brings its provider instead of editing the training step
     (:mod:`framework.rl.inputs`).
+
+    ``paper`` and ``fidelity`` say where a method comes from and how closely it follows it;
+    seekrl-components prints both, so a result of a reconstructed method is not read as the paper's.
     """
 
     requires: ClassVar[tuple[str, ...]] = ()
+    #: the method's paper (for example ``"COPO, arXiv 2508.04138"``), listed by seekrl-components
+    paper: ClassVar[str] = ""
+    #: how the formula was obtained: ``"exact"`` (the paper's text or its authors' code),
+    #: ``"partial"`` (the core exact, named pieces chosen here) or ``"reconstructed"`` (from the
+    #: abstract: every constant is a choice written in the docstring); ``""`` when not stated
+    fidelity: ClassVar[str] = ""
 
     name: str = field(default=MISSING, metadata={"help": "registry key of the component"})
 

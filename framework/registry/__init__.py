@@ -40,6 +40,7 @@ BUILTIN_MODULES = (
     "framework.algorithms.group_advantages",
     "framework.algorithms.turn_advantages",
     "framework.algorithms.step_advantages",
+    "framework.algorithms.consistency",
     "framework.algorithms.controls",
     "framework.algorithms.losses",
     "framework.algorithms.loss_variants",
@@ -63,6 +64,7 @@ BUILTIN_MODULES = (
     "framework.eval.judge",
     "framework.health.monitors",
     "framework.rl.answer_probs",
+    "framework.rl.providers",
 )
 
 _loaded = False

@@ -59,6 +59,12 @@ class FieldInfo:
     help: str
 
 
+#: how closely a component follows its paper (``ComponentConfig.fidelity``): unstated, the paper's
+#: text or its authors' code, its core exact and named pieces chosen here, or reconstructed from the
+#: abstract
+FIDELITIES = ("", "exact", "partial", "reconstructed")
+
+
 @dataclass(frozen=True)
 class Entry:
     """A registered component."""
@@ -175,6 +181,11 @@ class Registry(Generic[T]):
                 f"[{self.kind}.{name}] got config {config!r}; expected a dataclass subclassing "
                 "framework.config.ComponentConfig. Fix: declare "
                 "'@dataclass class MyConfig(ComponentConfig): ...' and pass config=MyConfig."
+            )
+        if config.fidelity not in FIDELITIES:
+            raise TypeError(
+                f"[{self.kind}.{name}] got fidelity {config.fidelity!r}; expected one of "
+                f"{list(FIDELITIES)}. Fix: set the config's fidelity ClassVar to one of them."
             )
         base = self.config_base_class()
         if not issubclass(config, base):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import pytest
 
@@ -111,6 +112,26 @@ def test_target_must_accept_cfg(reg):
 
     with pytest.raises(TypeError, match="'cfg' parameter"):
         reg.register("scale", config=ScaleConfig)(no_cfg)
+
+
+def test_fidelity_must_be_a_known_label(reg):
+    @dataclass
+    class Vague(ScaleConfig):
+        fidelity: ClassVar[str] = "roughly"
+
+    with pytest.raises(TypeError, match=r"fidelity 'roughly'; expected one of"):
+        reg.register("scale", config=Vague)(scale)
+
+
+def test_the_listing_labels_a_reconstructed_method():
+    from framework.cli.components import describe, provenance, render
+
+    assert provenance("P, arXiv 1", "exact") == "P, arXiv 1; exact formula"
+    assert provenance("P, arXiv 1", "reconstructed").startswith("RECONSTRUCTED from the abstract")
+    data = describe(["advantage"])
+    copo = next(e for e in data["components"]["advantage"] if e["name"] == "copo")
+    assert copo["fidelity"] == "reconstructed" and "2508.04138" in copo["paper"]
+    assert "RECONSTRUCTED from the abstract, not the paper's method: COPO" in render(data)
 
 
 def test_fields_listing(reg):
