@@ -51,6 +51,7 @@ BUILTIN_MODULES = (
     "framework.rewards.length",
     "framework.rewards.turn_match",
     "framework.rewards.citation",
+    "framework.rewards.tiered",
     "framework.samplers.uniform",
     "framework.samplers.dynamic",
     "framework.samplers.adaptive",
