@@ -29,10 +29,12 @@ class PolicyLossConfig(ComponentConfig):
     reduces its per-token losses with ``aggregate(..., cfg.agg, cfg.norm_constant)`` and calls
     ``super().problems()`` if it overrides :meth:`problems`.
 
-    Two class-level flags tell the trainer what a loss needs of the micro-batching:
+    Class-level flags tell the trainer what a loss needs of the micro-batching and the update:
     ``needs_groups`` (the loss reads ``PolicyLossInputs.group_index`` and statistics of whole
     groups, so every group must sit in one micro-batch) and ``zero_advantage_inert`` (a rollout
-    whose advantage is 0 adds exactly nothing to the loss, so it may be skipped).
+    whose advantage is 0 adds exactly nothing to the loss, so it may be skipped) and
+    ``acts_off_policy_only`` (the loss adds a term that is 0 while the policy equals the behaviour
+    policy, so it needs a second optimisation pass over each batch).
 
     The ``rollout_correction*`` fields correct for the mismatch between the rollout backend's and
     the trainer's log-probs (:mod:`framework.algorithms.rollout_correction`): the trainer computes
@@ -44,6 +46,9 @@ class PolicyLossConfig(ComponentConfig):
     needs_groups: ClassVar[bool] = False
     #: a rollout with advantage 0 contributes exactly nothing (the trainer may leave it out)
     zero_advantage_inert: ClassVar[bool] = True
+    #: the loss's added term compares current and behaviour log-probs, so it is exactly 0 on the
+    #: first, on-policy pass over a batch: the train config then requires optim.policy_epochs >= 2
+    acts_off_policy_only: ClassVar[bool] = False
 
     agg: str = field(default="seq_mean_token_mean", metadata={"help": f"one of {tuple(AGG_MODES)}"})
     norm_constant: float | None = field(

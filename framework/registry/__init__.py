@@ -44,6 +44,7 @@ BUILTIN_MODULES = (
     "framework.algorithms.controls",
     "framework.algorithms.losses",
     "framework.algorithms.loss_variants",
+    "framework.algorithms.collapse",
     "framework.algorithms.kl",
     "framework.rewards.outcome",
     "framework.rewards.entity",

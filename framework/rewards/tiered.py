@@ -38,9 +38,16 @@ class SweetSpotRewardConfig(ComponentConfig):
     paper: ClassVar[str] = "SSL: Sweet Spot Learning, arXiv 2601.22491"
     fidelity: ClassVar[str] = "reconstructed"
 
-    tiers: int = field(default=4, metadata={"help": "K, the number of quality tiers (paper: 4)"})
+    tiers: int = field(
+        default=4,
+        metadata={
+            "help": "K, the number of equal quality tiers of answer F1 (paper: 4; equal "
+            "zones and F1 as quality are a choice)"
+        },
+    )
     exact_top: bool = field(
-        default=True, metadata={"help": "only an exact-match answer reaches the top tier"}
+        default=True,
+        metadata={"help": "only an exact-match answer reaches the top tier (choice)"},
     )
 
     def problems(self) -> list[Problem]:

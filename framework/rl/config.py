@@ -184,6 +184,16 @@ class TrainConfig:
         out = target_problems(self.logger, "logger")
         # what the estimator and the loss require
         out += missing_providers({s: getattr(self, s) for s in REQUIRING_SECTIONS})
+        if getattr(self.loss, "acts_off_policy_only", False) and self.optim.policy_epochs < 2:
+            out.append(
+                Problem(
+                    "optim.policy_epochs",
+                    self.optim.policy_epochs,
+                    f"at least 2 with loss={self.loss.name}: its added term compares the policy "
+                    "with the one that generated the batch, so it is 0 on the first pass",
+                    "set optim.policy_epochs=2 (the loss's algorithm bundle does)",
+                )
+            )
         correction = getattr(self.loss, "rollout_correction", "none")
         out += rollout_source_problems(correction, self.rollout)
         if self.resume is not None:

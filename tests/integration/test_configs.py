@@ -11,6 +11,9 @@ from omegaconf import OmegaConf
 from framework.cli.app import group_options, load_config
 from framework.cli.schema import APPS
 from framework.paths import config_dir
+from framework.registry import POLICY_LOSSES, load_components
+
+load_components(plugins=False)
 
 CONF = config_dir()
 TRAIN_GROUPS = (
@@ -56,7 +59,11 @@ def test_app_default_config_validates(app):
 
 @pytest.mark.parametrize("group,option", [(g, o) for g in TRAIN_GROUPS for o in group_options(g)])
 def test_every_group_option_validates(group, option):
-    cfg = load_config("train", [f"{group}={option}"])
+    overrides = [f"{group}={option}"]
+    two_passes = group == "loss" and option in POLICY_LOSSES
+    if two_passes and POLICY_LOSSES.get(option).config_cls.acts_off_policy_only:
+        overrides.append("optim.policy_epochs=2")  # refused with one pass (its own test)
+    cfg = load_config("train", overrides)
     if group in ("advantage", "loss", "kl", "reward", "sampler", "rollout", "retriever"):
         # a preset (e.g. advantage/dr_grpo) names the registered component it extends
         assert getattr(cfg, group).name in group_options(group)
