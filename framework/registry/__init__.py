@@ -41,6 +41,7 @@ BUILTIN_MODULES = (
     "framework.algorithms.turn_advantages",
     "framework.algorithms.step_advantages",
     "framework.algorithms.consistency",
+    "framework.algorithms.salt",
     "framework.algorithms.controls",
     "framework.algorithms.losses",
     "framework.algorithms.loss_variants",
