@@ -156,6 +156,9 @@ class PolicyLossInputs:
             (the built-ins through ``_masked_inputs``, which folds them into the advantages).
         extras: the inputs the loss config ``requires``, computed by their providers for the
             whole step and sliced to this micro-batch's rows (first dimension ``N``).
+        entropy: ``[N, L]`` detached entropy of the current policy's next-token distribution at
+            each trained token (0 elsewhere), for losses whose config sets ``needs_entropy``;
+            ``None`` otherwise.
     """
 
     logprobs: Tensor
@@ -166,6 +169,7 @@ class PolicyLossInputs:
     group_index: Tensor | None = None
     token_weights: Tensor | None = None
     extras: Mapping[str, Any] = field(default_factory=dict)
+    entropy: Tensor | None = None
 
     def effective_mask(self) -> Tensor:
         """``[N, L]`` bool: token mask with dropped samples removed."""

@@ -34,7 +34,8 @@ class PolicyLossConfig(ComponentConfig):
     groups, so every group must sit in one micro-batch) and ``zero_advantage_inert`` (a rollout
     whose advantage is 0 adds exactly nothing to the loss, so it may be skipped) and
     ``acts_off_policy_only`` (the loss adds a term that is 0 while the policy equals the behaviour
-    policy, so it needs a second optimisation pass over each batch).
+    policy, so it needs a second optimisation pass over each batch) and ``needs_entropy`` (the
+    trainer computes each trained token's entropy and passes it as ``PolicyLossInputs.entropy``).
 
     The ``rollout_correction*`` fields correct for the mismatch between the rollout backend's and
     the trainer's log-probs (:mod:`framework.algorithms.rollout_correction`): the trainer computes
@@ -49,6 +50,8 @@ class PolicyLossConfig(ComponentConfig):
     #: the loss's added term compares current and behaviour log-probs, so it is exactly 0 on the
     #: first, on-policy pass over a batch: the train config then requires optim.policy_epochs >= 2
     acts_off_policy_only: ClassVar[bool] = False
+    #: the loss reads the current policy's per-token entropy (``PolicyLossInputs.entropy``)
+    needs_entropy: ClassVar[bool] = False
 
     agg: str = field(default="seq_mean_token_mean", metadata={"help": f"one of {tuple(AGG_MODES)}"})
     norm_constant: float | None = field(

@@ -46,6 +46,7 @@ BUILTIN_MODULES = (
     "framework.algorithms.losses",
     "framework.algorithms.loss_variants",
     "framework.algorithms.collapse",
+    "framework.algorithms.heterogeneous",
     "framework.algorithms.kl",
     "framework.rewards.outcome",
     "framework.rewards.entity",

@@ -40,6 +40,8 @@ class LossSpec:
     whole_groups: bool = False
     #: rollouts with advantage 0 add nothing to the loss, so they may be skipped
     zero_advantage_inert: bool = True
+    #: the loss reads the per-token entropy of the current policy (``PolicyLossInputs.entropy``)
+    needs_entropy: bool = False
     #: rollout correction (``loss.rollout_correction*``): none, tis or mis; token or sequence; C
     rollout_correction: str = "none"
     rollout_correction_level: str = "token"
@@ -65,6 +67,7 @@ def loss_spec(loss: PolicyLossConfig, kl: KLConfig) -> LossSpec:
         kl_coef=kl.coef,
         whole_groups=loss.needs_groups,
         zero_advantage_inert=loss.zero_advantage_inert,
+        needs_entropy=loss.needs_entropy,
         rollout_correction=loss.rollout_correction,
         rollout_correction_level=loss.rollout_correction_level,
         rollout_correction_threshold=loss.rollout_correction_threshold,
@@ -130,7 +133,7 @@ def chunk_loss(
         raise ValueError("chunk_loss() needs a micro-batch with advantages")
     device = next(model.parameters()).device
     tokens = micro.tokens.to(device)
-    logp, ent = token_logprobs(model, tokens, entropy=entropy)
+    logp, ent = token_logprobs(model, tokens, entropy=entropy or spec.needs_entropy)
     old = logp.detach() if old_logprobs is None else old_logprobs.to(device)
     inputs = PolicyLossInputs(
         logprobs=logp,
@@ -140,6 +143,7 @@ def chunk_loss(
         sample_mask=micro.sample_mask.to(device),
         group_index=micro.group_index.to(device),
         extras={k: v.to(device) if isinstance(v, Tensor) else v for k, v in micro.extras.items()},
+        entropy=ent if spec.needs_entropy else None,
     )
     mismatch = _rollout_correction(inputs, micro.rollout_logprobs, spec)
     out = spec.policy_loss(inputs)
@@ -154,7 +158,7 @@ def chunk_loss(
             agg=spec.agg,
             norm_constant=spec.norm_constant,
         )
-    return out, ent, inputs.effective_mask(), mismatch
+    return out, ent if entropy else None, inputs.effective_mask(), mismatch
 
 
 def _rollout_correction(

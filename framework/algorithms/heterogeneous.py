@@ -1,0 +1,200 @@
+"""HAPO, "From Uniform to Heterogeneous" (Heterogeneous Adaptive Policy Optimization; arXiv
+2507.21848 per its code's README): tokens are not alike, and their entropy decides how much
+advantage each gets, how far its ratio may move, and how rollouts are compared.
+
+Formulas from the authors' code (github.com/starriver030515/HAPO, ``core_algos.py``), as
+``../shared/METHODS-2.md`` item 9 restates them:
+
+- token-level group average (``advantage=hapo``): a group's mean and std over its *tokens* (each
+  rollout's reward counted once per trained token), with GRPO as the group's fallback when any of
+  its advantages reaches 5 in magnitude;
+- entropy score: ``x = log max(H, 1e-8)`` over the micro-batch's trained tokens, centred on its 0.8
+  quantile (nearest rank) and scaled by the root mean square of the centred values, then divided
+  by its largest positive value (``h > 0``) or by the magnitude of its most negative one
+  (``h < 0``), so ``ĥ`` lies in ``[-1, 1]``;
+- asymmetric adaptive clipping and differential advantage redistribution (``loss=hapo``), with
+  PPO's dual clip (c = 10).
+
+Readings and omissions (why the fidelity is "partial"): the released code divides negative scores
+by ``min(h)`` itself, which flips their sign; we read that as a slip and divide by ``|min(h)|``.
+Its fallback test runs over every padded position (so tool-response and padding positions can
+trigger it); we test the rollouts' own advantages only (trained tokens), and fall back to verl's
+GRPO with the unbiased std as the code does. The adaptive sampling temperature ``T (1 + 0.05 ĥ)``
+needs a patched sampler and is not implemented: rollouts use the configured temperature.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from framework.algorithms.advantages import GRPOAdvantageConfig, grpo_advantage
+from framework.algorithms.aggregation import aggregate, masked_mean
+from framework.algorithms.group import group_sum
+from framework.algorithms.losses import ClipLossConfig, _masked_inputs
+from framework.config import ComponentConfig, Problem, check_range
+from framework.registry import ADVANTAGES
+from framework.registry.kinds import POLICY_LOSSES
+from framework.types import AdvantageInputs, LossOutput, PolicyLossInputs
+
+PAPER = "HAPO: From Uniform to Heterogeneous, arXiv 2507.21848 (id from its code's README)"
+
+
+@dataclass
+class HAPOAdvantageConfig(ComponentConfig):
+    paper: ClassVar[str] = PAPER
+    fidelity: ClassVar[str] = "exact"
+
+    epsilon: float = field(default=1e-6, metadata={"help": "added to the token-weighted std"})
+    fallback: float = field(
+        default=5.0, metadata={"help": "a group with any |A| >= this falls back to GRPO (code: 5)"}
+    )
+
+    def problems(self) -> list[Problem]:
+        out = check_range(self.epsilon, "epsilon", low=0.0)
+        return out + check_range(self.fallback, "fallback", low=0.0, low_inclusive=False)
+
+
+def token_group_advantage(
+    rewards: Tensor, lengths: Tensor, group_index: Tensor, epsilon: float = 1e-6
+) -> Tensor:
+    """``[N]``: ``(r_i - μ) / (σ + eps)`` with the group's mean and (population) std over its
+    tokens, rollout ``i`` weighing ``lengths[i]``; 0 in a group without tokens."""
+    w = lengths.to(rewards.dtype)
+    total = group_sum(w, group_index)
+    mu = group_sum(w * rewards, group_index) / total.clamp(min=1e-12)
+    var = group_sum(w * (rewards - mu) ** 2, group_index) / total.clamp(min=1e-12)
+    out = (rewards - mu) / (var.clamp(min=0).sqrt() + epsilon)
+    return torch.where(total > 0, out, torch.zeros_like(out))
+
+
+@ADVANTAGES.register("hapo", config=HAPOAdvantageConfig)
+def hapo_advantage(inputs: AdvantageInputs, *, cfg: HAPOAdvantageConfig) -> Tensor:
+    """HAPO's token-level group average (authors' code; the fallback read over trained tokens)::
+
+        L_i = trained tokens of rollout i
+        μ_g = Σ L_i r_i / Σ L_i;  σ_g² = Σ L_i (r_i - μ_g)² / Σ L_i
+        A_i = (r_i - μ_g) / (σ_g + eps); a group with any |A_i| >= 5: GRPO (unbiased std)
+
+    Args:
+        inputs: ``rewards [N]``, ``group_index [N]``, ``token_mask [N, L]`` (lengths; without it
+            every rollout weighs 1).
+        cfg: epsilon and the fallback threshold.
+
+    Returns:
+        ``[N]`` advantages.
+    """
+    r = inputs.rewards if inputs.rewards.is_floating_point() else inputs.rewards.float()
+    mask = inputs.token_mask
+    lengths = mask.sum(-1) if mask is not None else torch.ones_like(r)
+    adv = token_group_advantage(r, lengths, inputs.group_index, cfg.epsilon)
+    big = group_sum((adv.abs() >= cfg.fallback).to(r.dtype), inputs.group_index) > 0
+    grpo = grpo_advantage(inputs, cfg=GRPOAdvantageConfig(name="grpo", unbiased_std=True))
+    return torch.where(big, grpo.to(adv.dtype), adv)
+
+
+@dataclass
+class HAPOLossConfig(ClipLossConfig):
+    paper: ClassVar[str] = PAPER
+    fidelity: ClassVar[str] = "partial"
+    needs_entropy: ClassVar[bool] = True
+
+    clip_high: float = field(
+        default=0.2, metadata={"help": "ratio upper bound is 1 + clip_high (paper base: 0.2)"}
+    )
+    alpha: float = field(default=1.0, metadata={"help": "clip adaptation by entropy (code: 1)"})
+    beta: float = field(default=1.0, metadata={"help": "advantage redistribution (code: 1)"})
+    pivot: float = field(default=0.8, metadata={"help": "entropy quantile of ĥ = 0 (code: 0.8)"})
+    dual_clip: float = field(
+        default=10.0, metadata={"help": "PPO dual clip c for negative advantages; 0 disables"}
+    )
+
+    def problems(self) -> list[Problem]:
+        out = check_range(self.alpha, "alpha", low=0.0)
+        out += check_range(self.beta, "beta", low=0.0)
+        out += check_range(self.pivot, "pivot", low=0.0, high=1.0)
+        dual = self.dual_clip
+        if dual != 0:
+            out += check_range(dual, "dual_clip", low=1.0, low_inclusive=False, fix="use 10 or 0")
+        return out + super().problems()
+
+
+def entropy_scores(entropy: Tensor, mask: Tensor, pivot: float = 0.8) -> Tensor:
+    """``[N, L]`` ``ĥ`` in ``[-1, 1]`` over the trained tokens (0 elsewhere; module docstring)."""
+    m = mask.bool()
+    out = torch.zeros_like(entropy, dtype=torch.float64)
+    if not m.any():
+        return out.to(entropy.dtype)
+    x = entropy.double()[m].clamp(min=1e-8).log()
+    q = x.sort().values[round(pivot * (x.numel() - 1))]
+    centred = x - q
+    scale = centred.pow(2).mean().sqrt()
+    h = centred / scale if scale > 0 else torch.zeros_like(centred)
+    top, bottom = h.max(), h.min()
+    h = torch.where(h > 0, h / top if top > 0 else h, h)
+    h = torch.where(h < 0, h / bottom.abs() if bottom < 0 else h, h)
+    out[m] = h
+    return out.to(entropy.dtype)
+
+
+def clip_widths(scores: Tensor, low: float, high: float, alpha: float) -> tuple[Tensor, Tensor]:
+    """Per token ``(ε_low', ε_high')``: ``ε_low (1 - α ĥ)`` where ``ĥ <= 0``, ``ε_high (1 + α ĥ)``
+    where ``ĥ > 0``, the configured widths otherwise."""
+    lo = torch.where(scores <= 0, low * (1 - alpha * scores), torch.full_like(scores, low))
+    hi = torch.where(scores > 0, high * (1 + alpha * scores), torch.full_like(scores, high))
+    return lo, hi
+
+
+def redistributed(
+    adv: Tensor, ratio: Tensor, scores: Tensor, lo: Tensor, hi: Tensor, beta: float
+) -> Tensor:
+    """The advantage each token trains with: ``A' = A (1 + β ĥ)`` outside the neutral zone
+    ``(1 - ε_low'/2, 1 + ε_high'/2)`` for a high-entropy token (``ĥ > 0``, ``A`` inside it), and
+    inside the zone for a low-entropy one (``A`` outside it)."""
+    boosted = adv * (1 + beta * scores)
+    r = ratio.detach()
+    inside = (r > 1 - lo / 2) & (r < 1 + hi / 2)
+    return torch.where(
+        scores > 0, torch.where(inside, adv, boosted), torch.where(inside, boosted, adv)
+    )
+
+
+@POLICY_LOSSES.register("hapo", config=HAPOLossConfig)
+def hapo_loss(inputs: PolicyLossInputs, *, cfg: HAPOLossConfig) -> LossOutput:
+    """HAPO's loss (authors' code; ``ĥ`` from this micro-batch's entropies, module docstring)::
+
+        ε_low' = ε_low (1 - α ĥ) if ĥ <= 0;  ε_high' = ε_high (1 + α ĥ) if ĥ > 0
+        A' = A (1 + β ĥ), used outside (ĥ > 0) or inside (ĥ <= 0) 1 - ε_low'/2 < ρ < 1 + ε_high'/2
+        per token: -min(ρ Â, clip(ρ, 1 - ε_low', 1 + ε_high') Â), at most -c Â where Â < 0
+
+    Raises:
+        ValueError: the inputs carry no entropy (the trainer fills it: ``needs_entropy``).
+    """
+    if inputs.entropy is None:
+        raise ValueError(
+            "[loss.hapo] got PolicyLossInputs without entropy; expected the per-token entropy "
+            "the trainer computes for a loss whose config sets needs_entropy. Fix: call the loss "
+            "through the trainer, or pass entropy=[N, L]."
+        )
+    mask, lp, old, adv = _masked_inputs(inputs)
+    scores = entropy_scores(inputs.entropy.detach(), mask, cfg.pivot).to(lp.dtype)
+    lo, hi = clip_widths(scores, cfg.clip_low, cfg.clip_high, cfg.alpha)
+    ratio = (lp - old).exp()
+    eff = redistributed(adv, ratio, scores, lo, hi, cfg.beta).masked_fill(~mask, 0.0)
+    unclipped = -eff * ratio
+    clipped = -eff * torch.minimum(torch.maximum(ratio, 1 - lo), 1 + hi)
+    per_token = torch.maximum(unclipped, clipped)
+    if cfg.dual_clip > 0:
+        per_token = torch.where(eff < 0, torch.minimum(per_token, -eff * cfg.dual_clip), per_token)
+    loss = aggregate(per_token, mask, cfg.agg, cfg.norm_constant)
+    with torch.no_grad():
+        metrics = {
+            "clip_frac": masked_mean((clipped > unclipped).float(), mask),
+            "ratio_mean": masked_mean(ratio.detach(), mask),
+            "entropy_score_mean": masked_mean(scores, mask),
+            "approx_kl": masked_mean(ratio.detach() - 1.0 - (lp - old).detach(), mask),
+        }
+    return LossOutput(loss, metrics)
