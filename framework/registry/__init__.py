@@ -42,6 +42,7 @@ BUILTIN_MODULES = (
     "framework.algorithms.step_advantages",
     "framework.algorithms.consistency",
     "framework.algorithms.salt",
+    "framework.algorithms.pruning",
     "framework.algorithms.controls",
     "framework.algorithms.losses",
     "framework.algorithms.loss_variants",

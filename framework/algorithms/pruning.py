@@ -1,0 +1,94 @@
+"""DPPO: Dynamic Pruning Policy Optimization ("Unbiased Dynamic Pruning for Efficient Group-Based
+Policy Optimization"), reconstructed: skip the backward pass of rollouts that carry little signal,
+and keep the gradient unbiased by reweighting the ones kept.
+
+Each rollout is kept with a known probability ``q_i`` and, when kept, its advantage (hence its
+loss term, which every built-in loss is linear in up to clipping) is divided by ``q_i``; a pruned
+rollout's advantage is 0, so the update's planner leaves it out of every micro-batch
+(``optim.skip_zero_advantage``) and no forward or backward pass is spent on it. In expectation
+over the draws, ``A' = A``.
+
+The method section could not be read from here; our choices (``../shared/METHODS-2.md`` item 15),
+hence "reconstructed": the advantage is GRPO's; a rollout is *low-signal* when ``|A_i| <
+threshold * max_j |A_j|`` over the batch and is kept with ``q = keep_prob``, every other rollout
+with ``q = 1``; prompts are not pruned separately (a group whose advantages are all 0 is skipped
+anyway); the paper's dense prompt packing is what the planner's token-bounded micro-batches do
+already. The draws are seeded by ``seed`` and the batch itself, so a run repeats exactly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from framework.algorithms.advantages import GRPOAdvantageConfig, grpo_advantage
+from framework.config import Problem, check_range
+from framework.registry import ADVANTAGES
+from framework.types import AdvantageInputs
+
+
+@dataclass
+class DPPOAdvantageConfig(GRPOAdvantageConfig):
+    paper: ClassVar[str] = (
+        "DPPO: Unbiased Dynamic Pruning for Efficient Group-Based Policy Optimization"
+    )
+    fidelity: ClassVar[str] = "reconstructed"
+
+    threshold: float = field(
+        default=0.1, metadata={"help": "low-signal: |A| < threshold * max |A| (choice)"}
+    )
+    keep_prob: float = field(
+        default=0.5, metadata={"help": "q, the keep probability of a low-signal rollout (choice)"}
+    )
+    seed: int = field(default=0, metadata={"help": "seed of the pruning draws (with the batch)"})
+
+    def problems(self) -> list[Problem]:
+        out = check_range(self.threshold, "threshold", low=0.0, high=1.0)
+        out += check_range(self.keep_prob, "keep_prob", low=0.0, high=1.0, low_inclusive=False)
+        return out + super().problems()
+
+
+def keep_probabilities(advantages: Tensor, threshold: float, keep_prob: float) -> Tensor:
+    """``[N]`` ``q_i``: ``keep_prob`` for a rollout with ``|A_i| < threshold * max |A|``, else 1."""
+    a = advantages.abs()
+    low = a < threshold * a.max() if a.numel() else torch.zeros_like(a, dtype=torch.bool)
+    return torch.where(low, torch.full_like(a, keep_prob), torch.ones_like(a))
+
+
+def pruned(advantages: Tensor, q: Tensor, generator: torch.Generator) -> Tensor:
+    """``[N]``: ``A_i / q_i`` for the rollouts a draw keeps (each with probability ``q_i``), 0 for
+    the others; unbiased: its expectation is ``A``."""
+    u = torch.rand(q.shape, generator=generator, dtype=torch.float64).to(q.dtype)
+    return torch.where(u < q, advantages / q, torch.zeros_like(advantages))
+
+
+def _batch_seed(seed: int, inputs: AdvantageInputs) -> int:
+    """A seed from ``seed`` and the batch (its rewards and response lengths): the same batch draws
+    the same pruning, and two steps with equal rewards but other responses draw anew."""
+    lengths = inputs.token_mask.sum(-1) if inputs.token_mask is not None else torch.zeros(0)
+    digest = hashlib.blake2b(digest_size=8)
+    digest.update(inputs.rewards.detach().double().cpu().numpy().tobytes())
+    digest.update(lengths.detach().long().cpu().numpy().tobytes())
+    return (int.from_bytes(digest.digest(), "little") + seed) % (2**63)
+
+
+@ADVANTAGES.register("dppo", config=DPPOAdvantageConfig)
+def dppo_advantage(inputs: AdvantageInputs, *, cfg: DPPOAdvantageConfig) -> Tensor:
+    """DPPO (reconstructed; module docstring): GRPO's advantages, low-signal rollouts kept with
+    probability ``q`` and reweighted by ``1 / q``::
+
+        A_i = GRPO advantage
+        q_i = keep_prob if |A_i| < threshold * max_j |A_j| else 1
+        A'_i = A_i / q_i with probability q_i, else 0 (pruned: no forward or backward pass)
+
+    Returns:
+        ``[N]`` advantages.
+    """
+    adv = grpo_advantage(inputs, cfg=cfg)
+    q = keep_probabilities(adv, cfg.threshold, cfg.keep_prob)
+    gen = torch.Generator().manual_seed(_batch_seed(cfg.seed, inputs))
+    return pruned(adv, q, gen)
