@@ -43,6 +43,7 @@ BUILTIN_MODULES = (
     "framework.algorithms.consistency",
     "framework.algorithms.salt",
     "framework.algorithms.pruning",
+    "framework.algorithms.downsampling",
     "framework.algorithms.controls",
     "framework.algorithms.losses",
     "framework.algorithms.loss_variants",

@@ -98,7 +98,7 @@ HEALTH_MONITORS: Registry[HealthMonitorFactory] = Registry(
 )
 INPUT_PROVIDERS: Registry[InputProviderFn] = Registry(
     "input",
-    signature="fn(ctx: InputContext, *, cfg) -> Tensor | list | Any",
+    signature="fn(ctx: InputContext, *, cfg) -> Tensor | list | float | Any",
     # registered under the name of the input it computes; ``cfg`` is the config of the component
     # that declared the input in its ``requires`` (not selected on the command line: no group)
     config_store=None,

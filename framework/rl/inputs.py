@@ -56,11 +56,14 @@ class InputContext:
         tokenizer: the rollout backend's tokenizer.
         batch: the step's trained rollouts (:class:`~framework.rl.batch.RolloutBatch`:
             packed tokens, masks, turns, rewards, dataset columns, inputs computed so far).
+        progress: the share of the run's steps done before this step, in ``[0, 1)`` (0 where
+            the caller runs no schedule).
     """
 
     policy: Any
     tokenizer: Any
     batch: RolloutBatch
+    progress: float = 0.0
 
     @property
     def pad_id(self) -> int:

@@ -123,6 +123,7 @@ class SearchAgentRL(L.LightningModule):
             keep=getattr(self.data.sampler, "keep_group", None),
             backward=self.manual_backward,
             pad_passes=self._missing_passes,
+            progress=self.rl_step / max(self.cfg.trainer.max_steps, 1),
         )
         self.data.observe(self.rl_step, result, self.cfg.reward)
         self.data.mark_trained(batch)

@@ -348,6 +348,7 @@ def rl_step(
     keep: Callable[[Tensor, Tensor], bool] | None = None,
     backward: Callable[[Tensor], None] = Tensor.backward,
     pad_passes: Callable[[int], int] | None = None,
+    progress: float = 0.0,
 ) -> StepResult:
     """One RL step: roll every group out, score once, estimate advantages, train the policy.
 
@@ -374,6 +375,8 @@ def rl_step(
         backward: runs the backward pass of a loss (Lightning's ``manual_backward``).
         pad_passes: data parallelism: zero-loss backward passes to add for a process with fewer
             micro-batches (see :func:`~framework.rl.update.policy_update`).
+        progress: the share of the run's steps done before this one (0 at the first step), for
+            input providers (:attr:`~framework.rl.inputs.InputContext.progress`).
 
     Returns:
         The trained rollouts, their scores and advantages, and the step's figures under the names
@@ -386,7 +389,7 @@ def rl_step(
 
     mark = time.perf_counter()
     batch = RolloutBatch.build(kept.trajectories, kept.items, kept.scores, pad_id=parts.pad_id)
-    context = InputContext(parts.policy, loop.backend.tokenizer, batch)
+    context = InputContext(parts.policy, loop.backend.tokenizer, batch, progress)
     sections = {s: getattr(parts, s) for s in REQUIRING_SECTIONS}  # the components requiring
     batch.extras.update(provide_inputs(sections, context, have=batch.extras))
     advantages = batch.estimate(parts.estimator, parts.advantage.name)

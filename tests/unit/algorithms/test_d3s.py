@@ -1,0 +1,87 @@
+"""D3S (partial; framework/algorithms/downsampling.py) against ../shared/METHODS-2.md item 11."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from framework.algorithms.advantages import grpo_advantage
+from framework.algorithms.downsampling import (
+    D3SAdvantageConfig,
+    D3SLossConfig,
+    d3s_advantage,
+    d3s_loss,
+    group_downsample,
+    max_variance_subset,
+    relaxed,
+    top_tokens,
+)
+from framework.algorithms.losses import ClipLossConfig, ppo_clip_loss
+from framework.types import AdvantageInputs, PolicyLossInputs
+
+F64 = torch.float64
+
+
+def test_worked_example_sample_level():
+    # A = [1.5, 0.5, -0.5, -1.5], k = 2 -> keep rollouts 1 and 4, variance 2.25
+    adv = torch.tensor([1.5, 0.5, -0.5, -1.5])
+    kept = max_variance_subset(adv, 2)
+    assert sorted(kept) == [0, 3]
+    assert float(adv[kept].var(unbiased=False)) == pytest.approx(2.25)
+    assert group_downsample(adv, torch.zeros(4, dtype=torch.long), 0.5).tolist() == [
+        True,
+        False,
+        False,
+        True,
+    ]
+
+
+def test_worked_example_token_level():
+    # scores |A| H: (1, 2) = 3.0 first, then (2, 1) = 0.5; rho 0.25 keeps 2 of 8 tokens
+    adv = torch.tensor([[1.5, 1.5], [0.5, 0.5], [0.5, 0.5], [1.5, 1.5]])
+    ent = torch.tensor([[0.1, 2.0], [1.0, 0.2], [0.5, 0.5], [0.05, 0.3]])
+    kept = top_tokens(adv * ent, torch.ones(4, 2, dtype=torch.bool), 0.25)
+    assert kept.nonzero().tolist() == [[0, 1], [1, 0]]
+
+
+def test_the_schedule_relaxes_to_everything():
+    assert relaxed(0.5, 0.0, 0.5) == 0.5
+    assert relaxed(0.5, 0.25, 0.5) == pytest.approx(0.75)
+    assert relaxed(0.5, 0.5, 0.5) == 1.0 and relaxed(0.5, 0.9, 0.5) == 1.0
+
+
+def inputs(progress):
+    return AdvantageInputs(
+        torch.tensor([1.0, 0.0, 1.0, 0.0, 0.2, 0.9, 0.4, 0.6], dtype=F64),
+        torch.tensor([0] * 4 + [1] * 4),
+        extras={"training_progress": progress},
+    )
+
+
+def test_the_estimator_keeps_half_of_each_group_then_all():
+    early = d3s_advantage(inputs(0.0), cfg=D3SAdvantageConfig(name="d3s"))
+    assert [int((early[g * 4 : g * 4 + 4] != 0).sum()) for g in (0, 1)] == [2, 2]
+    late = d3s_advantage(inputs(0.6), cfg=D3SAdvantageConfig(name="d3s"))
+    assert_close(late, grpo_advantage(inputs(0.6), cfg=D3SAdvantageConfig(name="d3s")))
+
+
+def test_the_loss_keeps_the_top_tokens_and_is_ppo_clip_when_relaxed():
+    gen = torch.Generator().manual_seed(2)
+    logp = -torch.rand(3, 5, generator=gen, dtype=F64)
+    old = logp + 0.2 * torch.randn(3, 5, generator=gen, dtype=F64)
+    base = dict(
+        logprobs=logp,
+        old_logprobs=old,
+        advantages=torch.tensor([1.0, -0.5, 0.3], dtype=F64),
+        token_mask=torch.ones(3, 5, dtype=torch.bool),
+        entropy=torch.rand(3, 5, generator=gen, dtype=F64),
+    )
+    cfg = D3SLossConfig(name="d3s")
+    done = d3s_loss(PolicyLossInputs(**base, extras={"training_progress": 0.7}), cfg=cfg)
+    clip = ppo_clip_loss(PolicyLossInputs(**base), cfg=ClipLossConfig(name="ppo_clip"))
+    assert_close(done.loss, clip.loss)
+    early = d3s_loss(PolicyLossInputs(**base, extras={"training_progress": 0.0}), cfg=cfg)
+    assert float(early.metrics["d3s_token_share"]) == pytest.approx(8 / 15)
+    with pytest.raises(ValueError, match=r"\[loss.d3s\] got PolicyLossInputs without entropy"):
+        d3s_loss(PolicyLossInputs(logp, old, torch.ones(3, dtype=F64), torch.ones(3, 5)), cfg=cfg)
