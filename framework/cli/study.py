@@ -487,6 +487,10 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
     from framework.sft.warm_start import warm_start
 
     root = cfg.directory()
+    if cfg.screen:  # an arm per registered method, found now (framework/eval/screen.py)
+        from framework.eval.screen import screen_arms
+
+        cfg = replace(cfg, arms={**screen_arms(cfg.baseline, overrides=cfg.overrides), **cfg.arms})
     jobs = [(arm, seed) for arm in cfg.arms for seed in cfg.seeds]
     print(
         f"seekrl-study: {cfg.name}: {len(cfg.arms)} arm(s) x {len(cfg.seeds)} seed(s) in {root}",

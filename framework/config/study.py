@@ -91,6 +91,18 @@ class StudyConfig:
             "seeds and analysis before it ran; required when eval.split=test"
         },
     )
+    screen: bool = field(
+        default=False,
+        metadata={
+            "help": "add an arm per registered method (every algorithm bundle, and every "
+            "advantage estimator, loss and sampler no bundle selects, on the baseline bundle), "
+            "plugins' too, and report the screening table (framework/eval/screen.py)"
+        },
+    )
+    publish: str = field(
+        default="",
+        metadata={"help": "also write the screening table to this file (e.g. docs/benchmarks/...)"},
+    )
     retry_failed: bool = field(
         default=False, metadata={"help": "run again the runs that crashed last time"}
     )
@@ -103,7 +115,13 @@ class StudyConfig:
     )
 
     def problems(self) -> list[Problem]:
-        out = check(bool(self.arms), "arms", self.arms, "at least one arm", "name an arm")
+        out = check(
+            bool(self.arms) or self.screen,
+            "arms",
+            self.arms,
+            "at least one arm (or screen=true, which adds one per registered method)",
+            "name an arm",
+        )
         out += check(bool(self.seeds), "seeds", self.seeds, "at least one seed", "give seeds")
         out += check(
             len(set(self.seeds)) == len(self.seeds),

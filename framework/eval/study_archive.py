@@ -44,7 +44,18 @@ CURVE_TAGS = (
     "loss/entropy",
 )
 #: the study config fields the report depends on (not where it runs or how it was invoked)
-CONFIG_KEYS = ("name", "arms", "baseline", "seeds", "overrides", "eval", "bootstrap", "min_effect")
+CONFIG_KEYS = (
+    "name",
+    "arms",
+    "baseline",
+    "seeds",
+    "overrides",
+    "eval",
+    "bootstrap",
+    "min_effect",
+    "screen",
+    "publish",
+)
 #: versions.json fields kept per run
 VERSION_KEYS = ("git_commit", "precision", "precision_reason", "cpu", "platform", "packages")
 
@@ -109,12 +120,23 @@ def _run_record(run: Path, state: Any) -> dict[str, Any]:
     scalars = read_scalars(run) if (run / "tensorboard").is_dir() else {}
     steps = scalars.get("timing/step", [])
     versions = _read_json(run / "versions.json") or {}
+    summary = _read_json(run / "summary.json") or {}
+    peaks = [float(s["peak_gb"]) for s in summary.get("stages", []) if "peak_gb" in s]
+    alarms = sorted(
+        tag.split("/")[1]
+        for tag, values in scalars.items()
+        if tag.startswith("health/") and tag.endswith("/alarm") and any(v > 0 for _, v in values)
+    )
     return {
         "arm": state.arm,
         "seed": state.seed,
         "status": state.status,
         "seconds": round(float(state.seconds), 1),
         "train_seconds": round(sum(v for _, v in steps), 1) if steps else None,
+        "steps": len(steps),
+        "peak_gb": max(peaks) if peaks else None,
+        "alarms": alarms,
+        "stopped_by": summary.get("stopped_by"),
         "versions": {k: versions[k] for k in VERSION_KEYS if k in versions},
         "curves": {
             t: [[int(x), float(y)] for x, y in scalars[t]] for t in CURVE_TAGS if t in scalars

@@ -351,6 +351,18 @@ def write_report(root: Path, cfg: Any) -> dict[str, Any]:
         for arm, seed in archive.runs(arms)
         if (run := archive.run(arm, seed)) is not None
     ]
+    if getattr(cfg, "screen", False):
+        from framework.eval.screen import screen_markdown, screen_rows
+
+        summary["screen"] = screen_rows(summary, archive, arms, cfg.baseline)
+        table = screen_markdown(cfg, summary["screen"])
+        if cfg.publish:
+            target = Path(cfg.publish)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            head = (
+                f"# {cfg.name}: the screening table\n\nWritten by `seekrl-study` from {root}.\n\n"
+            )
+            target.write_text(head + table)
     (root / "study.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     (root / "study.md").write_text(_markdown(cfg, summary, plots, root))
     return summary
@@ -534,6 +546,10 @@ def _markdown(cfg: Any, s: dict[str, Any], plots: Sequence[Path], root: Path) ->
         "",
     ]
     lines += _partial_lines(cfg, s)
+    if "screen" in s:
+        from framework.eval.screen import screen_markdown
+
+        lines += [screen_markdown(cfg, s["screen"]), ""]
     lines += ["## Pass@1 per arm (pooled over seeds)", ""]
     lines += [
         "| policy | seeds | samples per question | Pass@1 [95% CI] | Pass@k | tool calls | turns "

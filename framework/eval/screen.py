@@ -1,0 +1,155 @@
+"""The screening table: every registered method trained and evaluated alike, against one baseline.
+
+``seekrl-study study=screen`` (``screen=true``) adds one arm per registered method, found when the
+study starts, so a component registered later, by a plugin too, appears without editing the study:
+
+- every algorithm bundle (``conf/algorithm/*.yaml``, and plugins' config folders), by its name;
+- every advantage estimator, policy loss and sampler that no bundle selects, on the baseline bundle
+  with that one component swapped in (``advantage-<name>``, ``loss-<name>``, ``sampler-<name>``);
+  a loss that acts only off policy gets its second optimisation pass (``optim.policy_epochs=2``).
+
+Each arm trains from the same cached warm start on the same questions for the same steps and
+rollouts (the study's shared overrides), and is evaluated on the study's split (validation for a
+screen). :func:`screen_rows` turns the study's summary and archive into one row per method:
+Pass@1 with its interval, the paired difference from the baseline with its interval, tool calls,
+response tokens per rollout, seconds per training step, peak memory, and the health monitors that
+fired. A method whose difference from the baseline excludes 0 upwards is a *candidate* for a
+confirmatory study, not a winner: a screen runs one seed per method and many comparisons.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+#: the registries a screen sweeps, with the config group each is selected by
+SCREENED_KINDS = ("advantage", "loss", "sampler")
+
+
+def screen_arms(baseline: str, *, overrides: Sequence[str] = ()) -> dict[str, list[str]]:
+    """One arm per registered method: the bundles first (the baseline bundle leading), then each
+    component no bundle selects, on the baseline bundle.
+
+    Args:
+        baseline: the bundle every swapped-in component is compared with (``algorithm=<it>``).
+        overrides: the study's shared overrides (they decide, e.g., the sampler the arms share).
+
+    Raises:
+        ValueError: ``baseline`` is not an algorithm bundle.
+    """
+    from framework.cli.app import group_options, load_config
+    from framework.registry import ALL, load_components
+
+    load_components()
+    bundles = group_options("algorithm")
+    if baseline not in bundles:
+        raise ValueError(
+            f"[baseline] got {baseline!r}; expected an algorithm bundle for screen=true (one of "
+            f"{bundles}). Fix: set baseline=grpo."
+        )
+    arms: dict[str, list[str]] = {baseline: [f"algorithm={baseline}"]}
+    selected: dict[str, set[str]] = {kind: set() for kind in SCREENED_KINDS}
+    for bundle in bundles:
+        cfg = load_config("train", [*overrides, f"algorithm={bundle}"])
+        for kind in SCREENED_KINDS:
+            selected[kind].add(getattr(cfg, kind).name)
+        arms.setdefault(bundle, [f"algorithm={bundle}"])
+    for kind in SCREENED_KINDS:
+        for entry in ALL[kind]:
+            if entry.name in selected[kind]:
+                continue
+            args = [f"algorithm={baseline}", f"{kind}={entry.name}"]
+            if getattr(entry.config_cls, "acts_off_policy_only", False):
+                args.append("optim.policy_epochs=2")
+            arms[f"{kind}-{entry.name}"] = args
+    return arms
+
+
+def _verdict(diff: Mapping[str, Any] | None) -> str:
+    if not diff:
+        return "baseline"
+    low, high = diff["ci"]
+    if low > 0:
+        return "candidate (above the baseline; confirm with seeds)"
+    if high < 0:
+        return "below the baseline"
+    return "no difference shown"
+
+
+def screen_rows(
+    summary: Mapping[str, Any], archive: Any, arms: Sequence[str], baseline: str
+) -> list[dict[str, Any]]:
+    """One row per evaluated arm of a screen (module docstring), from the study's summary
+    (:func:`~framework.eval.study_report.summarize_study`) and its archive."""
+    rows = []
+    for arm in arms:
+        figures = summary["arms"].get(arm)
+        if figures is None:
+            continue
+        diff = summary["versus_baseline"].get(arm, {}).get("Pass@1")
+        tokens, steps, seconds, peaks, alarms, stopped = [], 0, 0.0, [], set(), []
+        for seed in figures["seeds"]:
+            recs = archive.records(arm, seed)
+            tokens += [float(r["response_tokens"]) for r in recs if r.get("response_tokens")]
+            run = archive.run(arm, seed) or {}
+            if run.get("train_seconds") and run.get("steps"):
+                seconds += float(run["train_seconds"])
+                steps += int(run["steps"])
+            if run.get("peak_gb") is not None:
+                peaks.append(float(run["peak_gb"]))
+            alarms |= set(run.get("alarms", []))
+            if run.get("stopped_by"):
+                stopped.append(str(run["stopped_by"].get("monitor", "a monitor")))
+        rows.append(
+            {
+                "arm": arm,
+                "seeds": figures["seeds"],
+                "pass@1": figures["pass@1"],
+                "pass@1_ci": figures["pass@1_ci"],
+                "minus_baseline": None if arm == baseline else diff,
+                "tool_calls": figures["tool_calls"],
+                "response_tokens": sum(tokens) / len(tokens) if tokens else None,
+                "seconds_per_step": seconds / steps if steps else None,
+                "peak_gb": max(peaks) if peaks else None,
+                "monitors_fired": sorted(alarms),
+                "stopped_by": stopped,
+                "verdict": _verdict(diff) if arm != baseline else "baseline",
+            }
+        )
+    return rows
+
+
+def _num(v: float | None, fmt: str) -> str:
+    return "n/a" if v is None else format(v, fmt)
+
+
+def screen_markdown(cfg: Any, rows: Sequence[Mapping[str, Any]]) -> str:
+    """The screening table as a Markdown section."""
+    seeds = sorted({s for r in rows for s in r["seeds"]})
+    lines = [
+        f"## Screening table ({len(rows)} methods evaluated, baseline `{cfg.baseline}`)",
+        "",
+        f"Seeds {seeds}, one per method: each interval below is one run's, so a difference says "
+        "how this run differed on these questions, not how the method compares in general. "
+        f"{cfg.eval.questions} {cfg.eval.split} questions x {cfg.eval.samples_per_question} "
+        "samples; minus the baseline: paired bootstrap over questions. A candidate is a method "
+        "whose difference excludes 0 upwards; it needs a confirmatory study with seeds.",
+        "",
+        "| method | Pass@1 [95% CI] | minus baseline [95% CI] | tool calls | tokens / rollout "
+        "| s / step | peak GB | monitors fired | reading |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        low, high = r["pass@1_ci"]
+        d = r["minus_baseline"]
+        diff = "" if d is None else f"{d['diff']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}]"
+        fired = ", ".join(r["monitors_fired"]) or "none"
+        if r["stopped_by"]:
+            fired += f" (stopped: {', '.join(r['stopped_by'])})"
+        lines.append(
+            f"| `{r['arm']}` | {r['pass@1']:.3f} [{low:.3f}, {high:.3f}] | {diff} "
+            f"| {_num(r['tool_calls'], '.2f')} | {_num(r['response_tokens'], '.0f')} "
+            f"| {_num(r['seconds_per_step'], '.1f')} | {_num(r['peak_gb'], '.1f')} | {fired} "
+            f"| {r['verdict']} |"
+        )
+    return "\n".join(lines) + "\n"

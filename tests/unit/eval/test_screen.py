@@ -1,0 +1,100 @@
+"""The screening table (framework/eval/screen.py): its arms come from the registries, and its rows
+from a study's archive."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from framework.config import ComponentConfig
+from framework.eval.screen import screen_arms, screen_markdown, screen_rows
+from framework.eval.study_archive import StudyArchive
+from framework.eval.study_report import summarize_study, write_study
+from framework.registry import ADVANTAGES, load_components
+
+from .test_study_report import _eval_dir, study_dir  # noqa: F401  (fixture)
+
+load_components(plugins=False)
+
+
+@dataclass
+class ScreenProbeConfig(ComponentConfig):
+    pass
+
+
+def test_every_bundle_and_every_unbundled_component_is_an_arm():
+    arms = screen_arms("grpo")
+    assert next(iter(arms)) == "grpo" and arms["grpo"] == ["algorithm=grpo"]
+    assert arms["e_grpo"] == ["algorithm=e_grpo"] and arms["llds"] == ["algorithm=llds"]
+    assert arms["advantage-rloo"] == ["algorithm=grpo", "advantage=rloo"]
+    assert arms["loss-gspo"] == ["algorithm=grpo", "loss=gspo"]
+    assert "sampler-vade" in arms
+    # a component a bundle selects is screened through its bundle only
+    assert "advantage-grpo" not in arms and "loss-ppo_clip" not in arms
+    with pytest.raises(ValueError, match=r"\[baseline\] got 'nope'; expected an algorithm bundle"):
+        screen_arms("nope")
+
+
+def test_a_component_registered_later_appears_without_editing_the_study():
+    def probe(inputs, *, cfg):
+        return torch.zeros(len(inputs.rewards))
+
+    ADVANTAGES.add("screen_probe", probe, config=ScreenProbeConfig)
+    try:
+        arms = screen_arms("grpo")
+        assert arms["advantage-screen_probe"] == ["algorithm=grpo", "advantage=screen_probe"]
+    finally:
+        ADVANTAGES.remove("screen_probe")
+
+
+def test_rows_from_the_archive(study_dir, tmp_path):  # noqa: F811
+    run = study_dir / "runs" / "new" / "seed0"
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(log_dir=str(run / "tensorboard"))
+    for step in (1, 2):
+        writer.add_scalar("timing/step", 30.0, step)
+        writer.add_scalar("health/reward_collapse/alarm", float(step == 2), step)
+        writer.add_scalar("health/entropy/alarm", 0.0, step)
+    writer.close()
+    (run / "summary.json").write_text(
+        json.dumps({"stages": [{"name": "RL", "peak_gb": 6.4}, {"name": "x", "peak_gb": 2.0}]})
+    )
+    cfg = SimpleNamespace(
+        name="s",
+        arms={"base": [], "new": []},
+        seeds=[0, 1],
+        baseline="base",
+        bootstrap=500,
+        min_effect=0.05,
+        overrides=[],
+        screen=True,
+        publish=str(tmp_path / "screen.md"),
+        eval=SimpleNamespace(questions=4, split="validation", samples_per_question=2, seed=0),
+    )
+    states = [SimpleNamespace(arm="new", seed=0, status="done", seconds=70.0)]
+    write_study(study_dir, cfg, states)
+    archive = StudyArchive(study_dir / "archive")
+    summary = summarize_study(archive, ["base", "new"], [0, 1], "base", 500)
+    rows = {r["arm"]: r for r in screen_rows(summary, archive, ["base", "new"], "base")}
+    new = rows["new"]
+    assert new["seconds_per_step"] == pytest.approx(30.0) and new["peak_gb"] == 6.4
+    assert new["monitors_fired"] == ["reward_collapse"]
+    assert new["minus_baseline"]["diff"] == pytest.approx(0.375)
+    assert rows["base"]["verdict"] == "baseline" and rows["base"]["minus_baseline"] is None
+    md = (tmp_path / "screen.md").read_text()
+    assert "| `new` | 0.500" in md and "reward_collapse" in md
+    assert "## Screening table (2 methods evaluated, baseline `base`)" in md
+    assert "## Screening table" in (study_dir / "study.md").read_text()
+    assert screen_markdown(cfg, list(rows.values())).count("\n| `") == 2
+
+
+def test_a_screen_may_start_without_arms():
+    from framework.cli.app import load_config
+
+    cfg = load_config("study", ["study=screen"])
+    assert cfg.screen and cfg.arms == {} and cfg.eval.split == "validation"
