@@ -44,6 +44,7 @@ BUILTIN_MODULES = (
     "framework.algorithms.salt",
     "framework.algorithms.pruning",
     "framework.algorithms.downsampling",
+    "framework.algorithms.potential",
     "framework.algorithms.controls",
     "framework.algorithms.losses",
     "framework.algorithms.loss_variants",

@@ -22,12 +22,13 @@ answer's positions.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from framework.algorithms.potential import SPAEAdvantageConfig, probe_accuracy, probe_confidence
 from framework.algorithms.turn_advantages import PROBE_PREFIX, IGPOAdvantageConfig
 from framework.data.schema import QAItem
 from framework.registry import INPUT_PROVIDERS
@@ -76,6 +77,28 @@ def answer_probs(
     """
     width = max([len(t.turns) for t in trajectories] + [1])
     out = torch.zeros((len(trajectories), width))
+    for (i, k), logp, _ in gold_probes(
+        policy, trajectories, items, tokenizer, pad_id=pad_id, batch_size=batch_size, prefix=prefix
+    ):
+        out[i, k] = float(logp.float().mean().exp())
+    return out
+
+
+@torch.no_grad()
+def gold_probes(
+    policy: Any,
+    trajectories: Sequence[Trajectory],
+    items: Sequence[QAItem],
+    tokenizer: Tokenizer,
+    *,
+    pad_id: int,
+    batch_size: int = 8,
+    prefix: str = PROBE_PREFIX,
+    entropy: bool = False,
+) -> Iterator[tuple[tuple[int, int], Tensor, Tensor | None]]:
+    """Every belief probe of the rollouts (:func:`probe_prefix_ends`): ``((i, k), log-probs of the
+    gold answer's tokens [a], their next-token entropies [a] or None)``, teacher-forced behind the
+    scaffold ``prefix`` under ``policy`` (no gradient), ``batch_size`` probes per forward pass."""
     probes: list[Trajectory] = []
     where: list[tuple[int, int]] = []
     head = _encode(tokenizer, prefix)
@@ -91,12 +114,11 @@ def answer_probs(
     for lo in range(0, len(probes), batch_size):
         chunk = probes[lo : lo + batch_size]
         batch = pack(chunk, pad_id).to(device)
-        logp, _ = token_logprobs(policy, batch)  # [n, R], 0 off the answer tokens
-        on_answer = batch.loss_mask.float()  # [n, R]
-        mean = (logp.float() * on_answer).sum(-1) / on_answer.sum(-1).clamp(min=1)  # [n]
-        for (i, k), value in zip(where[lo : lo + batch_size], mean.exp().tolist(), strict=True):
-            out[i, k] = value
-    return out
+        logp, ent = token_logprobs(policy, batch, entropy=entropy)  # [n, R], 0 off the answer
+        on_answer = batch.loss_mask.bool()  # [n, R]
+        for row, key in enumerate(where[lo : lo + batch_size]):
+            sel = on_answer[row]
+            yield key, logp[row][sel].cpu(), None if ent is None else ent[row][sel].cpu()
 
 
 @INPUT_PROVIDERS.register("answer_probs", config=IGPOAdvantageConfig)
@@ -120,3 +142,29 @@ def _encode(tokenizer: Tokenizer, text: str) -> list[int]:
     if not ids and text:
         raise ValueError(f"[advantage.igpo] the tokenizer encodes {text!r} as no token")
     return ids
+
+
+@INPUT_PROVIDERS.register("gold_potential", config=SPAEAdvantageConfig)
+def gold_potential_input(ctx: InputContext, *, cfg: SPAEAdvantageConfig) -> Tensor:
+    """The ``gold_potential`` input (SPAE's ``requires``): ``[N, T]`` ``Φ = Acc · Conf`` before each
+    turn, from one teacher-forced probe per turn under the pre-update policy
+    (:func:`gold_probes`: the gold answer's mean token probability, and ``exp`` of minus the mean
+    entropy at its tokens), with the requiring config's ``probe_batch_size`` and
+    ``probe_prefix``."""
+    trajs = ctx.trajectories
+    out = torch.zeros((len(trajs), max([len(t.turns) for t in trajs] + [1])))
+    probes = gold_probes(
+        ctx.policy,
+        trajs,
+        ctx.items,
+        ctx.tokenizer,
+        pad_id=ctx.pad_id,
+        batch_size=cfg.probe_batch_size,
+        prefix=cfg.probe_prefix,
+        entropy=True,
+    )
+    for (i, k), logp, ent in probes:
+        assert ent is not None  # asked for
+        acc = probe_accuracy([logp.float().exp().tolist()])
+        out[i, k] = acc * probe_confidence([ent.float().tolist()])
+    return out
