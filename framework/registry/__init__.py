@@ -45,6 +45,7 @@ BUILTIN_MODULES = (
     "framework.algorithms.pruning",
     "framework.algorithms.downsampling",
     "framework.algorithms.potential",
+    "framework.algorithms.semantic_gain",
     "framework.algorithms.controls",
     "framework.algorithms.losses",
     "framework.algorithms.loss_variants",

@@ -6,6 +6,13 @@ Each is registered in ``INPUT_PROVIDERS`` under the name a component lists in ``
 
 from __future__ import annotations
 
+from functools import lru_cache
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from framework.algorithms.semantic_gain import InfoReasonerConfig
 from framework.config import ComponentConfig
 from framework.registry import INPUT_PROVIDERS
 from framework.rewards.text import normalize_answer
@@ -24,3 +31,44 @@ def training_progress_input(ctx: InputContext, *, cfg: ComponentConfig) -> float
     """The ``training_progress`` input: the share of the run's steps done before this one (0 at
     the first step), one number for the whole batch, for components with a schedule."""
     return float(ctx.progress)
+
+
+@lru_cache(maxsize=2)
+def _encoder(path: str | None) -> Any:
+    from framework.retrieval.encoder import EncoderConfig, SentenceEncoder
+
+    return SentenceEncoder(EncoderConfig(path=path))
+
+
+def evidence_similarities(evidence: list[list[str]], answers: list[str], encode: Any) -> Tensor:
+    """``[N, T]``: column ``k`` of row ``i`` is the cosine similarity between the evidence of turns
+    ``0 .. k-1`` of rollout ``i`` (joined by newlines) and its answer ``answers[i]``; 0 where no
+    evidence came yet and past a rollout's turns. ``encode`` maps texts to unit-length rows."""
+    width = max([len(e) for e in evidence] + [1])
+    out = torch.zeros((len(evidence), width))
+    texts: list[str] = []
+    where: list[tuple[int, int]] = []
+    for i, turns in enumerate(evidence):
+        for k in range(1, len(turns)):
+            seen = "\n".join(e for e in turns[:k] if e)
+            if seen:
+                texts.append(seen)
+                where.append((i, k))
+    if not texts:
+        return out
+    ev = torch.as_tensor(encode(texts))
+    gold = torch.as_tensor(encode([answers[i] for i, _ in where]))
+    for (i, k), sim in zip(where, (ev * gold).sum(-1).tolist(), strict=True):
+        out[i, k] = sim
+    return out
+
+
+@INPUT_PROVIDERS.register("evidence_similarity", config=InfoReasonerConfig)
+def evidence_similarity_input(ctx: InputContext, *, cfg: InfoReasonerConfig) -> Tensor:
+    """The ``evidence_similarity`` input (InfoReasoner's ``requires``): :func:`evidence_similarities`
+    of the step's rollouts and their questions' first gold answers, under the sentence encoder of
+    ``cfg.encoder_path`` (the packaged all-MiniLM-L6-v2 by default; loaded once)."""
+    encoder = _encoder(cfg.encoder_path)
+    evidence = [[turn.evidence for turn in t.turns] for t in ctx.trajectories]
+    answers = [ctx.items[t.group].golden_answers[0] for t in ctx.trajectories]
+    return evidence_similarities(evidence, answers, encoder.encode_passages)
