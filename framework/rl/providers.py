@@ -37,7 +37,8 @@ def training_progress_input(ctx: InputContext, *, cfg: ComponentConfig) -> float
 def _encoder(path: str | None) -> Any:
     from framework.retrieval.encoder import EncoderConfig, SentenceEncoder
 
-    return SentenceEncoder(EncoderConfig(path=path))
+    # float32 whatever the CPU: the similarities, hence the advantages, repeat across machines
+    return SentenceEncoder(EncoderConfig(path=path, dtype="float32"))
 
 
 def evidence_similarities(evidence: list[list[str]], answers: list[str], encode: Any) -> Tensor:
