@@ -46,6 +46,7 @@ BUILTIN_MODULES = (
     "framework.algorithms.downsampling",
     "framework.algorithms.potential",
     "framework.algorithms.semantic_gain",
+    "framework.algorithms.distinct",
     "framework.algorithms.controls",
     "framework.algorithms.losses",
     "framework.algorithms.loss_variants",

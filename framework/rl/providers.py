@@ -33,6 +33,12 @@ def training_progress_input(ctx: InputContext, *, cfg: ComponentConfig) -> float
     return float(ctx.progress)
 
 
+@INPUT_PROVIDERS.register("think_texts", config=ComponentConfig)
+def think_texts_input(ctx: InputContext, *, cfg: ComponentConfig) -> list:
+    """The ``think_texts`` input: per rollout the text of its ``<think>`` blocks, joined."""
+    return [t.think_text for t in ctx.trajectories]
+
+
 @lru_cache(maxsize=2)
 def _encoder(path: str | None) -> Any:
     from framework.retrieval.encoder import EncoderConfig, SentenceEncoder

@@ -1,0 +1,86 @@
+"""DaGRPO: Distinctiveness-aware GRPO, reconstructed, its first part only: a wrong rollout whose
+reasoning is nearly the same text as a correct one's of its group pushes the opposite gradient onto
+the same tokens; leave it out of the loss.
+
+The method section could not be read from here (``../shared/METHODS-2.md`` item 15); our choices,
+hence "reconstructed": distinctiveness is the token Jaccard similarity of two rollouts' thinking
+(whitespace tokens, lower-cased, as sets; the ``think_texts`` input); a rollout is correct when its
+reward is positive; a wrong rollout whose similarity to any correct rollout of its group exceeds
+``threshold`` (0.9) gets advantage 0, so the planner leaves it out; every other rollout keeps
+GRPO's advantage (the group statistics are computed before masking).
+
+Not implemented: the paper's second part, off-policy anchors (high-quality reference solutions
+injected into hard groups), which needs the step to add rollouts it did not generate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from framework.algorithms.advantages import GRPOAdvantageConfig, grpo_advantage
+from framework.config import Problem, check_range
+from framework.registry import ADVANTAGES
+from framework.types import AdvantageInputs
+
+
+@dataclass
+class DaGRPOAdvantageConfig(GRPOAdvantageConfig):
+    requires: ClassVar[tuple[str, ...]] = ("think_texts",)
+    paper: ClassVar[str] = "DaGRPO: Distinctiveness-aware GRPO (arXiv id not confirmed)"
+    fidelity: ClassVar[str] = "reconstructed"
+
+    threshold: float = field(
+        default=0.9,
+        metadata={"help": "mask a wrong rollout this similar to a correct one (choice)"},
+    )
+
+    def problems(self) -> list[Problem]:
+        return check_range(self.threshold, "threshold", low=0.0, high=1.0) + super().problems()
+
+
+def jaccard(a: str, b: str) -> float:
+    """Token Jaccard similarity of two texts (lower-cased whitespace tokens as sets); 1 for two
+    empty texts."""
+    x, y = set(a.lower().split()), set(b.lower().split())
+    return len(x & y) / len(x | y) if x | y else 1.0
+
+
+def indistinct_wrong(
+    texts: Sequence[str], correct: Tensor, group_index: Tensor, threshold: float
+) -> Tensor:
+    """``[N]`` bool: wrong rollouts whose text is more than ``threshold`` similar to a correct
+    rollout of their group."""
+    groups = group_index.tolist()
+    right = correct.tolist()
+    out = torch.zeros(len(texts), dtype=torch.bool)
+    for i, t in enumerate(texts):
+        if right[i]:
+            continue
+        out[i] = any(
+            right[j] and groups[j] == groups[i] and jaccard(t, texts[j]) > threshold
+            for j in range(len(texts))
+        )
+    return out
+
+
+@ADVANTAGES.register("dagrpo", config=DaGRPOAdvantageConfig)
+def dagrpo_advantage(inputs: AdvantageInputs, *, cfg: DaGRPOAdvantageConfig) -> Tensor:
+    """DaGRPO's gradient rectification (reconstructed; module docstring)::
+
+        A_i = GRPO advantage
+        A_i = 0 for a wrong rollout (r_i <= 0) with Jaccard(think_i, think_j) > threshold for some
+              correct rollout j (r_j > 0) of its group
+
+    Returns:
+        ``[N]`` advantages.
+    """
+    adv = grpo_advantage(inputs, cfg=cfg)
+    masked = indistinct_wrong(
+        inputs.extras["think_texts"], inputs.rewards > 0, inputs.group_index, cfg.threshold
+    )
+    return torch.where(masked.to(adv.device), torch.zeros_like(adv), adv)
