@@ -32,6 +32,7 @@ KINDS = {
     "reward": "rewards",
     "kl": "algorithms",
     "sampler": "samplers",
+    "health_monitor": "health",
 }
 ARXIV = re.compile(r"(?:arxiv\.org/abs/|arXiv[: ]?)(\d{4}\.\d{4,5})", re.IGNORECASE)
 
@@ -127,6 +128,8 @@ def rows() -> list[dict[str, str]]:
         for entry in ALL[kind]:
             if entry.source != DISTRIBUTION:
                 continue
+            if kind == "health_monitor" and not entry.config_cls.paper:
+                continue  # a training-health check, not a method of a paper
             doc = inspect.getdoc(entry.target) or ""
             out.append(
                 {

@@ -19,7 +19,8 @@ from typing import Any
 
 from framework.config import ComponentConfig, Problem
 
-#: the monitors a run has unless the config says otherwise (all of the built-in ones)
+#: the monitors a run has unless the config says otherwise (every built-in one but ``signals``,
+#: the opt-in triage warning of framework/health/signals.py)
 DEFAULT_MONITORS = (
     "reward_collapse",
     "entropy_collapse",

@@ -72,6 +72,7 @@ BUILTIN_MODULES = (
     "framework.rollout.vllm_backend",
     "framework.eval.judge",
     "framework.health.monitors",
+    "framework.health.signals",
     "framework.rl.answer_probs",
     "framework.rl.providers",
 )

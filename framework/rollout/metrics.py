@@ -19,6 +19,7 @@ from framework.rewards.entity_match import (
 )
 from framework.rewards.text import ReportsEntityRule, ReportsVerdict, answer_metric
 from framework.rollout.scoring import Scores
+from framework.rollout.signals import signal_figures
 from framework.rollout.tools import tool_stats
 from framework.rollout.types import Trajectory
 from framework.types import STATUS_OK, STATUSES
@@ -124,7 +125,8 @@ def rollout_metrics(
     """Accuracy, reward and each component, entity match rate, tool use, lengths, failure rates.
 
     Includes the collapse indicators: response length and the valid-action ratio (valid tool
-    calls over all tool calls; rollouts without calls count as fully valid when they answered).
+    calls over all tool calls; rollouts without calls count as fully valid when they answered),
+    and the triage signals' rates (``signals/...``: :mod:`framework.rollout.signals`).
     Accuracy judges answers by the reward's own answer metric (:func:`correctness_metric`).
     """
     n = len(trajectories)
@@ -144,6 +146,7 @@ def rollout_metrics(
     if rates is not None:
         out["entity_match_rate"] = mean(rates)
     out |= partial_credit(trajectories, items, right, reward_cfg)
+    out |= signal_figures(trajectories, [items[t.group].question for t in trajectories])
     for stat in ("turns", "tool_calls", *tool_stats(), "invalid_calls"):
         out[stat] = mean(t.stats.get(stat, 0) for t in trajectories)
     out["response_length"] = mean(t.stats.get("response_tokens", 0) for t in trajectories)

@@ -7,13 +7,15 @@ from typing import Any
 
 from framework.data.schema import QAItem
 from framework.rollout.scoring import Scores
+from framework.rollout.signals import trajectory_signals
 from framework.rollout.types import Trajectory
 
 
 def trajectory_records(
     trajectories: Sequence[Trajectory], items: Sequence[QAItem], scores: Scores
 ) -> list[dict[str, Any]]:
-    """One JSON-ready dict per trajectory: question, gold, outcome, rewards, stats and full text.
+    """One JSON-ready dict per trajectory: question, gold, outcome, rewards, stats, full text and
+    the triage signals it fired (:func:`~framework.rollout.signals.trajectory_signals`).
 
     Per-token data (``token_ids``, ``loss_mask``, ``rollout_logprobs``) is left out: it would
     multiply the size of every dump, and the step's mismatch figures summarise the log-probs.
@@ -37,6 +39,7 @@ def trajectory_records(
                 "prompt_tokens": t.prompt_len,
                 "think_text": t.think_text,
                 "response_text": t.response_text,
+                "signals": trajectory_signals(t, item.question),
             }
         )
     return out

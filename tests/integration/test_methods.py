@@ -50,6 +50,8 @@ CASES += [
     if a not in _selected("advantage")
 ]
 CASES += [_case([f"reward={r}"], False) for r in _shipped(REWARDS) if r not in _selected("reward")]
+# the opt-in triage monitor (Signals): no bundle, as it trains nothing itself
+CASES += [_case(["+health.monitors.signals={}"], False)]
 
 
 @pytest.mark.parametrize("overrides", CASES)

@@ -156,7 +156,12 @@ def test_a_monitor_restored_from_its_state_judges_as_the_uninterrupted_one(name,
 
 def test_the_health_section_builds_every_default_monitor_and_reports_bad_entries():
     built = build_monitors(HealthConfig())
-    assert sorted(built) == sorted(DEFAULT_MONITORS) == HEALTH_MONITORS.names()
+    # every built-in monitor but the opt-in triage one (framework/health/signals.py)
+    assert sorted(built) == sorted(DEFAULT_MONITORS)
+    assert sorted([*DEFAULT_MONITORS, "signals"]) == HEALTH_MONITORS.names()
+    opt_in = HealthConfig()
+    opt_in.monitors["signals"] = {"max_share": 0.5}
+    assert build_monitors(opt_in)["signals"].cfg.max_share == 0.5
     assert build_monitors(HealthConfig(enabled=False)) == {}
     cfg = HealthConfig()
     cfg.monitors["zero_variance"] = None  # dropped
