@@ -47,6 +47,7 @@ BUILTIN_MODULES = (
     "framework.algorithms.potential",
     "framework.algorithms.semantic_gain",
     "framework.algorithms.distinct",
+    "framework.algorithms.arena",
     "framework.algorithms.controls",
     "framework.algorithms.losses",
     "framework.algorithms.loss_variants",

@@ -12,10 +12,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from framework.algorithms.arena import ArenaAdvantageConfig, bracket_wins
 from framework.algorithms.semantic_gain import InfoReasonerConfig
 from framework.config import ComponentConfig
 from framework.registry import INPUT_PROVIDERS
-from framework.rewards.text import normalize_answer
+from framework.rewards.text import normalize_answer, token_f1
 from framework.rl.inputs import InputContext
 
 
@@ -79,3 +80,65 @@ def evidence_similarity_input(ctx: InputContext, *, cfg: InfoReasonerConfig) -> 
     evidence = [[turn.evidence for turn in t.turns] for t in ctx.trajectories]
     answers = [ctx.items[t.group].golden_answers[0] for t in ctx.trajectories]
     return evidence_similarities(evidence, answers, encoder.encode_passages)
+
+
+#: the policy judge's prompt (ArenaRL, ``judge=policy``): the continuations compared are " A", " B"
+ARENA_PROMPT = (
+    "Question: {question}\nAnswer A: {a}\nAnswer B: {b}\n"
+    "Which answer is better, A or B? The better answer is"
+)
+
+
+def _policy_prefers(ctx: InputContext, question: str, a: str, b: str) -> bool:
+    """Whether the policy rates answer ``a`` above ``b``: the log-probability of " A" minus that of
+    " B" after :data:`ARENA_PROMPT`, plus the same with the answers swapped (" B" minus " A"),
+    is positive (averaging the two orders cancels a preference for a position)."""
+    from framework.rollout.types import Trajectory
+    from framework.training.tokens import pack, token_logprobs
+
+    tok = ctx.tokenizer
+
+    def ids(text: str) -> list[int]:
+        return [int(x) for x in tok.encode(text, add_special_tokens=False)]
+
+    rows = []
+    for first, second in ((a, b), (b, a)):
+        prompt = ids(ARENA_PROMPT.format(question=question, a=first, b=second))
+        for option in (" A", " B"):
+            tail = ids(option)
+            rows.append(
+                Trajectory(0, 0, prompt + tail, [0] * len(prompt) + [1] * len(tail), len(prompt))
+            )
+    device = next(ctx.policy.parameters()).device
+    with torch.no_grad():
+        logp, _ = token_logprobs(ctx.policy, pack(rows, ctx.pad_id).to(device))
+    total = logp.float().sum(-1).tolist()  # [A|ab, B|ab, A|ba, B|ba]
+    return (total[0] - total[1]) + (total[3] - total[2]) > 0
+
+
+@INPUT_PROVIDERS.register("tournament_wins", config=ArenaAdvantageConfig)
+def tournament_wins_input(ctx: InputContext, *, cfg: ArenaAdvantageConfig) -> Tensor:
+    """The ``tournament_wins`` input (ArenaRL's ``requires``): ``[N]`` rounds each rollout won in
+    its group's bracket (:func:`~framework.algorithms.arena.bracket_wins`), judged by ``cfg.judge``:
+    ``rule`` (the higher answer F1 against the gold answers wins; no answer loses; a tie goes to
+    the higher seed) or ``policy`` (:func:`_policy_prefers`)."""
+    trajs = ctx.trajectories
+    wins = torch.zeros(len(trajs))
+    groups: dict[int, list[int]] = {}
+    for i, t in enumerate(trajs):
+        groups.setdefault(t.group, []).append(i)
+    for g, rows in groups.items():
+        item = ctx.items[g]
+        golds = list(item.golden_answers)
+        answers = [trajs[i].answer for i in rows]
+        f1 = [token_f1(a, golds) if a else -1.0 for a in answers]
+
+        def beats(x: int, y: int, rows: list[int] = rows, f1: list[float] = f1) -> bool:
+            a, b = trajs[rows[x]].answer, trajs[rows[y]].answer
+            if cfg.judge == "policy" and a and b:
+                return _policy_prefers(ctx, ctx.items[trajs[rows[x]].group].question, a, b)
+            return f1[x] >= f1[y]
+
+        for k, w in enumerate(bracket_wins(len(rows), beats)):
+            wins[rows[k]] = float(w)
+    return wins
