@@ -159,6 +159,11 @@ class PolicyLossInputs:
         entropy: ``[N, L]`` detached entropy of the current policy's next-token distribution at
             each trained token (0 elsewhere), for losses whose config sets ``needs_entropy``;
             ``None`` otherwise.
+        turn_index: ``[N, L]`` long, each token's model turn (-1 outside any turn); ``None`` where
+            a caller has no turns.
+        pass_index: which optimisation pass over the batch this is (0 for the first, on-policy
+            one), for losses that train in stages.
+        passes: how many passes there are (``optim.policy_epochs``).
     """
 
     logprobs: Tensor
@@ -170,6 +175,9 @@ class PolicyLossInputs:
     token_weights: Tensor | None = None
     extras: Mapping[str, Any] = field(default_factory=dict)
     entropy: Tensor | None = None
+    turn_index: Tensor | None = None
+    pass_index: int = 0
+    passes: int = 1
 
     def effective_mask(self) -> Tensor:
         """``[N, L]`` bool: token mask with dropped samples removed."""

@@ -53,6 +53,7 @@ BUILTIN_MODULES = (
     "framework.algorithms.loss_variants",
     "framework.algorithms.collapse",
     "framework.algorithms.heterogeneous",
+    "framework.algorithms.sequential",
     "framework.algorithms.kl",
     "framework.rewards.outcome",
     "framework.rewards.entity",

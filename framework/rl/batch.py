@@ -46,6 +46,8 @@ class MicroBatch:
         group_index: ``[n]`` long.
         rollout_logprobs: ``[n, R]`` the backend's log-probs, ``None`` when not recorded.
         extras: the batch's extras of these rows (tensors and lists with one entry per rollout).
+        turn_index: ``[n, R]`` long, each response token's model turn in the packed layout (-1 on
+            padding and outside any turn).
     """
 
     rows: Tensor
@@ -55,6 +57,7 @@ class MicroBatch:
     group_index: Tensor
     rollout_logprobs: Tensor | None
     extras: dict[str, Any] = field(default_factory=dict)
+    turn_index: Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -337,6 +340,7 @@ class RolloutBatch:
                     group_index=self.group_index[rows],
                     rollout_logprobs=None if behaviour is None else behaviour[rows, -resp:],
                     extras=self.rows_of_extras(rows),
+                    turn_index=right_aligned(self.turn_index[rows], picked, resp, fill=-1),
                 )
             )
         return out

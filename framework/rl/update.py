@@ -108,6 +108,8 @@ def chunk_loss(
     old_logprobs: Tensor | None = None,
     reference: Any = None,
     entropy: bool = False,
+    pass_index: int = 0,
+    passes: int = 1,
 ) -> tuple[LossOutput, Tensor | None, Tensor, MismatchStats | None]:
     """Loss of one micro-batch: ``(loss output, entropy [n, R] or None, token mask [n, R],
     rollout mismatch or None)``.
@@ -144,6 +146,9 @@ def chunk_loss(
         group_index=micro.group_index.to(device),
         extras={k: v.to(device) if isinstance(v, Tensor) else v for k, v in micro.extras.items()},
         entropy=ent if spec.needs_entropy else None,
+        turn_index=None if micro.turn_index is None else micro.turn_index.to(device),
+        pass_index=pass_index,
+        passes=passes,
     )
     mismatch = _rollout_correction(inputs, micro.rollout_logprobs, spec)
     out = spec.policy_loss(inputs)
@@ -213,13 +218,17 @@ def run_update_pass(
     reference: Any = None,
     entropy: bool = True,
     extra_passes: int = 0,
+    pass_index: int = 0,
+    passes: int = 1,
 ) -> dict[str, float]:
     """Accumulate the gradient of the whole batch's loss over its micro-batches (``weights``: the
-    plan's accumulation weights, :func:`plan_update`).
+    plan's accumulation weights, :meth:`~framework.rl.batch.RolloutBatch.plan`).
 
-    ``extra_passes`` adds backward passes of an exactly-zero loss (a ``pad_id`` token through the
-    model): under data parallelism every process must run as many backward passes (each one
-    synchronises gradients) as the busiest one.
+    ``pass_index`` is the optimisation pass over the batch, of ``passes``
+    (``PolicyLossInputs.pass_index``, for losses that train in stages). ``extra_passes`` adds
+    backward passes of an exactly-zero loss (a ``pad_id`` token through the model): under data
+    parallelism every process must run as many backward passes (each one synchronises gradients)
+    as the busiest one.
 
     Returns:
         The batch loss and weighted means of the loss metrics (``clip_frac``, ``approx_kl``, ``kl``,
@@ -236,6 +245,8 @@ def run_update_pass(
             old_logprobs=None if old_logprobs is None else old_logprobs[k],
             reference=reference,
             entropy=entropy,
+            pass_index=pass_index,
+            passes=passes,
         )
         backward(out.loss * w)
         res = ChunkResult(w, float(out.loss.detach()) * w, mismatch=mismatch)
@@ -338,6 +349,8 @@ def policy_update(
             reference=reference,
             entropy=epoch == 0,
             extra_passes=extra,
+            pass_index=epoch,
+            passes=o.policy_epochs,
         )
         grads = [p for p in params if p.grad is not None]
         limit = o.grad_clip if o.grad_clip > 0 else float("inf")

@@ -91,14 +91,16 @@ def turn_index(trajectories: Sequence[Trajectory], width: int | None = None) -> 
     return index
 
 
-def right_aligned(values: Tensor, trajectories: Sequence[Trajectory], width: int) -> Tensor:
+def right_aligned(
+    values: Tensor, trajectories: Sequence[Trajectory], width: int, fill: float = 0
+) -> Tensor:
     """Per-token ``values [n, L]`` in :func:`response_mask`'s layout moved to :func:`pack`'s: row
     ``k``'s response ends in the last of ``width`` columns (``width`` >= every response length).
 
     Returns:
-        ``[n, width]``, 0 where a row has no response token.
+        ``[n, width]``, ``fill`` where a row has no response token.
     """
-    out = values.new_zeros((values.shape[0], width))
+    out = values.new_full((values.shape[0], width), fill)
     for k, t in enumerate(trajectories):
         r = len(t.token_ids) - t.prompt_len
         if r > 0:

@@ -47,10 +47,35 @@ ADVANTAGE_OPTIONS = [
     "gigpo",
     "hgpo",
     "raft",
+    "copo",
+    "salt",
+    "hapo",
+    "dppo",
+    "d3s",
+    "spae",
+    "info_reasoner",
+    "dagrpo",
+    "arena",
 ]
 # estimators that must NOT learn: the placebo control (framework/algorithms/controls.py)
 CONTROL_OPTIONS = ["placebo"]
-LOSS_OPTIONS = ["ppo_clip", "gspo", "dr_grpo", "ngrpo", "nsr", "etr", "cispo", "disco"]
+LOSS_OPTIONS = [
+    "ppo_clip",
+    "gspo",
+    "dr_grpo",
+    "ngrpo",
+    "nsr",
+    "etr",
+    "cispo",
+    "disco",
+    "llds",
+    "sapo_search",
+    "hapo",
+    "d3s",
+    "seeupo",
+]
+#: losses whose added term acts from the second optimisation pass (their configs require it)
+TWO_PASSES = {"llds", "sapo_search"}
 
 
 def _rollouts(model, prompts: list[list[int]], gen: torch.Generator) -> list[Trajectory]:
@@ -70,6 +95,7 @@ def _rollouts(model, prompts: list[list[int]], gen: torch.Generator) -> list[Tra
             token_ids=ids[i].tolist(),
             loss_mask=[0] * n + [1] * LENGTH,
             prompt_len=n,
+            turns=[TurnSpan(n, n + LENGTH)],  # one model turn, no tool response
         )
         for i, (q, _) in enumerate(rows)
     ]
@@ -120,16 +146,19 @@ def _learn(overrides: list[str], sign: float = 1.0) -> list[float]:
     gen = torch.Generator().manual_seed(0)
     prompts = torch.randint(1, VOCAB, (PROMPTS, 6), generator=gen).tolist()
     curve = []
-    for _ in range(STEPS):
+    for step in range(STEPS):
         model.eval()
         trajs = _rollouts(model, prompts, gen)
         rewards = _reward(trajs)
         curve.append(float(rewards.mean()))
         group_index = torch.tensor([t.group for t in trajs])
-        adv = advantage_fn(_advantage_inputs(rewards, group_index)).float()
+        inputs = _advantage_inputs(rewards, group_index, trajs, step / STEPS)
+        adv = advantage_fn(inputs).float()
+        batch = RolloutBatch.build(trajs, pad_id=PAD)
+        batch.extras.update(inputs.extras)  # what the losses require (d3s: training_progress)
         policy_update(
             model,
-            RolloutBatch.build(trajs, pad_id=PAD).plan(sign * adv, plan_options(o, spec)),
+            batch.plan(sign * adv, plan_options(o, spec)),
             spec,
             opt,
             sched,
@@ -139,18 +168,45 @@ def _learn(overrides: list[str], sign: float = 1.0) -> list[float]:
     return curve
 
 
-def _advantage_inputs(rewards: torch.Tensor, group_index: torch.Tensor) -> AdvantageInputs:
+def _advantage_inputs(
+    rewards: torch.Tensor,
+    group_index: torch.Tensor,
+    trajs: list[Trajectory],
+    progress: float,
+) -> AdvantageInputs:
     """The toy rollouts as the trainer describes them: one model turn of ``LENGTH`` generated
     tokens, no tool response. Turn-level estimators get that turn's extras: the reward as its turn
-    reward (``matchtir``) and a belief that never moves (``igpo``), so each reduces to GRPO here."""
+    reward (``matchtir``) and a belief that never moves (``igpo``, ``spae``, ``info_reasoner``),
+    so each reduces to GRPO here; the other inputs as their providers would make them: the
+    generated tokens as the answer and the thinking (``copo``, ``salt``, ``dagrpo``), the bracket
+    judged by reward (``arena``), the run's progress (``d3s``)."""
+    from framework.algorithms.arena import bracket_wins
+
     n = len(rewards)
+    texts = [" ".join(str(x) for x in t.token_ids[t.prompt_len :]) for t in trajs]
+    wins = torch.zeros(n)
+    for g in group_index.unique().tolist():
+        rows = (group_index == g).nonzero().flatten().tolist()
+        r = [float(rewards[i]) for i in rows]
+        for k, w in enumerate(bracket_wins(len(rows), lambda a, b, r=r: r[a] >= r[b])):
+            wins[rows[k]] = w
+    flat = torch.zeros((n, 1))
     return AdvantageInputs(
         rewards=rewards,
         group_index=group_index,
         token_mask=torch.ones((n, LENGTH), dtype=torch.bool),
         turn_index=torch.zeros((n, LENGTH), dtype=torch.long),
         turns=[[TurnSpan(0, LENGTH)] for _ in range(n)],
-        extras={"turn_rewards": rewards.unsqueeze(-1), "answer_probs": torch.zeros((n, 1))},
+        extras={
+            "turn_rewards": rewards.unsqueeze(-1),
+            "answer_probs": flat,
+            "gold_potential": flat,
+            "evidence_similarity": flat,
+            "answers": texts,
+            "think_texts": texts,
+            "tournament_wins": wins,
+            "training_progress": progress,
+        },
     )
 
 
@@ -160,7 +216,15 @@ def _start_and_end(curve: list[float]) -> tuple[float, float]:
 
 CASES = [
     *[[f"advantage={a}", "loss=ppo_clip"] for a in ADVANTAGE_OPTIONS],
-    *[["advantage=grpo", f"loss={loss}"] for loss in LOSS_OPTIONS if loss != "ppo_clip"],
+    *[
+        [
+            "advantage=grpo",
+            f"loss={loss}",
+            *(["optim.policy_epochs=2"] if loss in TWO_PASSES else []),
+        ]
+        for loss in LOSS_OPTIONS
+        if loss != "ppo_clip"
+    ],
     # off-policy epochs (behaviour log-probs, the clipped ratio at work) and a KL term
     ["algorithm=grpo", "optim.policy_epochs=2"],
     ["algorithm=e_grpo", "kl.coef=0.01"],
