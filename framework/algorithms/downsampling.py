@@ -27,7 +27,12 @@ from torch import Tensor
 
 from framework.algorithms.advantages import GRPOAdvantageConfig, grpo_advantage
 from framework.algorithms.group import dense_index
-from framework.algorithms.losses import ClipLossConfig, _clipped_objective, _masked_inputs
+from framework.algorithms.losses import (
+    ClipLossConfig,
+    _clipped_objective,
+    _masked_inputs,
+    require_entropy,
+)
 from framework.config import Problem, check_range
 from framework.registry import ADVANTAGES
 from framework.registry.kinds import POLICY_LOSSES
@@ -153,15 +158,13 @@ def d3s_loss(inputs: PolicyLossInputs, *, cfg: D3SLossConfig) -> LossOutput:
     Raises:
         ValueError: the inputs carry no entropy (the trainer fills it: ``needs_entropy``).
     """
-    if inputs.entropy is None:
-        raise ValueError(
-            "[loss.d3s] got PolicyLossInputs without entropy; expected the per-token entropy the "
-            "trainer computes for a loss whose config sets needs_entropy. Fix: call the loss "
-            "through the trainer, or pass entropy=[N, L]."
-        )
+    entropy = require_entropy(inputs, "d3s")
     mask, lp, old, adv = _masked_inputs(inputs)
     share = relaxed(cfg.token_share, float(inputs.extras["training_progress"]), cfg.relax_until)
-    kept = top_tokens(adv.abs() * inputs.entropy.detach().to(adv.dtype), mask, share)
+    # ranked by the advantage itself: the rollout-correction weights folded into ``adv`` scale
+    # the kept tokens' terms, they do not choose them
+    raw = inputs.token_advantages().detach().to(adv.dtype)
+    kept = top_tokens(raw.abs() * entropy.to(adv.dtype), mask, share)
     out = _clipped_objective((lp - old).exp(), adv * kept, mask, cfg.clip_low, cfg.clip_high, cfg)
     out.metrics["d3s_token_share"] = kept.sum() / mask.sum().clamp(min=1)
     return out

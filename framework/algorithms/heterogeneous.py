@@ -34,7 +34,7 @@ from torch import Tensor
 from framework.algorithms.advantages import GRPOAdvantageConfig, grpo_advantage
 from framework.algorithms.aggregation import aggregate, masked_mean
 from framework.algorithms.group import group_sum
-from framework.algorithms.losses import ClipLossConfig, _masked_inputs
+from framework.algorithms.losses import ClipLossConfig, _masked_inputs, require_entropy
 from framework.config import ComponentConfig, Problem, check_range
 from framework.registry import ADVANTAGES
 from framework.registry.kinds import POLICY_LOSSES
@@ -173,14 +173,9 @@ def hapo_loss(inputs: PolicyLossInputs, *, cfg: HAPOLossConfig) -> LossOutput:
     Raises:
         ValueError: the inputs carry no entropy (the trainer fills it: ``needs_entropy``).
     """
-    if inputs.entropy is None:
-        raise ValueError(
-            "[loss.hapo] got PolicyLossInputs without entropy; expected the per-token entropy "
-            "the trainer computes for a loss whose config sets needs_entropy. Fix: call the loss "
-            "through the trainer, or pass entropy=[N, L]."
-        )
+    entropy = require_entropy(inputs, "hapo")
     mask, lp, old, adv = _masked_inputs(inputs)
-    scores = entropy_scores(inputs.entropy.detach(), mask, cfg.pivot).to(lp.dtype)
+    scores = entropy_scores(entropy, mask, cfg.pivot).to(lp.dtype)
     lo, hi = clip_widths(scores, cfg.clip_low, cfg.clip_high, cfg.alpha)
     ratio = (lp - old).exp()
     eff = redistributed(adv, ratio, scores, lo, hi, cfg.beta).masked_fill(~mask, 0.0)

@@ -132,6 +132,21 @@ def _masked_inputs(inputs: PolicyLossInputs) -> tuple[Tensor, Tensor, Tensor, Te
     return mask, lp, old, adv
 
 
+def require_entropy(inputs: PolicyLossInputs, loss: str) -> Tensor:
+    """``inputs.entropy``, detached, for a loss whose config sets ``needs_entropy``.
+
+    Raises:
+        ValueError: the inputs carry none (the trainer fills it for such a loss).
+    """
+    if inputs.entropy is None:
+        raise ValueError(
+            f"[loss.{loss}] got PolicyLossInputs without entropy; expected the per-token entropy "
+            "the trainer computes for a loss whose config sets needs_entropy. Fix: call the loss "
+            "through the trainer, or pass entropy=[N, L]."
+        )
+    return inputs.entropy.detach()
+
+
 def _clipped_objective(
     ratio: Tensor,
     adv: Tensor,

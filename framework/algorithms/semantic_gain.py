@@ -20,15 +20,7 @@ from typing import ClassVar
 
 from torch import Tensor
 
-from framework.algorithms.turn_advantages import (
-    discounted_turn_returns,
-    information_gain_rewards,
-    normalize_over,
-    turn_counts,
-    turn_extra,
-    turn_token_values,
-    turn_valid,
-)
+from framework.algorithms.turn_advantages import belief_gain_advantage
 from framework.config import ComponentConfig, Problem, check_range
 from framework.registry import ADVANTAGES
 from framework.types import AdvantageInputs
@@ -70,16 +62,8 @@ def info_reasoner_advantage(inputs: AdvantageInputs, *, cfg: InfoReasonerConfig)
     Returns:
         ``[N, L]`` advantages, 0 on tool responses and padding.
     """
-    counts = turn_counts(inputs, "info_reasoner")
-    sims = turn_extra(
-        inputs,
-        "evidence_similarity",
-        "info_reasoner",
+    source = (
         "the training step fills it through the evidence_similarity input provider, which "
-        "info_reasoner's config requires (framework.rl.providers)",
+        "info_reasoner's config requires (framework.rl.providers)"
     )
-    valid = turn_valid(counts, sims.shape[1])
-    rewards = information_gain_rewards(sims, inputs.rewards.to(sims), counts)
-    keys = inputs.group_index.unsqueeze(-1).expand_as(rewards)
-    normed = normalize_over(rewards, valid, keys, epsilon=cfg.epsilon, unbiased=cfg.unbiased_std)
-    return turn_token_values(discounted_turn_returns(normed, valid, cfg.gamma), inputs)
+    return belief_gain_advantage(inputs, "evidence_similarity", "info_reasoner", source, cfg)

@@ -16,7 +16,7 @@ per turn, and gives it to every token the policy generated in that turn (``input
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -209,16 +209,24 @@ def igpo_advantage(inputs: AdvantageInputs, *, cfg: IGPOAdvantageConfig) -> Tens
     Returns:
         ``[N, L]`` advantages, 0 on tool responses and padding.
     """
-    counts = turn_counts(inputs, "igpo")
-    probs = turn_extra(
-        inputs,
-        "answer_probs",
-        "igpo",
+    source = (
         "the training step fills it through the answer_probs input provider, which igpo's config "
-        "requires (framework.rl.answer_probs); outside the step, call answer_probs()",
+        "requires (framework.rl.answer_probs); outside the step, call answer_probs()"
     )
-    valid = turn_valid(counts, probs.shape[1])
-    rewards = information_gain_rewards(probs, inputs.rewards.to(probs), counts)
+    return belief_gain_advantage(inputs, "answer_probs", "igpo", source, cfg)
+
+
+def belief_gain_advantage(
+    inputs: AdvantageInputs, key: str, who: str, source: str, cfg: Any
+) -> Tensor:
+    """IGPO's credit from a belief before each turn (``inputs.extras[key]`` ``[N, T]``, which
+    ``source`` says how to provide): the belief's gains as turn rewards, the outcome on the last
+    turn, z-normalised over each group's turns and summed forward with ``cfg.gamma``
+    (``cfg.epsilon``, ``cfg.unbiased_std``); ``[N, L]`` on every token generated in each turn."""
+    counts = turn_counts(inputs, who)
+    belief = turn_extra(inputs, key, who, source)
+    valid = turn_valid(counts, belief.shape[1])
+    rewards = information_gain_rewards(belief, inputs.rewards.to(belief), counts)
     keys = inputs.group_index.unsqueeze(-1).expand_as(rewards)
     normed = normalize_over(rewards, valid, keys, epsilon=cfg.epsilon, unbiased=cfg.unbiased_std)
     return turn_token_values(discounted_turn_returns(normed, valid, cfg.gamma), inputs)

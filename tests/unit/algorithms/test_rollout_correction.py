@@ -208,6 +208,11 @@ def _loss_inputs(weights=None):
         ),
         group_index=torch.tensor([0, 0, 1, 1]),
         token_weights=weights,
+        # what the trainer gives the losses that ask: entropies (hapo, d3s), turns (seeupo), the
+        # run's progress (d3s, at its start: half of the tokens dropped)
+        entropy=torch.rand(4, 5, generator=gen),
+        turn_index=torch.zeros(4, 5, dtype=torch.long),
+        extras={"training_progress": 0.0},
     )
 
 
