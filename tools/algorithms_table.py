@@ -43,7 +43,14 @@ registries (the docstring of each component holds its paper and formula; a test 
 against the code). Select a method with its group (`advantage=rloo`, `loss=gspo`, `reward=e_grpo`,
 `sampler=vade`, `kl=k3`) or with a bundle preset (`algorithm=mc_grpo`); `seekrl-components <group>`
 lists each one's config fields. Any of them can be an arm of a study
-(`arms: {name: [algorithm=..., ...]}` in `conf/study/`).
+(`arms: {name: [algorithm=..., ...]}` in `conf/study/`), and `seekrl-study study=screen` runs them
+all on one benchmark.
+
+The paper column marks a method whose formula is not entirely the paper's: **partial** (its core
+is the paper's or its authors' code, named pieces are our choices) or **reconstructed** (the
+method section could not be read; the formula is our reading of the abstract, and a result from it
+is not the paper's method). The module in the last column says, in its docstring, every choice
+the paper left open and which one was made.
 """
 
 
@@ -139,6 +146,9 @@ def rows() -> list[dict[str, str]]:
                     "formula": formula(doc) or "-",
                     "presets": ", ".join(presets(kind, entry.name)) or "-",
                     "tests": ", ".join(f"`{t}`" for t in test_files(kind, entry.name)) or "-",
+                    "module": "`"
+                    + inspect.getmodule(entry.target).__name__.replace(".", "/")
+                    + ".py`",
                 }
             )
     return out
@@ -151,11 +161,12 @@ def render() -> str:
         lines += [
             f"## `{kind}`",
             "",
-            "| method | paper | formula | presets | tests |",
-            "|---|---|---|---|---|",
+            "| method | paper | formula | presets | tests | choices written in |",
+            "|---|---|---|---|---|---|",
         ]
         lines += [
-            f"| `{r['name']}` | {r['paper']} | {r['formula']} | {r['presets']} | {r['tests']} |"
+            f"| `{r['name']}` | {r['paper']} | {r['formula']} | {r['presets']} | {r['tests']} "
+            f"| {r['module']} |"
             for r in mine
         ]
         lines.append("")
