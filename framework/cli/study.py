@@ -26,7 +26,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -482,14 +482,55 @@ def check_runs_match_arms(root: Path, drift: dict[tuple[str, int], list[str]]) -
 
 
 # -- the study --------------------------------------------------------------------------------------
+#: the registries a screen sweeps (``screen=true``), each selected by its config group
+SCREENED_KINDS = ("advantage", "loss", "sampler")
+
+
+def screen_arms(baseline: str, *, overrides: Sequence[str] = ()) -> dict[str, list[str]]:
+    """One arm per registered method: the bundles first (the baseline bundle leading), then each
+    component no bundle selects, on the baseline bundle.
+
+    Args:
+        baseline: the bundle every swapped-in component is compared with (``algorithm=<it>``).
+        overrides: the study's shared overrides (they decide, e.g., the sampler the arms share).
+
+    Raises:
+        ValueError: ``baseline`` is not an algorithm bundle.
+    """
+    from framework.cli.app import group_options, load_config
+    from framework.registry import ALL, load_components
+
+    load_components()
+    bundles = group_options("algorithm")
+    if baseline not in bundles:
+        raise ValueError(
+            f"[baseline] got {baseline!r}; expected an algorithm bundle for screen=true (one of "
+            f"{bundles}). Fix: set baseline=grpo."
+        )
+    arms: dict[str, list[str]] = {baseline: [f"algorithm={baseline}"]}
+    selected: dict[str, set[str]] = {kind: set() for kind in SCREENED_KINDS}
+    for bundle in bundles:
+        cfg = load_config("train", [*overrides, f"algorithm={bundle}"])
+        for kind in SCREENED_KINDS:
+            selected[kind].add(getattr(cfg, kind).name)
+        arms.setdefault(bundle, [f"algorithm={bundle}"])
+    for kind in SCREENED_KINDS:
+        for entry in ALL[kind]:
+            if entry.name in selected[kind]:
+                continue
+            args = [f"algorithm={baseline}", f"{kind}={entry.name}"]
+            if getattr(entry.config_cls, "acts_off_policy_only", False):
+                args.append("optim.policy_epochs=2")
+            arms[f"{kind}-{entry.name}"] = args
+    return arms
+
+
 def study(cfg: StudyConfig) -> dict[str, Any]:
     from framework.cli.app import load_config
     from framework.sft.warm_start import warm_start
 
     root = cfg.directory()
     if cfg.screen:  # an arm per registered method, found now (framework/eval/screen.py)
-        from framework.eval.screen import screen_arms
-
         cfg = replace(cfg, arms={**screen_arms(cfg.baseline, overrides=cfg.overrides), **cfg.arms})
     jobs = [(arm, seed) for arm in cfg.arms for seed in cfg.seeds]
     print(

@@ -1,7 +1,8 @@
 """The screening table: every registered method trained and evaluated alike, against one baseline.
 
 ``seekrl-study study=screen`` (``screen=true``) adds one arm per registered method, found when the
-study starts, so a component registered later, by a plugin too, appears without editing the study:
+study starts (:func:`framework.cli.study.screen_arms`), so a component registered later, by a plugin
+too, appears without editing the study:
 
 - every algorithm bundle (``conf/algorithm/*.yaml``, and plugins' config folders), by its name;
 - every advantage estimator, policy loss and sampler that no bundle selects, on the baseline bundle
@@ -21,48 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
-
-#: the registries a screen sweeps, with the config group each is selected by
-SCREENED_KINDS = ("advantage", "loss", "sampler")
-
-
-def screen_arms(baseline: str, *, overrides: Sequence[str] = ()) -> dict[str, list[str]]:
-    """One arm per registered method: the bundles first (the baseline bundle leading), then each
-    component no bundle selects, on the baseline bundle.
-
-    Args:
-        baseline: the bundle every swapped-in component is compared with (``algorithm=<it>``).
-        overrides: the study's shared overrides (they decide, e.g., the sampler the arms share).
-
-    Raises:
-        ValueError: ``baseline`` is not an algorithm bundle.
-    """
-    from framework.cli.app import group_options, load_config
-    from framework.registry import ALL, load_components
-
-    load_components()
-    bundles = group_options("algorithm")
-    if baseline not in bundles:
-        raise ValueError(
-            f"[baseline] got {baseline!r}; expected an algorithm bundle for screen=true (one of "
-            f"{bundles}). Fix: set baseline=grpo."
-        )
-    arms: dict[str, list[str]] = {baseline: [f"algorithm={baseline}"]}
-    selected: dict[str, set[str]] = {kind: set() for kind in SCREENED_KINDS}
-    for bundle in bundles:
-        cfg = load_config("train", [*overrides, f"algorithm={bundle}"])
-        for kind in SCREENED_KINDS:
-            selected[kind].add(getattr(cfg, kind).name)
-        arms.setdefault(bundle, [f"algorithm={bundle}"])
-    for kind in SCREENED_KINDS:
-        for entry in ALL[kind]:
-            if entry.name in selected[kind]:
-                continue
-            args = [f"algorithm={baseline}", f"{kind}={entry.name}"]
-            if getattr(entry.config_cls, "acts_off_policy_only", False):
-                args.append("optim.policy_epochs=2")
-            arms[f"{kind}-{entry.name}"] = args
-    return arms
 
 
 def _verdict(diff: Mapping[str, Any] | None) -> str:

@@ -10,8 +10,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from framework.cli.study import screen_arms
 from framework.config import ComponentConfig
-from framework.eval.screen import screen_arms, screen_markdown, screen_rows
+from framework.eval.screen import screen_markdown, screen_rows
 from framework.eval.study_archive import StudyArchive
 from framework.eval.study_report import summarize_study, write_study
 from framework.registry import ADVANTAGES, load_components
