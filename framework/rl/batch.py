@@ -94,8 +94,8 @@ class UpdatePlan:
         rollouts: ``N``, the batch's rollouts.
         skipped: rollouts left out of every micro-batch.
         pad_id: the padding id of the batch's tokens.
-        probe: the first rows (at most a micro-batch), to measure the policy's entropy on when no
-            trained token does; ``None`` for an empty batch.
+        probe: when no planned row has a trained token (so none measures the policy's entropy),
+            the batch's first rows (at most a micro-batch) to measure it on; else ``None``.
         advantage_abs_mean: mean ``|A|`` over rollouts (``[N]``) or generated tokens (``[N, L]``).
     """
 
@@ -139,6 +139,8 @@ class RolloutBatch:
         columns: every dataset column, one entry per rollout.
         rollout_logprobs: ``[N, R]`` the backend's log-probs in the packed layout, ``None`` when a
             trained rollout has none.
+        packed_turn_index: ``[N, R]`` long, :attr:`turn_index` in the packed layout (-1 where no
+            turn), what each micro-batch slices for the loss.
         extras: per-rollout inputs beyond these: what rewards returned besides ``[N]`` and what
             input providers computed (:mod:`framework.rl.inputs`).
     """
@@ -159,6 +161,7 @@ class RolloutBatch:
     stats: list[dict[str, int]]
     columns: dict[str, list[Any]]
     rollout_logprobs: Tensor | None
+    packed_turn_index: Tensor | None = None
     extras: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -182,6 +185,8 @@ class RolloutBatch:
         mask = response_mask(trajs)  # [N, L], the response layout
         tokens = pack(trajs, pad_id) if trajs else None  # [N, W], the packed layout
         behaviour = packed_rollout_logprobs(trajs, tokens.response_width) if tokens else None
+        turns = turn_index(trajs, width=mask.shape[1])
+        packed_turns = right_aligned(turns, trajs, tokens.response_width, -1) if tokens else None
         if sample_mask is None:
             sample_mask = torch.tensor(
                 [t.status != STATUS_OVER_BUDGET for t in trajs], dtype=torch.bool
@@ -199,11 +204,12 @@ class RolloutBatch:
             sample_mask=sample_mask,
             token_mask=mask,
             trained_mask=mask & sample_mask.reshape(-1, 1),
-            turn_index=turn_index(trajs, width=mask.shape[1]),
+            turn_index=turns,
             turns=[[turn.shifted(-t.prompt_len) for turn in t.turns] for t in trajs],
             stats=[dict(t.stats) for t in trajs],
             columns=dataset_columns([items[t.group] for t in trajs]) if items else {},
             rollout_logprobs=behaviour,
+            packed_turn_index=packed_turns,
             extras=dict(scores.extras) if scores is not None else {},
         )
 
@@ -283,7 +289,9 @@ class RolloutBatch:
                 groups.append(list(unit))
         chunks = [torch.tensor(g, dtype=torch.long) for g in groups]
         micro = self.micro_batches(chunks, advantages) if chunks else []
-        probe = self.micro_batches([torch.arange(min(n, o.micro_batch_size))])[0] if n else None
+        probe = None  # the entropy's rows when no planned row has a trained token to measure it
+        if n and not any(bool(self.trained_mask[c].any()) for c in chunks):
+            probe = self.micro_batches([torch.arange(min(n, o.micro_batch_size))])[0]
         if advantages.dim() == 1:
             abs_mean = float(advantages.abs().mean())
         else:
@@ -318,7 +326,7 @@ class RolloutBatch:
         """
         if self.tokens is None:
             raise ValueError("RolloutBatch.micro_batches() needs a non-empty batch")
-        t, behaviour, out = self.tokens, self.rollout_logprobs, []
+        t, behaviour, turns, out = self.tokens, self.rollout_logprobs, self.packed_turn_index, []
         for rows in chunks:
             picked = [self.trajectories[int(i)] for i in rows]
             width = max(self.lengths[int(i)] for i in rows)
@@ -340,7 +348,7 @@ class RolloutBatch:
                     group_index=self.group_index[rows],
                     rollout_logprobs=None if behaviour is None else behaviour[rows, -resp:],
                     extras=self.rows_of_extras(rows),
-                    turn_index=right_aligned(self.turn_index[rows], picked, resp, fill=-1),
+                    turn_index=None if turns is None else turns[rows, -resp:],
                 )
             )
         return out
