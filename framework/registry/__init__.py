@@ -14,6 +14,7 @@ from framework.registry.core import (
 from framework.registry.kinds import (
     ADVANTAGES,
     ALL,
+    AUGMENTERS,
     DATASETS,
     HEALTH_MONITORS,
     INPUT_PROVIDERS,
@@ -42,6 +43,9 @@ BUILTIN_MODULES = (
     "framework.algorithms.step_advantages",
     "framework.algorithms.consistency",
     "framework.algorithms.salt",
+    "framework.algorithms.segment_values",
+    "framework.algorithms.early_exit",
+    "framework.algorithms.replay",
     "framework.algorithms.pruning",
     "framework.algorithms.downsampling",
     "framework.algorithms.potential",
@@ -77,6 +81,8 @@ BUILTIN_MODULES = (
     "framework.health.signals",
     "framework.rl.answer_probs",
     "framework.rl.providers",
+    "framework.rl.augment",
+    "framework.rl.augmenters",
 )
 
 _loaded = False
@@ -102,6 +108,7 @@ def load_components(*, plugins: bool | None = None) -> None:
 __all__ = [
     "ADVANTAGES",
     "ALL",
+    "AUGMENTERS",
     "BUILTIN_MODULES",
     "DATASETS",
     "HEALTH_MONITORS",

@@ -21,6 +21,7 @@ from typing import Any
 from framework.registry.core import Registry
 from framework.registry.protocols import (
     AdvantageFn,
+    AugmenterFactory,
     DatasetFn,
     HealthMonitorFactory,
     InputProviderFn,
@@ -104,6 +105,18 @@ INPUT_PROVIDERS: Registry[InputProviderFn] = Registry(
     config_store=None,
 )
 
+AUGMENTERS: Registry[AugmenterFactory] = Registry(
+    "augment",
+    signature="cls(*, cfg)",
+    methods=(
+        "augment(drawn: Drawn, ctx: AugmentContext) -> Augmented",
+        "state_dict()",
+        "load_state_dict(state)",
+    ),
+    # the trainer reads ``provides`` (inputs it puts in Scores.extras)
+    config_base="framework.rl.augment:AugmenterConfig",
+)
+
 ALL: dict[str, Registry[Any]] = {
     r.group: r
     for r in (
@@ -112,6 +125,7 @@ ALL: dict[str, Registry[Any]] = {
         POLICY_LOSSES,
         KL_ESTIMATORS,
         SAMPLERS,
+        AUGMENTERS,
         RETRIEVERS,
         ROLLOUT_BACKENDS,
         DATASETS,

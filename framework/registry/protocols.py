@@ -91,6 +91,23 @@ class Retriever(Protocol):
     def close(self) -> None: ...
 
 
+class Augmenter(Protocol):
+    """What an ``AUGMENTERS`` class builds: the step's rollouts, augmented (``Drawn`` in and an
+    ``Augmented`` out, from :mod:`framework.rl`), and its state for resuming."""
+
+    def augment(self, drawn: Any, ctx: Any, /) -> Any: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+
+
+class AugmenterFactory(Protocol):
+    """``AUGMENTERS``: ``cls(*, cfg)``."""
+
+    def __call__(self, *, cfg: Any) -> Augmenter: ...
+
+
 class RetrieverFactory(Protocol):
     """``RETRIEVERS``: ``cls(*, cfg)``."""
 

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from framework.algorithms.losses import PolicyLossConfig
     from framework.config import ComponentConfig
     from framework.retrieval.types import RetrieverConfigBase
+    from framework.rl.augment import AugmenterConfig
     from framework.rollout.hf_backend import TransformersBackendConfig
     from framework.rollout.vllm_backend import VLLMBackendConfig
 
@@ -144,6 +145,7 @@ class TrainConfig:
         kl: KLConfig = _section()
         reward: ComponentConfig = _section()
         sampler: ComponentConfig = _section()
+        augment: AugmenterConfig = _section()
         dataset: ComponentConfig = _section()
         rollout: TransformersBackendConfig | VLLMBackendConfig = _section()  # the built-in ones
         retriever: RetrieverConfigBase = _section()
@@ -153,6 +155,7 @@ class TrainConfig:
         kl: Any = MISSING
         reward: Any = MISSING
         sampler: Any = MISSING
+        augment: Any = MISSING
         dataset: Any = MISSING
         rollout: Any = MISSING
         retriever: Any = MISSING
@@ -182,8 +185,9 @@ class TrainConfig:
         from framework.training.checkpoints import latest_checkpoint
 
         out = target_problems(self.logger, "logger")
-        # what the estimator and the loss require
-        out += missing_providers({s: getattr(self, s) for s in REQUIRING_SECTIONS})
+        # what the estimator and the loss require: a registered provider, or the augmenter
+        sections = {s: getattr(self, s) for s in REQUIRING_SECTIONS}
+        out += missing_providers(sections, augment=getattr(self, "augment", None))
         if getattr(self.loss, "acts_off_policy_only", False) and self.optim.policy_epochs < 2:
             out.append(
                 Problem(

@@ -93,20 +93,41 @@ def required_inputs(
     return out
 
 
-def missing_providers(sections: Mapping[str, ComponentConfig | None]) -> list[Problem]:
-    """One problem per required input that no provider is registered for (empty when none)."""
+def missing_providers(
+    sections: Mapping[str, ComponentConfig | None], augment: ComponentConfig | None = None
+) -> list[Problem]:
+    """One problem per required input that no provider is registered for and the selected
+    augmenter (``augment``, :mod:`framework.rl.augment`) does not provide (empty when none)."""
     from framework.registry import INPUT_PROVIDERS
 
+    given = set(getattr(augment, "provides", ()))
     return [
         _missing(section, cfg, name)
         for name, (section, cfg) in required_inputs(sections).items()
-        if name not in INPUT_PROVIDERS
+        if name not in INPUT_PROVIDERS and name not in given
     ]
+
+
+def augmenters_providing(name: str) -> list[str]:
+    """The registered augmenters whose config ``provides`` input ``name``."""
+    from framework.registry import AUGMENTERS
+
+    return [e.name for e in AUGMENTERS if name in getattr(e.config_cls, "provides", ())]
 
 
 def _missing(section: str, cfg: ComponentConfig, name: str) -> Problem:
     from framework.registry import INPUT_PROVIDERS
 
+    augmenters = augmenters_providing(name)
+    if augmenters:
+        choices = " or ".join(f"augment={a}" for a in augmenters)
+        return Problem(
+            f"{section}.name",
+            cfg.name,
+            f"an augmenter that provides its required input '{name}' (the rollouts it needs "
+            "are made by an augmenter, not a provider)",
+            f"set {choices} (its algorithm bundle does)",
+        )
     registered = ", ".join(INPUT_PROVIDERS.names()) or "none"
     return Problem(
         f"{section}.name",

@@ -215,6 +215,8 @@ class SearchAgentRL(L.LightningModule):
             "policy": self.policy_identity(),
             "rng": random_state(),
         }
+        if self.parts.augmenter is not None:
+            checkpoint["seekrl"]["augmenter"] = self.parts.augmenter.state_dict()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state = checkpoint.get("seekrl")
@@ -230,5 +232,7 @@ class SearchAgentRL(L.LightningModule):
                 "with the configuration the checkpoint was trained with."
             )
         self.rl_step = int(state["rl_step"])
+        if self.parts.augmenter is not None and "augmenter" in state:
+            self.parts.augmenter.load_state_dict(state["augmenter"])
         self._restored_calls = int(state["backend_calls"])
         set_random_state(state["rng"])

@@ -1,4 +1,5 @@
-"""Input providers that read the step's rollouts themselves, without a model pass.
+"""Input providers that read the step's rollouts themselves (one, ``entropy_profile``, with a
+forward pass of the policy).
 
 Each is registered in ``INPUT_PROVIDERS`` under the name a component lists in ``requires``
 (:mod:`framework.rl.inputs`); the step calls it once per step, after scoring.
@@ -6,6 +7,7 @@ Each is registered in ``INPUT_PROVIDERS`` under the name a component lists in ``
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Any
 
@@ -13,6 +15,8 @@ import torch
 from torch import Tensor
 
 from framework.algorithms.arena import ArenaAdvantageConfig, bracket_wins
+from framework.algorithms.replay import R3AdvantageConfig, entropy_pattern
+from framework.algorithms.segment_values import HiPERAdvantageConfig
 from framework.algorithms.semantic_gain import InfoReasonerConfig
 from framework.config import ComponentConfig
 from framework.registry import INPUT_PROVIDERS
@@ -142,3 +146,43 @@ def tournament_wins_input(ctx: InputContext, *, cfg: ArenaAdvantageConfig) -> Te
         for k, w in enumerate(bracket_wins(len(rows), beats)):
             wins[rows[k]] = float(w)
     return wins
+
+
+SWITCH = re.compile(r"<switch>\s*switch\s*</switch>", re.IGNORECASE)
+
+
+@INPUT_PROVIDERS.register("switch_flags", config=HiPERAdvantageConfig)
+def switch_flags_input(ctx: InputContext, *, cfg: HiPERAdvantageConfig) -> Tensor:
+    """The ``switch_flags`` input: ``[N, T]`` bool, turn ``k`` of rollout ``i`` wrote
+    ``<switch>SWITCH</switch>`` (HiPER's segment start); False past a rollout's turns."""
+    trajs = ctx.trajectories
+    width = max([len(t.turns) for t in trajs] + [1])
+    out = torch.zeros((len(trajs), width), dtype=torch.bool)
+    for i, t in enumerate(trajs):
+        for k, turn in enumerate(t.turns):
+            text = ctx.tokenizer.decode(
+                t.token_ids[turn.start : turn.end], skip_special_tokens=False
+            )
+            out[i, k] = bool(SWITCH.search(text))
+    return out
+
+
+@INPUT_PROVIDERS.register("entropy_profile", config=R3AdvantageConfig)
+def entropy_profile_input(ctx: InputContext, *, cfg: R3AdvantageConfig) -> Tensor:
+    """The ``entropy_profile`` input: ``[N]``, per rollout the policy's mean next-token entropy
+    over the first 20% of its trained tokens minus that over the last 20%
+    (:func:`~framework.algorithms.replay.entropy_pattern`), eight rollouts per forward pass."""
+    from framework.training.tokens import pack, token_logprobs
+
+    trajs = list(ctx.trajectories)
+    out = torch.zeros(len(trajs))
+    ctx.policy.eval()
+    for start in range(0, len(trajs), 8):
+        part = trajs[start : start + 8]
+        batch = pack(part, ctx.pad_id)
+        _, ent = token_logprobs(ctx.policy, batch, entropy=True)
+        assert ent is not None
+        for j in range(len(part)):
+            values = ent[j][batch.loss_mask[j].bool()].float()
+            out[start + j] = entropy_pattern(values)
+    return out

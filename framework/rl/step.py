@@ -9,17 +9,18 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 from torch import Tensor
 
-from framework.algorithms.padding import pad_to_widest
 from framework.config import ComponentConfig
 from framework.data.schema import QAItem
+from framework.rl.augment import AugmentContext
 from framework.rl.batch import PlanOptions, RolloutBatch, per_rollout
 from framework.rl.config import OptimConfig, TrainConfig
+from framework.rl.drawn import Drawn
 from framework.rl.inputs import REQUIRING_SECTIONS, InputContext, provide_inputs
 from framework.rl.update import LossSpec, plan_options, policy_update
 from framework.rollout.metrics import (
@@ -71,6 +72,9 @@ class StepParts:
             ``ADVANTAGES`` (when not given).
         plan: how updates group rows into micro-batches, from ``optim`` and ``spec``
             (:func:`~framework.rl.update.plan_options`; when not given).
+        augment: the ``augment`` config (what else the step rolls out), or ``None`` for none.
+        augmenter: the augmenter built once from ``augment`` through ``AUGMENTERS`` (when not
+            given; ``None`` without an ``augment`` config).
     """
 
     policy: torch.nn.Module
@@ -84,10 +88,14 @@ class StepParts:
     loss: ComponentConfig | None = None
     estimator: Callable[[AdvantageInputs], Tensor] | None = None
     plan: PlanOptions | None = None
+    augment: ComponentConfig | None = None
+    augmenter: Any = None
 
     def __post_init__(self) -> None:
-        from framework.registry import ADVANTAGES
+        from framework.registry import ADVANTAGES, AUGMENTERS
 
+        if self.augmenter is None and self.augment is not None and self.augment.name != "none":
+            self.augmenter = AUGMENTERS.bind(self.augment)()
         if self.estimator is None:
             self.estimator = ADVANTAGES.bind(self.advantage)
         if self.plan is None:
@@ -121,6 +129,7 @@ class StepParts:
             pad_id,
             reference,
             cfg.loss,
+            augment=getattr(cfg, "augment", None),
         )
 
     def running_loop(self) -> RolloutLoop:
@@ -195,51 +204,6 @@ class StepResult:
         """Every advantage the loss sees: ``[N]``, or those of generated tokens for ``[N, L]``."""
         adv = self.advantages
         return adv if adv.dim() == 1 else adv[self.batch.token_mask]
-
-
-@dataclass
-class Drawn:
-    """Rollouts of some groups with their questions and rewards (``items[t.group]`` is a
-    rollout's question)."""
-
-    trajectories: list[Trajectory]
-    items: list[QAItem]
-    scores: Scores
-
-    @staticmethod
-    def merge(parts: Sequence[tuple[Drawn, Sequence[bool]]]) -> Drawn:
-        """One batch of the groups flagged in each part, renumbered in order."""
-        trajs: list[Trajectory] = []
-        items: list[QAItem] = []
-        rows: list[Tensor] = []
-        for part, flags in parts:
-            new = {}
-            for g, flag in enumerate(flags):
-                if flag:
-                    new[g] = len(items)
-                    items.append(part.items[g])
-            picked = [i for i, t in enumerate(part.trajectories) if t.group in new]
-            trajs += [
-                replace(part.trajectories[i], group=new[part.trajectories[i].group]) for i in picked
-            ]
-            rows.append(torch.tensor(picked, dtype=torch.long))
-        scores = [p.scores for p, _ in parts]
-        total = torch.cat([s.total[r] for s, r in zip(scores, rows, strict=True)])
-        components = {
-            name: torch.cat([s.components[name][r] for s, r in zip(scores, rows, strict=True)])
-            for name in scores[0].components
-        }
-        extras = {
-            name: cat_padded([s.extras[name][r] for s, r in zip(scores, rows, strict=True)])
-            for name in scores[0].extras
-        }
-        return Drawn(trajs, items, Scores(total, components, extras))
-
-
-def cat_padded(parts: Sequence[Tensor]) -> Tensor:
-    """``parts`` concatenated along the first dimension, each zero-padded at the end of its other
-    dimensions to the largest (``[n_j, T_j]`` turn rewards of rounds with different most turns)."""
-    return torch.cat(pad_to_widest(parts))
 
 
 def rollouts(
@@ -338,6 +302,21 @@ def draw_groups(
     return Drawn.merge(rounds), drawn, figures
 
 
+def augment(parts: StepParts, kept: Drawn, progress: float) -> tuple[Drawn, dict[str, float]]:
+    """The rollouts the step trains on after the run's augmenter (:mod:`framework.rl.augment`),
+    and its figures: ``augment/...``, the rollouts and tokens it generated, its seconds."""
+    clock = time.perf_counter()
+    loop = parts.running_loop()
+    ctx = AugmentContext(loop, parts.reward, parts.policy, loop.backend.tokenizer, progress)
+    out = parts.augmenter.augment(kept, ctx)
+    figures = {f"augment/{k}": float(v) for k, v in out.figures.items()}
+    figures["augment/rollouts"] = float(len(ctx.generated))
+    tokens = sum(t.stats.get("generated_tokens", 0) for t in ctx.generated)
+    figures["augment/generated_tokens"] = float(tokens)
+    figures["timing/augment"] = time.perf_counter() - clock
+    return out.drawn, figures
+
+
 def rl_step(
     parts: StepParts,
     groups: Sequence[GroupRequest],
@@ -386,6 +365,9 @@ def rl_step(
     clock = time.perf_counter()
     loop = parts.running_loop()
     kept, drawn, timings = draw_groups(parts, groups, dataset, keep)
+    if parts.augmenter is not None:
+        kept, more = augment(parts, kept, progress)
+        timings.update(more)
 
     mark = time.perf_counter()
     batch = RolloutBatch.build(kept.trajectories, kept.items, kept.scores, pad_id=parts.pad_id)

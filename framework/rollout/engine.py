@@ -83,6 +83,35 @@ class _Rollout:
     logprobs: list[float] | None = field(default_factory=list)
     #: this rollout's sampling seed (``run(seeds=...)``), or None
     seed: int | None = None
+    #: the most model turns this rollout may reach (None: ``AgentConfig.max_turns``)
+    max_turns: int | None = None
+    #: text given before the next turn's generated tokens (loss mask 0) and parsed with them
+    forced: str = ""
+    #: where ``forced``'s tokens start in ``traj.token_ids`` once placed (-1: not yet)
+    forced_at: int = -1
+
+
+@dataclass(frozen=True)
+class Prefix:
+    """Where a continuation starts: the first ``turns`` model turns of ``source`` (each with the
+    tool response that followed it), then ``forced`` text, then new turns by the policy.
+
+    Attributes:
+        source: the rollout whose beginning is kept (its prompt and ``turns`` turns).
+        turns: model turns kept, ``0 .. len(source.turns)``; each kept turn but a final one must
+            have had its tool response (a continuation starts where the policy would act next).
+        group: the continuation's group id (``Trajectory.group``).
+        forced: text appended after the prefix, as if the policy had written it, but with loss
+            mask 0 (an early exit appends ``<answer>``); parsed as the start of the next turn.
+        max_new_turns: model turns the continuation may add (None: up to ``AgentConfig.max_turns``
+            in all).
+    """
+
+    source: Trajectory
+    turns: int
+    group: int = 0
+    forced: str = ""
+    max_new_turns: int | None = None
 
 
 class AgentLoop:
@@ -138,31 +167,116 @@ class AgentLoop:
             on_group_done: called with (question index, its rollouts) as soon as every rollout of
                 a question has ended (e.g. to save it before the rest are done).
         """
-        clock = time.perf_counter()
-        self.timings = {"generate": 0.0, "retrieval": 0.0}
-        self._tools_retriever = CountingRetriever(self.retriever)
-        self.retrieval_counts = self._tools_retriever.counts
         qids = list(question_ids) if question_ids is not None else list(range(len(questions)))
         sizes = [group_size] * len(questions) if isinstance(group_size, int) else list(group_size)
         groups: list[list[_Rollout]] = []
         for g, (q, qid, size) in enumerate(zip(questions, qids, sizes, strict=True)):
             prompt = self.prompt_ids(q)
-            groups.append([])
-            for _ in range(size):
-                traj = Trajectory(qid, g, list(prompt), [0] * len(prompt), len(prompt))
-                traj.stats = dict.fromkeys(
-                    (
-                        "turns",
-                        "tool_calls",
-                        *tool_stats(),
-                        "invalid_calls",
-                        "truncated_turns",
-                        "generated_tokens",
-                    ),
-                    0,
-                )
-                groups[g].append(_Rollout(traj))
-        rollouts = [r for group in groups for r in group]
+            groups.append([_Rollout(self._fresh(qid, g, prompt)) for _ in range(size)])
+        return self._drive(groups, progress, max_in_flight, seeds, on_group_done)
+
+    def run_from(
+        self,
+        prefixes: Sequence[Prefix],
+        *,
+        progress: Callable[[int, int], None] | None = None,
+        max_in_flight: int | None = None,
+    ) -> list[Trajectory]:
+        """One continuation of each prefix, in order: a rollout that starts with the prefix's
+        kept turns (not generated again) and goes on with the current policy, as
+        :meth:`run` would have after those turns (same budgets, tools and stopping rules).
+
+        Each continuation's ``loss_mask``, ``segments``, ``turns``, ``stats`` and log-probs cover
+        the kept turns as they were in the source, so it trains like any rollout; its ``group``
+        is the prefix's. Cost: the new turns only.
+
+        Raises:
+            ValueError: a prefix keeps more turns than its source has, or keeps a non-final turn
+                without its tool response.
+        """
+        groups: dict[int, list[_Rollout]] = {}
+        order: list[_Rollout] = []
+        for p in prefixes:
+            r = self._prefixed(p)
+            groups.setdefault(p.group, []).append(r)
+            order.append(r)
+        span = max(groups, default=-1) + 1
+        listed = [groups.get(g, []) for g in range(span)]
+        self._drive(listed, progress, max_in_flight, None, None, order=order)
+        return [r.traj for r in order]
+
+    def _fresh(self, qid: int, group: int, prompt: list[int]) -> Trajectory:
+        traj = Trajectory(qid, group, list(prompt), [0] * len(prompt), len(prompt))
+        traj.stats = dict.fromkeys(
+            (
+                "turns",
+                "tool_calls",
+                *tool_stats(),
+                "invalid_calls",
+                "truncated_turns",
+                "generated_tokens",
+            ),
+            0,
+        )
+        return traj
+
+    def _prefixed(self, p: Prefix) -> _Rollout:
+        """A rollout state holding the first ``p.turns`` turns of ``p.source``."""
+        src, k = p.source, p.turns
+        if not 0 <= k <= len(src.turns):
+            raise ValueError(f"Prefix keeps {k} turns of a rollout with {len(src.turns)}")
+        if k and src.turns[k - 1].observation is None:
+            raise ValueError(
+                f"Prefix keeps {k} turns, but turn {k} has no tool response: a continuation "
+                "starts after a tool response (or at the prompt, turns=0)"
+            )
+        cut = src.turns[k - 1].observation[1] if k else src.prompt_len  # type: ignore[index]
+        traj = self._fresh(src.question, p.group, src.token_ids[: src.prompt_len])
+        traj.token_ids = list(src.token_ids[:cut])
+        traj.loss_mask = list(src.loss_mask[:cut])
+        traj.segments = [x for x in src.segments if x.end <= cut]
+        traj.turns = list(src.turns[:k])
+        traj.response_text = self.tok.decode(
+            src.token_ids[src.prompt_len : cut], skip_special_tokens=False
+        )
+        r = _Rollout(traj, forced=p.forced)
+        for turn in traj.turns:
+            parsed = parse_turn(
+                self.tok.decode(src.token_ids[turn.start : turn.end], skip_special_tokens=False)
+            )
+            if parsed.think:
+                r.think.append(parsed.think)
+            traj.stats["tool_calls"] += len(turn.calls) + turn.invalid_calls
+            traj.stats["invalid_calls"] += turn.invalid_calls
+            for c in turn.calls:
+                tool = TOOLS[c.name]
+                traj.stats[tool.stat] = traj.stats.get(tool.stat, 0) + tool.count(c)
+        traj.stats["turns"] = k
+        traj.stats["generated_tokens"] = sum(traj.loss_mask)
+        if src.rollout_logprobs is not None:
+            r.logprobs = list(src.rollout_logprobs[src.prompt_len : cut])
+        else:
+            r.logprobs = None
+        if p.max_new_turns is not None:
+            r.max_turns = k + max(int(p.max_new_turns), 1)
+        return r
+
+    def _drive(
+        self,
+        groups: list[list[_Rollout]],
+        progress: Callable[[int, int], None] | None,
+        max_in_flight: int | None,
+        seeds: Sequence[int] | None,
+        on_group_done: Callable[[int, list[Trajectory]], None] | None,
+        *,
+        order: list[_Rollout] | None = None,
+    ) -> list[Trajectory]:
+        """Advance every rollout of ``groups`` turn by turn until each has ended."""
+        clock = time.perf_counter()
+        self.timings = {"generate": 0.0, "retrieval": 0.0}
+        self._tools_retriever = CountingRetriever(self.retriever)
+        self.retrieval_counts = self._tools_retriever.counts
+        rollouts = order if order is not None else [r for group in groups for r in group]
         if seeds is not None:
             if len(seeds) != len(rollouts):
                 raise ValueError(f"run(): {len(seeds)} seeds for {len(rollouts)} rollouts")
@@ -179,7 +293,8 @@ class AgentLoop:
             self._generate(active)
             self._run_tools([r for r in active if not r.done])
             for r in active:
-                if not r.done and r.traj.stats["turns"] >= self.cfg.max_turns:
+                most = self.cfg.max_turns if r.max_turns is None else r.max_turns
+                if not r.done and r.traj.stats["turns"] >= most:
                     self._finish(r, STATUS_OVER_BUDGET, "max_turns")
             ended = [r for r in active if r.done]
             active = [r for r in active if not r.done]
@@ -196,6 +311,9 @@ class AgentLoop:
 
     # -- one turn ---------------------------------------------------------------------------------
     def _generate(self, active: list[_Rollout]) -> None:
+        for r in active:
+            if r.forced and not r.done and r.forced_at < 0:
+                self._place_forced(r)
         budget = [self.cfg.max_total_tokens - len(r.traj.token_ids) for r in active]
         for r, left in zip(active, budget, strict=True):
             if left <= 0:
@@ -244,7 +362,8 @@ class AgentLoop:
         t.response_text += text
         t.stats["turns"] += 1
         t.stats["generated_tokens"] += len(new)
-        turn = parse_turn(text)
+        turn = parse_turn(r.forced + text if r.forced_at >= 0 else text)
+        r.forced = ""
         if turn.think:
             r.think.append(turn.think)
         if finish == "length":
@@ -269,6 +388,18 @@ class AgentLoop:
             return
         r.pending, r.errors = turn.calls, turn.errors
         t.turns[-1] = replace(t.turns[-1], calls=tuple(turn.calls), invalid_calls=len(turn.errors))
+
+    def _place_forced(self, r: _Rollout) -> None:
+        """Append ``r.forced``'s tokens (loss mask 0, log-prob 0.0) before the next turn."""
+        t = r.traj
+        ids = [int(i) for i in self.tok.encode(r.forced, add_special_tokens=False)]
+        r.forced_at = len(t.token_ids)
+        t.token_ids.extend(ids)
+        t.loss_mask.extend([0] * len(ids))
+        if r.logprobs is not None:
+            r.logprobs.extend([0.0] * len(ids))
+        t.segments.append(Segment("other", r.forced_at, r.forced_at + len(ids)))
+        t.response_text += r.forced
 
     def _run_tools(self, waiting: list[_Rollout]) -> None:
         """Answer every pending call of every rollout: all searches in one retriever call."""

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from framework.data.schema import QAItem
 from framework.rollout.scoring import Scores
 from framework.rollout.signals import trajectory_signals
-from framework.rollout.types import Trajectory
+from framework.rollout.types import Segment, Trajectory
 
 
 def trajectory_records(
@@ -55,3 +56,27 @@ def render_record(record: dict[str, Any]) -> str:
         f"stats: {record['stats']}\n"
     )
     return head + record["response_text"].strip() + "\n"
+
+
+def trajectory_state(t: Trajectory) -> dict[str, Any]:
+    """``t`` as JSON-ready data (:func:`trajectory_from_state` rebuilds it exactly)."""
+    return dataclasses.asdict(t)
+
+
+def trajectory_from_state(state: Mapping[str, Any]) -> Trajectory:
+    """The :class:`Trajectory` that :func:`trajectory_state` gave ``state``."""
+    from framework.types import ToolCall, TurnSpan
+
+    d = dict(state)
+    d["segments"] = [Segment(**s) for s in d.get("segments", [])]
+    turns = []
+    for turn in d.get("turns", []):
+        turn = dict(turn)
+        turn["calls"] = tuple(
+            ToolCall(**{**c, "queries": tuple(c.get("queries", ()))}) for c in turn["calls"]
+        )
+        obs = turn.get("observation")
+        turn["observation"] = tuple(obs) if obs is not None else None
+        turns.append(TurnSpan(**turn))
+    d["turns"] = turns
+    return Trajectory(**d)

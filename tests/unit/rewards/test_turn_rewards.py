@@ -27,7 +27,7 @@ from framework.rewards.composite import WeightedSumConfig
 from framework.rewards.entity_match import EntityMatching
 from framework.rewards.outcome import OutcomeRewardConfig, outcome_reward
 from framework.rewards.turn_match import MatchTIRRewardConfig, matchtir_reward
-from framework.rl.step import Drawn, cat_padded
+from framework.rl.drawn import Drawn, cat_padded
 from framework.rollout.engine import AgentConfig, AgentLoop
 from framework.rollout.scoring import score, turn_observations
 from framework.rollout.types import Trajectory

@@ -1,0 +1,434 @@
+"""The built-in rollout augmenters (:mod:`framework.rl.augment`): what SPO and HiPER (``mc_values``),
+S-GRPO (``early_exits``), R³ (``replay_reflect``) and HiLL (``hints``) roll out besides the step's
+groups. The formulas that use their rollouts are pure functions in :mod:`framework.algorithms`
+(``segment_values``, ``early_exit``, ``replay``, ``hints``), whose docstrings list every choice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
+
+import torch
+
+from framework.algorithms.hints import hint_gate, hint_reward
+from framework.config import Problem, check, check_range
+from framework.data.schema import QAItem
+from framework.registry import AUGMENTERS
+from framework.rewards.entity_match import EntityMatching, hidden_entities
+from framework.rewards.text import normalize_answer
+from framework.rl.augment import AugmentContext, Augmented, Augmenter, AugmenterConfig, with_extras
+from framework.rl.drawn import Drawn
+from framework.rollout.engine import Prefix
+from framework.rollout.records import trajectory_from_state, trajectory_state
+from framework.rollout.types import Trajectory
+from framework.training.tokens import pack, token_logprobs
+
+
+def groups_of(drawn: Drawn) -> list[list[int]]:
+    """Per group of ``drawn``, the rows of its rollouts in order."""
+    rows: list[list[int]] = [[] for _ in drawn.items]
+    for i, t in enumerate(drawn.trajectories):
+        rows[t.group].append(i)
+    return rows
+
+
+def open_boundaries(t: Trajectory) -> list[int]:
+    """The turn counts ``k >= 1`` after which ``t`` can be continued (turn ``k`` had a tool
+    response), in order."""
+    return [k for k in range(1, len(t.turns) + 1) if t.turns[k - 1].observation is not None]
+
+
+# -- SPO, HiPER: Monte-Carlo values at turn boundaries ---------------------------------------------
+@dataclass
+class MCValuesConfig(AugmenterConfig):
+    provides: ClassVar[tuple[str, ...]] = ("boundary_values",)
+    paper: ClassVar[str] = "SPO (arXiv 2505.23564), chain variant with turn segments"
+    fidelity: ClassVar[str] = "partial"
+    continuations: int = field(
+        default=4, metadata={"help": "choice: continuations rolled out from each turn boundary"}
+    )
+
+    def problems(self) -> list[Problem]:
+        return check_range(self.continuations, "continuations", low=1)
+
+
+@AUGMENTERS.register("mc_values", config=MCValuesConfig)
+class MCValues(Augmenter):
+    """``boundary_values [N, W]``: ``V(s_k)`` of each rollout's state after ``k`` turns, the mean
+    reward of ``continuations`` rollouts continued from it by the current policy
+    (:func:`framework.algorithms.segment_values.spo_advantage` reads it). Column 0 is the group's
+    mean reward, column ``T_i`` and the columns past it the rollout's own reward; a boundary after
+    a turn without a tool response (a rollout that ended) keeps the rollout's reward. The trained
+    rollouts are the step's own; the continuations are only scored."""
+
+    def augment(self, drawn: Drawn, ctx: AugmentContext) -> Augmented:
+        trajs, total = drawn.trajectories, drawn.scores.total.to(torch.get_default_dtype())
+        width = max([len(t.turns) for t in trajs] + [0]) + 1
+        values = total.unsqueeze(-1).repeat(1, width)  # [N, W]
+        rows = groups_of(drawn)
+        for members in rows:
+            if members:
+                values[members, 0] = total[members].mean()
+        m = self.cfg.continuations
+        prefixes, where = [], []
+        for i, t in enumerate(trajs):
+            for k in open_boundaries(t):
+                if k < len(t.turns):  # after the last turn: the rollout's own reward
+                    for _ in range(m):
+                        prefixes.append(Prefix(t, k, group=t.group))
+                        where.append((i, k))
+        conts = ctx.run_from(prefixes)
+        if conts:
+            rewards = ctx.score(conts, drawn.items).total.tolist()
+            sums: dict[tuple[int, int], float] = {}
+            for key, r in zip(where, rewards, strict=True):
+                sums[key] = sums.get(key, 0.0) + r
+            for (i, k), s in sums.items():
+                values[i, k] = s / m
+        figures = {"boundaries": float(len(where) // m), "continuations_per_boundary": float(m)}
+        return Augmented(with_extras(drawn, boundary_values=values), figures)
+
+
+# -- S-GRPO: early exits ----------------------------------------------------------------------------
+@dataclass
+class EarlyExitsConfig(AugmenterConfig):
+    provides: ClassVar[tuple[str, ...]] = ("exit_position", "exit_correct")
+    paper: ClassVar[str] = "S-GRPO: serial-group decaying reward, arXiv 2505.07686"
+    fidelity: ClassVar[str] = "exact"
+    forced: str = field(
+        default="<answer>",
+        metadata={"help": "choice: text forced after a tool response to make the policy answer"},
+    )
+
+    def problems(self) -> list[Problem]:
+        return check(
+            bool(self.forced.strip()),
+            "forced",
+            self.forced,
+            "non-empty text",
+            "keep the default '<answer>'",
+        )
+
+
+@AUGMENTERS.register("early_exits", config=EarlyExitsConfig)
+class EarlyExits(Augmenter):
+    """Each rollout becomes a serial group: its early exits (after each tool response, ``forced``
+    then one answer turn) and itself, ordered by turns kept (``exit_position``), with each exit's
+    correctness by the reward's answer metric (``exit_correct``); see
+    :mod:`framework.algorithms.early_exit`."""
+
+    def augment(self, drawn: Drawn, ctx: AugmentContext) -> Augmented:
+        prefixes = [
+            Prefix(t, k, group=i, forced=self.cfg.forced, max_new_turns=1)
+            for i, t in enumerate(drawn.trajectories)
+            for k in open_boundaries(t)
+            if k < len(t.turns)  # the rollout itself is its last exit
+        ]
+        exits = ctx.run_from(prefixes)
+        trajs: list[Trajectory] = []
+        items: list[QAItem] = []
+        position: list[int] = []
+        by_source: dict[int, list[Trajectory]] = {}
+        for p, e in zip(prefixes, exits, strict=True):
+            by_source.setdefault(p.group, []).append(e)
+        for i, t in enumerate(drawn.trajectories):
+            serial = [*by_source.get(i, []), t]
+            for k, e in enumerate(serial):
+                trajs.append(replace(e, group=i))
+                position.append(k)
+            items.append(drawn.items[t.group])
+        scores = ctx.score(trajs, items)
+        right = torch.tensor(ctx.correct(trajs, items), dtype=torch.bool)
+        out = with_extras(
+            Drawn(trajs, items, scores),
+            exit_position=torch.tensor(position, dtype=torch.long),
+            exit_correct=right,
+        )
+        figures = {
+            "exits": float(len(exits)),
+            "exit_accuracy": float(right.float().mean()) if len(trajs) else 0.0,
+        }
+        return Augmented(out, figures)
+
+
+# -- R³: replay and reflection ----------------------------------------------------------------------
+REFLECTION = (
+    '{question}\n\nA previous attempt answered "{answer}", which is wrong. Search again and '
+    "give a different, correct answer."
+)
+
+
+@dataclass
+class ReplayReflectConfig(AugmenterConfig):
+    provides: ClassVar[tuple[str, ...]] = ("replayed", "reflected")
+    paper: ClassVar[str] = "R3: replay, reflection and ranking rewards, arXiv 2601.19620"
+    fidelity: ClassVar[str] = "reconstructed"
+    replay: bool = field(default=True, metadata={"help": "swap in a stored opposite outcome"})
+    reflections: int = field(
+        default=2,
+        metadata={"help": "choice: reflected rollouts in place of an all-wrong group's last ones"},
+    )
+    prompt: str = field(
+        default=REFLECTION,
+        metadata={"help": "choice: the reflection prompt ({question}, {answer})"},
+    )
+
+    def problems(self) -> list[Problem]:
+        out = check_range(self.reflections, "reflections", low=0)
+        ok = "{question}" in self.prompt and "{answer}" in self.prompt
+        out += check(
+            ok, "prompt", self.prompt, "text with {question} and {answer}", "add both fields"
+        )
+        return out
+
+
+@AUGMENTERS.register("replay_reflect", config=ReplayReflectConfig)
+class ReplayReflect(Augmenter):
+    """R³'s replay and reflection (:mod:`framework.algorithms.replay`, parts 1 and 2): a group of
+    one outcome gets the newest stored rollout of the other in place of its last one; an all-wrong
+    group with none stored gets ``reflections`` reflected rollouts in place of its last ones. The
+    buffer (per question, the newest correct and the newest wrong rollout) is this augmenter's
+    state, saved in checkpoints. The step's rewards are recomputed over the changed groups."""
+
+    def __init__(self, *, cfg: ReplayReflectConfig) -> None:
+        super().__init__(cfg=cfg)
+        self.buffer: dict[int, dict[bool, Trajectory]] = {}
+
+    def augment(self, drawn: Drawn, ctx: AugmentContext) -> Augmented:
+        trajs = list(drawn.trajectories)
+        right = ctx.correct(trajs, drawn.items)
+        replayed = [False] * len(trajs)
+        reflected = [False] * len(trajs)
+        for g, rows in enumerate(groups_of(drawn)):
+            if not rows:
+                continue
+            q = trajs[rows[0]].question
+            outcomes = {right[i] for i in rows}
+            stored = self.buffer.setdefault(q, {})
+            for i in rows:
+                stored[right[i]] = trajs[i]  # the newest of each outcome (kept for later steps)
+            if len(outcomes) > 1:
+                continue
+            outcome = next(iter(outcomes))
+            other = stored.get(not outcome) if self.cfg.replay else None
+            if other is not None and other.question == q:
+                last = rows[-1]
+                trajs[last] = replace(other, group=g)
+                replayed[last] = True
+            elif not outcome and self.cfg.reflections:
+                take = rows[-min(self.cfg.reflections, len(rows)) :]
+                item = drawn.items[g]
+                answer = trajs[rows[0]].answer or "(no answer)"
+                text = self.cfg.prompt.format(question=item.question, answer=answer)
+                new = ctx.run([text], [len(take)], [q])
+                for i, t in zip(take, new, strict=True):
+                    trajs[i] = replace(t, group=g)
+                    reflected[i] = True
+        scores = ctx.score(trajs, drawn.items) if any(replayed) or any(reflected) else drawn.scores
+        out = with_extras(
+            Drawn(trajs, drawn.items, scores),
+            replayed=torch.tensor(replayed),
+            reflected=torch.tensor(reflected),
+        )
+        figures = {"replayed": float(sum(replayed)), "reflected": float(sum(reflected))}
+        return Augmented(out, figures)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "buffer": {
+                str(q): {str(int(k)): trajectory_state(t) for k, t in d.items()}
+                for q, d in self.buffer.items()
+            }
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.buffer = {
+            int(q): {bool(int(k)): trajectory_from_state(t) for k, t in d.items()}
+            for q, d in state.get("buffer", {}).items()
+        }
+
+
+# -- HiLL: hinted groups for all-wrong questions ----------------------------------------------------
+HINTER_PROMPT = (
+    "A student failed this question.\nQuestion: {question}\nStudent's answer: {failed}\n"
+    "Reference answer: {answer}\nWrite one short hint that helps the student find the answer "
+    "without saying it. Hint:"
+)
+
+
+@dataclass
+class HintsConfig(AugmenterConfig):
+    provides: ClassVar[tuple[str, ...]] = ("hinted",)
+    paper: ClassVar[str] = "HiLL: Learning to Hint, arXiv 2604.00698"
+    fidelity: ClassVar[str] = "partial"
+    source: str = field(
+        default="chain",
+        metadata={
+            "help": "who writes hints: chain (the question's hidden entities, a fixed-hint "
+            "baseline) or policy (the policy, prompted as a hinter; not trained)"
+        },
+    )
+    hints: int = field(default=4, metadata={"help": "hints per all-wrong question (paper M = 4)"})
+    rollouts: int = field(default=8, metadata={"help": "hinted rollouts per hint (paper n = 8)"})
+    temperature: float = field(default=0.3, metadata={"help": "T of the reliance weight"})
+    max_hint_chars: int = field(default=200, metadata={"help": "a longer hint is gated"})
+    max_hint_tokens: int = field(default=48, metadata={"help": "tokens of a policy-written hint"})
+    template: str = field(
+        default="{question}\nHint: {hint}",
+        metadata={"help": "choice: the hinted question ({question}, {hint})"},
+    )
+
+    def problems(self) -> list[Problem]:
+        out = check(
+            self.source in ("chain", "policy"),
+            "source",
+            self.source,
+            "chain or policy",
+            "set augment.source=chain (the question's hidden entities) or policy",
+        )
+        out += check_range(self.hints, "hints", low=1)
+        out += check_range(self.rollouts, "rollouts", low=2)
+        out += check_range(self.temperature, "temperature", low=0.0, low_inclusive=False)
+        out += check_range(self.max_hint_chars, "max_hint_chars", low=1)
+        out += check_range(self.max_hint_tokens, "max_hint_tokens", low=1)
+        ok = "{question}" in self.template and "{hint}" in self.template
+        out += check(
+            ok, "template", self.template, "text with {question} and {hint}", "add both fields"
+        )
+        return out
+
+
+def chain_hints(item: QAItem, count: int) -> list[str]:
+    """Up to ``count`` hints naming an entity of the question's chain that the question does not
+    name and that is not a gold answer (its bridge entities), in chain order."""
+    if not item.entities:
+        return []
+    answers = {normalize_answer(a) for a in item.golden_answers}
+    out = []
+    for e in hidden_entities(item.question, item.entities, _HIDDEN_RULE):
+        name = e if isinstance(e, str) else e[0]
+        if normalize_answer(name) not in answers:
+            out.append(f"The answer is connected to {name}.")
+    return out[:count]
+
+
+@dataclass(frozen=True)
+class _Rule:
+    """The entity matching hidden_entities needs (surface forms, case-insensitive)."""
+
+    skip_question_entities: bool = True
+
+    def matching(self) -> EntityMatching:
+        return EntityMatching(aliases=True, lowercase=True, strip_punctuation=True)
+
+
+_HIDDEN_RULE = _Rule()
+
+
+@AUGMENTERS.register("hints", config=HintsConfig)
+class Hints(Augmenter):
+    """HiLL (:mod:`framework.algorithms.hints`), partial: for each all-wrong group, ``hints``
+    hints (from the question's chain, or written by the policy as a hinter, which is not trained:
+    the paper trains a second model with PPO on the hint rewards), ``rollouts`` rollouts of the
+    hinted question per hint, each hint scored by ``R_hint``; the best hint with ``R_hint > 0``
+    puts its hinted rollouts in place of the group's (as many as the group has; trained with the
+    hint in their prompt). Gated hints (leak, overlong, empty) are dropped: their -0.2 matters to a
+    trained hinter only."""
+
+    def augment(self, drawn: Drawn, ctx: AugmentContext) -> Augmented:
+        right = ctx.correct(drawn.trajectories, drawn.items)
+        trajs = list(drawn.trajectories)
+        hinted = [False] * len(trajs)
+        tried = replaced = gated = 0
+        best_rewards: list[float] = []
+        for g, rows in enumerate(groups_of(drawn)):
+            if not rows or any(right[i] for i in rows):
+                continue
+            item = drawn.items[g]
+            candidates = self._hints(item, trajs[rows[0]], ctx)
+            ok = [
+                h
+                for h in candidates
+                if not hint_gate(h, item.golden_answers, self.cfg.max_hint_chars)
+            ]
+            gated += len(candidates) - len(ok)
+            tried += 1
+            best: tuple[float, list[Trajectory]] | None = None
+            for hint in ok:
+                text = self.cfg.template.format(question=item.question, hint=hint)
+                new = ctx.run([text], [self.cfg.rollouts], [trajs[rows[0]].question])
+                fixed = [replace(t, group=0) for t in new]
+                good = ctx.correct(fixed, [item])
+                reliance = self._reliance(ctx, item, [t for t, c in zip(fixed, good) if c])
+                r = hint_reward(good, reliance, temperature=self.cfg.temperature)
+                if r > 0 and (best is None or r > best[0]):
+                    best = (r, new)
+            if best is None:
+                continue
+            best_rewards.append(best[0])
+            replaced += 1
+            for i, t in zip(rows, best[1], strict=False):
+                trajs[i] = replace(t, group=g)
+                hinted[i] = True
+        scores = ctx.score(trajs, drawn.items) if replaced else drawn.scores
+        out = with_extras(Drawn(trajs, drawn.items, scores), hinted=torch.tensor(hinted))
+        figures = {
+            "hinted_questions": float(tried),
+            "replaced_groups": float(replaced),
+            "gated_hints": float(gated),
+        }
+        if best_rewards:
+            figures["hint_reward"] = sum(best_rewards) / len(best_rewards)
+        return Augmented(out, figures)
+
+    def _hints(self, item: QAItem, failed: Trajectory, ctx: AugmentContext) -> list[str]:
+        if self.cfg.source == "chain":
+            return chain_hints(item, self.cfg.hints)
+        from framework.rollout.policy import chat_prompt_ids
+
+        text = HINTER_PROMPT.format(
+            question=item.question,
+            failed=failed.answer or "(no answer)",
+            answer=item.golden_answers[0],
+        )
+        ids = chat_prompt_ids(ctx.tokenizer, [{"role": "user", "content": text}])
+        backend = ctx.loop.backend
+        with torch.no_grad():
+            outs = backend.generate(
+                [ids] * self.cfg.hints, [self.cfg.max_hint_tokens] * self.cfg.hints, ["\n\n"]
+            )
+        return [ctx.tokenizer.decode(o.token_ids, skip_special_tokens=True).strip() for o in outs]
+
+    def _reliance(
+        self, ctx: AugmentContext, item: QAItem, hinted: Sequence[Trajectory]
+    ) -> list[float]:
+        """Per correct hinted rollout: mean log-prob of its response without the hint minus
+        with it (the response tokens under the plain question's prompt)."""
+        if not hinted:
+            return []
+        plain = ctx.loop.prompt_ids(item.question)
+        bare = [
+            replace(
+                t,
+                token_ids=plain + t.token_ids[t.prompt_len :],
+                loss_mask=[0] * len(plain) + t.loss_mask[t.prompt_len :],
+                prompt_len=len(plain),
+            )
+            for t in hinted
+        ]
+        pad = ctx.tokenizer.pad_token_id or 0
+        ctx.policy.eval()
+        with torch.no_grad():
+            with_hint = _mean_logprobs(ctx.policy, hinted, pad)
+            without = _mean_logprobs(ctx.policy, bare, pad)
+        return [a - b for a, b in zip(without, with_hint, strict=True)]
+
+
+def _mean_logprobs(policy: Any, trajs: Sequence[Trajectory], pad_id: int) -> list[float]:
+    """Per rollout, the mean log-prob of its trained tokens under ``policy``."""
+    batch = pack(list(trajs), pad_id)
+    logp, _ = token_logprobs(policy, batch)
+    mask = batch.loss_mask.to(logp.dtype)
+    return (logp.float() * mask).sum(-1).div(mask.sum(-1).clamp(min=1)).tolist()

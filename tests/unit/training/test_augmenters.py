@@ -1,0 +1,155 @@
+"""Rollout augmenters (framework/rl/augment.py) through the real step: the agent loop with a
+scripted policy, a tiny trainable LM and the algorithm bundles that select them (S-GRPO's early
+exits, SPO's Monte-Carlo boundary values, R³'s replay and reflection, HiLL's hinted groups)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from framework.cli.app import load_config
+from framework.config import ConfigError
+from framework.data.schema import QAItem
+from framework.rl.augmenters import ReplayReflect, chain_hints
+from framework.rl.step import StepParts, rl_step
+from framework.rollout.engine import AgentConfig, AgentLoop
+from framework.rollout.records import trajectory_from_state, trajectory_state
+from framework.training.schedule import optimizer_and_schedule
+from framework.types import GroupRequest
+from tests.unit.rollout.fakes import EOS, FakeBackend, FakeRetriever, FakeTokenizer
+from tests.unit.training.test_step import ANSWER, SEARCH, tiny_lm
+
+TOK = FakeTokenizer()
+RIGHT, WRONG = ANSWER.format("Steven Spielberg"), ANSWER.format("Boston")
+DATASET = [
+    QAItem(
+        "q0",
+        "Who directed the film about a shark?",
+        ("Steven Spielberg",),
+        (("Jaws",), ("Steven Spielberg",)),
+        2,
+        None,
+        "t",
+    ),
+]
+
+
+class RoundsLoop(AgentLoop):
+    """The real loop whose policy plays ``rounds[i]`` in its ``i``-th run or run_from; records
+    the questions of each ``run``."""
+
+    def __init__(self, rounds) -> None:
+        self.rounds = list(rounds)
+        self.questions: list[list[str]] = []
+        super().__init__(
+            FakeBackend(TOK, self.rounds[0]), FakeRetriever(), AgentConfig(system_prompt="T.")
+        )
+
+    def run(self, questions, *args, **kwargs):
+        self.questions.append(list(questions))
+        self.backend = FakeBackend(TOK, self.rounds.pop(0))
+        return super().run(questions, *args, **kwargs)
+
+    def run_from(self, prefixes, **kwargs):
+        self.backend = FakeBackend(TOK, self.rounds.pop(0))
+        return super().run_from(prefixes, **kwargs)
+
+
+class Run:
+    """Steps of one run (one policy, optimiser and augmenter)."""
+
+    def __init__(self, *overrides: str) -> None:
+        self.cfg = load_config("train", ["optim.lr=1e-2", *overrides])
+        self.policy = tiny_lm()
+        self.loop = RoundsLoop([[]])
+        self.parts = StepParts.of(self.cfg, self.policy, self.loop, EOS)
+        self.opt, self.sched = optimizer_and_schedule(self.policy, self.cfg.optim, 4)
+
+    def step(self, *rounds, size=2):
+        self.loop.rounds = list(rounds)
+        return rl_step(self.parts, [GroupRequest(0, size)], DATASET, self.opt, self.sched)
+
+
+def test_s_grpo_trains_serial_groups_of_early_exits():
+    run = Run("algorithm=s_grpo")
+    result = run.step(
+        [[SEARCH, RIGHT], [SEARCH, WRONG]], [["Steven Spielberg</answer>"], ["Boston</answer>"]]
+    )
+    trajs = result.trajectories
+    # each rollout's serial group: its exit after the search, then itself
+    assert [t.group for t in trajs] == [0, 0, 1, 1]
+    assert result.batch.extras["exit_position"].tolist() == [0, 1, 0, 1]
+    assert result.batch.extras["exit_correct"].tolist() == [True, True, False, False]
+    # rewards 2^0, 2^-1 in the first serial group, none in the second -> A = [0.25, -0.25, 0, 0]
+    assert_close(result.rollout_advantages(), torch.tensor([0.25, -0.25, 0.0, 0.0]))
+    exit0 = trajs[0]
+    cut = exit0.turns[0].observation[1]
+    forced = len("<answer>")
+    assert TOK.decode(exit0.token_ids[cut : cut + forced]) == "<answer>"
+    assert exit0.loss_mask[cut : cut + forced] == [0] * forced
+    assert result.figures["augment/rollouts"] == 2.0 and result.figures["augment/exits"] == 2.0
+    assert result.figures["timing/augment"] > 0
+
+
+def test_spo_values_turn_boundaries_by_continuations():
+    run = Run("algorithm=spo")
+    conts = [[RIGHT], [RIGHT], [RIGHT], [WRONG]]  # from rollout 0's boundary after its search
+    result = run.step([[SEARCH, RIGHT], [WRONG]], conts)
+    values = result.batch.extras["boundary_values"]
+    assert_close(values, torch.tensor([[0.5, 0.75, 1.0], [0.5, 0.0, 0.0]]))
+    adv, inputs = result.advantages, result.batch
+    t0, t1 = result.trajectories[0].turns
+    p = result.trajectories[0].prompt_len
+    assert_close(adv[0, t0.start - p], torch.tensor(0.25))  # V(s1) - V(s0)
+    assert_close(adv[0, t1.start - p], torch.tensor(0.25))  # r - V(s1)
+    assert_close(adv[1, 0], torch.tensor(-0.5))
+    assert float(adv[~inputs.token_mask].abs().sum()) == 0.0
+    assert result.figures["augment/rollouts"] == 4.0
+
+
+def test_r3_replays_a_stored_outcome_and_reflects_without_one():
+    run = Run("algorithm=r3")
+    first = run.step([[RIGHT], [WRONG]])
+    assert first.figures["augment/replayed"] == 0.0
+    # an all-wrong group: its last rollout becomes the stored correct one
+    second = run.step([[WRONG], [WRONG]])
+    assert second.batch.extras["replayed"].tolist() == [False, True]
+    assert second.trajectories[1].answer == "Steven Spielberg"
+    assert second.scores.total.tolist() == [0.0, 1.0]
+    # the buffer survives a checkpoint
+    state = run.parts.augmenter.state_dict()
+    restored = ReplayReflect(cfg=run.cfg.augment)
+    restored.load_state_dict(state)
+    assert restored.buffer[0][True] == run.parts.augmenter.buffer[0][True]
+
+    fresh = Run("algorithm=r3")
+    third = fresh.step([[WRONG], [WRONG], [WRONG]], [[RIGHT], [WRONG]], size=3)
+    assert third.batch.extras["reflected"].tolist() == [False, True, True]
+    assert 'A previous attempt answered "Boston"' in fresh.loop.questions[-1][0]
+    assert third.figures["augment/reflected"] == 2.0
+
+
+def test_hill_puts_a_hinted_group_in_place_of_an_all_wrong_one():
+    assert chain_hints(DATASET[0], 4) == ["The answer is connected to Jaws."]
+    run = Run("algorithm=hill", "augment.rollouts=2")
+    result = run.step([[WRONG], [WRONG]], [[RIGHT], [WRONG]])
+    assert run.loop.questions[-1] == [
+        DATASET[0].question + "\nHint: The answer is connected to Jaws."
+    ]
+    assert result.batch.extras["hinted"].tolist() == [True, True]
+    assert result.scores.total.tolist() == [1.0, 0.0]
+    assert result.figures["augment/replaced_groups"] == 1.0
+    assert 0.0 < result.figures["augment/hint_reward"] <= 0.5  # non_deg(1/2, n=2) = 0.5
+
+
+def test_a_trajectory_state_round_trips():
+    run = Run("algorithm=grpo")
+    result = run.step([[SEARCH, RIGHT], [WRONG]])
+    for t in result.trajectories:
+        assert trajectory_from_state(trajectory_state(t)) == t
+
+
+def test_an_estimator_needing_an_augmenters_input_names_it():
+    with pytest.raises(ConfigError, match="augment=early_exits"):
+        load_config("train", ["advantage=s_grpo"])
