@@ -10,7 +10,7 @@ A hint for an all-wrong question is worth what its hinted group teaches the poli
     R_hint  = non_deg · w
 
 A hint that leaks a gold answer, or is longer than allowed, gets -0.2 whatever it achieved (the
-authors' gates). The ``hints`` augmenter (:mod:`framework.rl.augmenters`) writes the hints, rolls
+authors' gates: ``hint_gate`` in :mod:`framework.rl.augmenters`). The ``hints`` augmenter (:mod:`framework.rl.augmenters`) writes the hints, rolls
 the hinted groups out and puts the best hint's group in place of the all-wrong one.
 """
 
@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-
-from framework.rewards.text import normalize_answer
 
 #: what a gated hint (leak, overlong, empty) earns
 GATE_PENALTY = -0.2
@@ -51,19 +49,3 @@ def hint_reward(
         return 0.0
     delta = sum(reliance) / len(reliance) if reliance else 0.0
     return nd * math.exp(min(delta, 0.0) / temperature)
-
-
-def hint_gate(hint: str, golden_answers: Sequence[str], max_chars: int) -> str:
-    """Why a hint is refused (``"leak"``, ``"overlong"``, ``"empty"``), or ``""``: it leaks when
-    its normalised text contains a normalised gold answer as whole words."""
-    text = normalize_answer(hint)
-    if not text:
-        return "empty"
-    if len(hint) > max_chars:
-        return "overlong"
-    padded = f" {text} "
-    for answer in golden_answers:
-        a = normalize_answer(answer)
-        if a and f" {a} " in padded:
-            return "leak"
-    return ""

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from framework.algorithms.hints import hint_gate, hint_reward
+from framework.algorithms.hints import hint_reward
 from framework.config import Problem, check, check_range
 from framework.data.schema import QAItem
 from framework.registry import AUGMENTERS
@@ -312,6 +312,22 @@ def chain_hints(item: QAItem, count: int) -> list[str]:
         if normalize_answer(name) not in answers:
             out.append(f"The answer is connected to {name}.")
     return out[:count]
+
+
+def hint_gate(hint: str, golden_answers: Sequence[str], max_chars: int) -> str:
+    """Why a hint is refused (``"leak"``, ``"overlong"``, ``"empty"``), or ``""``: it leaks when
+    its normalised text contains a normalised gold answer as whole words."""
+    text = normalize_answer(hint)
+    if not text:
+        return "empty"
+    if len(hint) > max_chars:
+        return "overlong"
+    padded = f" {text} "
+    for answer in golden_answers:
+        a = normalize_answer(answer)
+        if a and f" {a} " in padded:
+            return "leak"
+    return ""
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import torch
 from torch.testing import assert_close
 
 from framework.algorithms.early_exit import SGRPOAdvantageConfig, s_grpo_advantage, serial_rewards
-from framework.algorithms.hints import hint_gate, hint_reward, non_degenerate
+from framework.algorithms.hints import hint_reward, non_degenerate
 from framework.algorithms.replay import (
     R3AdvantageConfig,
     entropy_pattern,
@@ -25,6 +25,7 @@ from framework.algorithms.segment_values import (
     spo_advantage,
 )
 from framework.registry import load_components
+from framework.rl.augmenters import hint_gate
 from framework.types import AdvantageInputs
 from tests.unit.algorithms.test_turn_advantages import layout, per_turn
 

@@ -23,6 +23,7 @@ def test_every_kind_declared_once():
         "loss",
         "kl",
         "sampler",
+        "augment",
         "retriever",
         "rollout",
         "dataset",

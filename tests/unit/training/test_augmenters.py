@@ -153,3 +153,33 @@ def test_a_trajectory_state_round_trips():
 def test_an_estimator_needing_an_augmenters_input_names_it():
     with pytest.raises(ConfigError, match="augment=early_exits"):
         load_config("train", ["advantage=s_grpo"])
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "augment"),
+    [
+        ("spo", "mc_values"),
+        ("hiper", "mc_values"),
+        ("s_grpo", "early_exits"),
+        ("r3", "replay_reflect"),
+        ("hill", "hints"),
+        ("grpo", "none"),
+    ],
+)
+def test_each_bundle_selects_its_augmenter(algorithm, augment):
+    assert load_config("train", [f"algorithm={algorithm}"]).augment.name == augment
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
+        ("augment=hints augment.source=oracle", "augment.source"),
+        ("augment=hints augment.rollouts=1", "augment.rollouts"),
+        ("augment=replay_reflect augment.prompt=again", "augment.prompt"),
+        ("augment=mc_values augment.continuations=0", "augment.continuations"),
+        ("augment=early_exits augment.forced=' '", "augment.forced"),
+    ],
+)
+def test_bad_augmenter_settings_name_their_field(override, field):
+    with pytest.raises(ConfigError, match=rf"\[{field}\]"):
+        load_config("train", override.split(" ", 1))

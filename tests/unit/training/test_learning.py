@@ -56,6 +56,10 @@ ADVANTAGE_OPTIONS = [
     "info_reasoner",
     "dagrpo",
     "arena",
+    "spo",
+    "hiper",
+    "s_grpo",
+    "r3",
 ]
 # estimators that must NOT learn: the placebo control (framework/algorithms/controls.py)
 CONTROL_OPTIONS = ["placebo"]
@@ -179,7 +183,11 @@ def _advantage_inputs(
     reward (``matchtir``) and a belief that never moves (``igpo``, ``spae``, ``info_reasoner``),
     so each reduces to GRPO here; the other inputs as their providers would make them: the
     generated tokens as the answer and the thinking (``copo``, ``salt``, ``dagrpo``), the bracket
-    judged by reward (``arena``), the run's progress (``d3s``)."""
+    judged by reward (``arena``), the run's progress (``d3s``). The inputs augmenters make: Monte-Carlo
+    boundary values that are the group's mean before the turn and the reward after it (``spo``,
+    ``hiper``: Dr. GRPO here), each group taken as one serial group in sampling order with
+    "correct" = the reward above 1/2 (``s_grpo``), and the reward itself as the failed rollouts'
+    ranking score (``r3``; the toy has no entropy pattern to rank by)."""
     from framework.algorithms.arena import bracket_wins
 
     n = len(rewards)
@@ -191,6 +199,12 @@ def _advantage_inputs(
         for k, w in enumerate(bracket_wins(len(rows), lambda a, b, r=r: r[a] >= r[b])):
             wins[rows[k]] = w
     flat = torch.zeros((n, 1))
+    mean = torch.zeros(int(group_index.max()) + 1).index_add(0, group_index, rewards)
+    mean = mean / torch.bincount(group_index).float()
+    order = torch.zeros(n, dtype=torch.long)
+    for g in group_index.unique().tolist():
+        rows = (group_index == g).nonzero().flatten()
+        order[rows] = torch.arange(rows.numel())
     return AdvantageInputs(
         rewards=rewards,
         group_index=group_index,
@@ -206,6 +220,11 @@ def _advantage_inputs(
             "think_texts": texts,
             "tournament_wins": wins,
             "training_progress": progress,
+            "boundary_values": torch.stack([mean[group_index], rewards], dim=-1),
+            "switch_flags": torch.zeros((n, 1), dtype=torch.bool),
+            "exit_position": order,
+            "exit_correct": rewards > 0.5,
+            "entropy_profile": rewards,
         },
     )
 
@@ -214,8 +233,13 @@ def _start_and_end(curve: list[float]) -> tuple[float, float]:
     return curve[0], sum(curve[-5:]) / 5  # before any update; the last five steps
 
 
+#: estimators whose inputs an augmenter makes (the config requires it selected)
+AUGMENT = {"spo": "mc_values", "hiper": "mc_values", "s_grpo": "early_exits"}
 CASES = [
-    *[[f"advantage={a}", "loss=ppo_clip"] for a in ADVANTAGE_OPTIONS],
+    *[
+        [f"advantage={a}", "loss=ppo_clip", *([f"augment={AUGMENT[a]}"] if a in AUGMENT else [])]
+        for a in ADVANTAGE_OPTIONS
+    ],
     *[
         [
             "advantage=grpo",

@@ -107,6 +107,16 @@ class ScriptedLoop(AgentLoop):
         self.backend = FakeBackend(TOK, self.rounds.pop(0))
         return super().run(*args, **kwargs)
 
+    def run_from(self, prefixes, **kwargs):
+        """Continuations (an augmenter's): the next round, or each answers at once."""
+        scripts = self.rounds.pop(0) if self.rounds else [[CONTINUATION]] * len(prefixes)
+        self.backend = FakeBackend(TOK, scripts)
+        return super().run_from(prefixes, **kwargs)
+
+
+#: what a continuation says when a test scripts none (after a forced ``<answer>`` it is an answer)
+CONTINUATION = "Steven Spielberg</answer>"
+
 
 def run_step(scripts, groups, *overrides: str, keep=None, rounds=False):
     """One :func:`rl_step` on ``groups`` of :data:`DATASET` with the policy playing ``scripts``
