@@ -483,7 +483,7 @@ def check_runs_match_arms(root: Path, drift: dict[tuple[str, int], list[str]]) -
 
 # -- the study --------------------------------------------------------------------------------------
 #: the registries a screen sweeps (``screen=true``), each selected by its config group
-SCREENED_KINDS = ("advantage", "loss", "sampler")
+SCREENED_KINDS = ("advantage", "loss", "sampler", "augment")
 
 
 def screen_arms(baseline: str, *, overrides: Sequence[str] = ()) -> dict[str, list[str]]:
