@@ -410,9 +410,8 @@ class Hints(Augmenter):
             answer=item.golden_answers[0],
         )
         ids = chat_prompt_ids(ctx.tokenizer, [{"role": "user", "content": text}])
-        backend = ctx.loop.backend
         with torch.no_grad():
-            outs = backend.generate(
+            outs = ctx.loop.generate(
                 [ids] * self.cfg.hints, [self.cfg.max_hint_tokens] * self.cfg.hints, ["\n\n"]
             )
         return [ctx.tokenizer.decode(o.token_ids, skip_special_tokens=True).strip() for o in outs]

@@ -27,7 +27,7 @@ from framework.rollout.parser import (
 )
 from framework.rollout.policy import chat_prompt_ids
 from framework.rollout.tools import TOOLS, CountingRetriever, ToolResult, tool_stats
-from framework.rollout.types import RolloutBackend, Segment, Trajectory
+from framework.rollout.types import Generation, RolloutBackend, Segment, Trajectory
 from framework.types import STATUS_FORMAT_ERROR, STATUS_OK, STATUS_OVER_BUDGET, Status, TurnSpan
 
 SYSTEM_PROMPT = """You are a research assistant who answers questions by searching a Wikipedia corpus.
@@ -204,6 +204,12 @@ class AgentLoop:
         listed = [groups.get(g, []) for g in range(span)]
         self._drive(listed, progress, max_in_flight, None, None, order=order)
         return [r.traj for r in order]
+
+    def generate(
+        self, sequences: Sequence[Sequence[int]], max_new_tokens: Sequence[int], stop: Sequence[str]
+    ) -> list[Generation]:
+        """One backend call outside any rollout (a hint the policy writes for an augmenter)."""
+        return self.backend.generate(sequences, max_new_tokens, stop)
 
     def _fresh(self, qid: int, group: int, prompt: list[int]) -> Trajectory:
         traj = Trajectory(qid, group, list(prompt), [0] * len(prompt), len(prompt))

@@ -55,6 +55,10 @@ class RoundsLoop(AgentLoop):
         self.backend = FakeBackend(TOK, self.rounds.pop(0))
         return super().run_from(prefixes, **kwargs)
 
+    def generate(self, sequences, max_new_tokens, stop):
+        self.backend = FakeBackend(TOK, self.rounds.pop(0))
+        return super().generate(sequences, max_new_tokens, stop)
+
 
 class Run:
     """Steps of one run (one policy, optimiser and augmenter)."""
@@ -183,3 +187,14 @@ def test_each_bundle_selects_its_augmenter(algorithm, augment):
 def test_bad_augmenter_settings_name_their_field(override, field):
     with pytest.raises(ConfigError, match=rf"\[{field}\]"):
         load_config("train", override.split(" ", 1))
+
+
+def test_hill_with_the_policy_as_hinter_gates_a_leaking_hint():
+    # two hints written by the policy: one names the answer (gated), one does not
+    run = Run("algorithm=hill", "augment.rollouts=2", "augment.hints=2", "augment.source=policy")
+    hints = [["Steven Spielberg directed it."], ["Think of the 1975 film."]]
+    result = run.step([[WRONG], [WRONG]], hints, [[RIGHT], [WRONG]])
+    assert run.loop.questions[-1] == [DATASET[0].question + "\nHint: Think of the 1975 film."]
+    assert result.figures["augment/gated_hints"] == 1.0
+    assert result.figures["augment/replaced_groups"] == 1.0
+    assert result.batch.extras["hinted"].tolist() == [True, True]
