@@ -532,7 +532,9 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
     root = cfg.directory()
     if cfg.screen:  # an arm per registered method, found now (framework/eval/screen.py)
         cfg = replace(cfg, arms={**screen_arms(cfg.baseline, overrides=cfg.overrides), **cfg.arms})
-    jobs = [(arm, seed) for arm in cfg.arms for seed in cfg.seeds]
+    # seed by seed, every arm of a seed before the next seed: a study stopped part way has
+    # comparable arms (the same seeds done) rather than one arm's seeds and none of the next
+    jobs = [(arm, seed) for seed in cfg.seeds for arm in cfg.arms]
     print(
         f"seekrl-study: {cfg.name}: {len(cfg.arms)} arm(s) x {len(cfg.seeds)} seed(s) in {root}",
         flush=True,
