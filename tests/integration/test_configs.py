@@ -11,7 +11,8 @@ from omegaconf import OmegaConf
 from framework.cli.app import group_options, load_config
 from framework.cli.schema import APPS
 from framework.paths import config_dir
-from framework.registry import POLICY_LOSSES, load_components
+from framework.registry import ADVANTAGES, POLICY_LOSSES, load_components
+from framework.rl.inputs import augmenters_providing
 
 load_components(plugins=False)
 
@@ -22,6 +23,7 @@ TRAIN_GROUPS = (
     "kl",
     "reward",
     "sampler",
+    "augment",
     "algorithm",
     "trainer",
     "logger",
@@ -63,8 +65,12 @@ def test_every_group_option_validates(group, option):
     two_passes = group == "loss" and option in POLICY_LOSSES
     if two_passes and POLICY_LOSSES.get(option).config_cls.acts_off_policy_only:
         overrides.append("optim.policy_epochs=2")  # refused with one pass (its own test)
-    cfg = load_config("train", overrides)
-    if group in ("advantage", "loss", "kl", "reward", "sampler", "rollout", "retriever"):
+    if group == "advantage" and option in ADVANTAGES:
+        # an input that an augmenter makes needs it selected (refused otherwise: its own test)
+        for name in ADVANTAGES.get(option).config_cls.requires:
+            overrides += [f"augment={a}" for a in augmenters_providing(name)[:1]]
+    cfg = load_config("train", list(dict.fromkeys(overrides)))
+    if group in ("advantage", "loss", "kl", "reward", "sampler", "augment", "rollout", "retriever"):
         # a preset (e.g. advantage/dr_grpo) names the registered component it extends
         assert getattr(cfg, group).name in group_options(group)
 
