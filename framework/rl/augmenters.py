@@ -120,6 +120,8 @@ class EarlyExits(Augmenter):
     :mod:`framework.algorithms.early_exit`."""
 
     def augment(self, drawn: Drawn, ctx: AugmentContext) -> Augmented:
+        if not drawn.trajectories:  # a step that kept no group
+            return Augmented(drawn)
         prefixes = [
             Prefix(t, k, group=i, forced=self.cfg.forced, max_new_turns=1)
             for i, t in enumerate(drawn.trajectories)

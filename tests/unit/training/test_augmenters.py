@@ -198,3 +198,12 @@ def test_hill_with_the_policy_as_hinter_gates_a_leaking_hint():
     assert result.figures["augment/gated_hints"] == 1.0
     assert result.figures["augment/replaced_groups"] == 1.0
     assert result.batch.extras["hinted"].tolist() == [True, True]
+
+
+@pytest.mark.parametrize("algorithm", ["s_grpo", "spo", "r3", "hill"])
+def test_a_step_that_keeps_no_group_runs_every_augmenter(algorithm):
+    run = Run(f"algorithm={algorithm}")
+    run.loop.rounds = [[[RIGHT], [WRONG]]]
+    groups = [GroupRequest(0, 2)]
+    result = rl_step(run.parts, groups, DATASET, run.opt, run.sched, keep=lambda r, c: False)
+    assert result.trajectories == [] and result.figures["augment/rollouts"] == 0.0
