@@ -320,6 +320,7 @@ class AgentLoop:
         for r in active:
             if r.forced and not r.done and r.forced_at < 0:
                 self._place_forced(r)
+        active = [r for r in active if not r.done]  # a forced text may have used up the budget
         budget = [self.cfg.max_total_tokens - len(r.traj.token_ids) for r in active]
         for r, left in zip(active, budget, strict=True):
             if left <= 0:
@@ -399,6 +400,9 @@ class AgentLoop:
         """Append ``r.forced``'s tokens (loss mask 0, log-prob 0.0) before the next turn."""
         t = r.traj
         ids = [int(i) for i in self.tok.encode(r.forced, add_special_tokens=False)]
+        if len(t.token_ids) + len(ids) >= self.cfg.max_total_tokens:
+            self._finish(r, STATUS_OVER_BUDGET, "max_total_tokens")  # no room to answer
+            return
         r.forced_at = len(t.token_ids)
         t.token_ids.extend(ids)
         t.loss_mask.extend([0] * len(ids))

@@ -108,3 +108,13 @@ def test_bad_prefixes_are_refused():
         loop([[ALT]]).run_from([Prefix(src, 4)])
     with pytest.raises(ValueError, match="turn 3 has no tool response"):
         loop([[ALT]]).run_from([Prefix(src, 3)])
+
+
+def test_forced_text_without_room_left_ends_the_exit_over_budget():
+    src = source()
+    cut = src.turns[0].observation[1]
+    [t] = loop([["Cincinnati</answer>"]], max_total_tokens=cut + 4).run_from(
+        [Prefix(src, 1, forced="<answer>", max_new_turns=1)]
+    )
+    assert t.status == "over_budget" and t.end_reason == "max_total_tokens"
+    assert t.token_ids == src.token_ids[:cut] and t.answer is None
