@@ -31,6 +31,7 @@ An augmenter's ``state_dict`` is saved in the run's checkpoints (a replay buffer
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -120,14 +121,15 @@ class Augmented:
     figures: dict[str, float] = field(default_factory=dict)
 
 
-class Augmenter:
+class Augmenter(ABC):
     """Base of the built-in augmenters: stateless unless a subclass keeps state."""
 
     def __init__(self, *, cfg: Any) -> None:
         self.cfg = cfg
 
+    @abstractmethod
     def augment(self, drawn: Drawn, ctx: AugmentContext) -> Augmented:
-        raise NotImplementedError
+        """The rollouts the step trains on (see the module docstring)."""
 
     def state_dict(self) -> dict[str, Any]:
         return {}

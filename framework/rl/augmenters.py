@@ -12,11 +12,12 @@ from typing import Any, ClassVar
 
 import torch
 
+from framework.algorithms.group import group_mean
 from framework.algorithms.hints import hint_reward
-from framework.config import Problem, check, check_range
+from framework.config import Problem, check, check_choice, check_range
 from framework.data.schema import QAItem
 from framework.registry import AUGMENTERS
-from framework.rewards.entity_match import EntityMatching, hidden_entities
+from framework.rewards.entity_match import EntityRule, hidden_entities
 from framework.rewards.text import normalize_answer
 from framework.rl.augment import AugmentContext, Augmented, Augmenter, AugmenterConfig, with_extras
 from framework.rl.drawn import Drawn
@@ -67,10 +68,9 @@ class MCValues(Augmenter):
         trajs, total = drawn.trajectories, drawn.scores.total.to(torch.get_default_dtype())
         width = max([len(t.turns) for t in trajs] + [0]) + 1
         values = total.unsqueeze(-1).repeat(1, width)  # [N, W]
-        rows = groups_of(drawn)
-        for members in rows:
-            if members:
-                values[members, 0] = total[members].mean()
+        if trajs:
+            group = torch.tensor([t.group for t in trajs], dtype=torch.long)
+            values[:, 0] = group_mean(total, group)
         m = self.cfg.continuations
         prefixes, where = [], []
         for i, t in enumerate(trajs):
@@ -215,7 +215,7 @@ class ReplayReflect(Augmenter):
                 continue
             outcome = next(iter(outcomes))
             other = stored.get(not outcome) if self.cfg.replay else None
-            if other is not None and other.question == q:
+            if other is not None:
                 last = rows[-1]
                 trajs[last] = replace(other, group=g)
                 replayed[last] = True
@@ -283,13 +283,7 @@ class HintsConfig(AugmenterConfig):
     )
 
     def problems(self) -> list[Problem]:
-        out = check(
-            self.source in ("chain", "policy"),
-            "source",
-            self.source,
-            "chain or policy",
-            "set augment.source=chain (the question's hidden entities) or policy",
-        )
+        out = check_choice(self.source, "source", ("chain", "policy"))
         out += check_range(self.hints, "hints", low=1)
         out += check_range(self.rollouts, "rollouts", low=2)
         out += check_range(self.temperature, "temperature", low=0.0, low_inclusive=False)
@@ -332,17 +326,8 @@ def hint_gate(hint: str, golden_answers: Sequence[str], max_chars: int) -> str:
     return ""
 
 
-@dataclass(frozen=True)
-class _Rule:
-    """The entity matching hidden_entities needs (surface forms, case-insensitive)."""
-
-    skip_question_entities: bool = True
-
-    def matching(self) -> EntityMatching:
-        return EntityMatching(aliases=True, lowercase=True, strip_punctuation=True)
-
-
-_HIDDEN_RULE = _Rule()
+#: how chain hints find the entities a question names: any alias, case- and punctuation-blind
+_HIDDEN_RULE = EntityRule(aliases=True, lowercase=True, strip_punctuation=True)
 
 
 @AUGMENTERS.register("hints", config=HintsConfig)
@@ -377,9 +362,8 @@ class Hints(Augmenter):
             for hint in ok:
                 text = self.cfg.template.format(question=item.question, hint=hint)
                 new = ctx.run([text], [self.cfg.rollouts], [trajs[rows[0]].question])
-                fixed = [replace(t, group=0) for t in new]
-                good = ctx.correct(fixed, [item])
-                reliance = self._reliance(ctx, item, [t for t, c in zip(fixed, good) if c])
+                good = ctx.correct(new, [item])  # one question: every rollout is group 0
+                reliance = self._reliance(ctx, item, [t for t, c in zip(new, good) if c])
                 r = hint_reward(good, reliance, temperature=self.cfg.temperature)
                 if r > 0 and (best is None or r > best[0]):
                     best = (r, new)

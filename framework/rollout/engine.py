@@ -255,8 +255,7 @@ class AgentLoop:
             traj.stats["tool_calls"] += len(turn.calls) + turn.invalid_calls
             traj.stats["invalid_calls"] += turn.invalid_calls
             for c in turn.calls:
-                tool = TOOLS[c.name]
-                traj.stats[tool.stat] = traj.stats.get(tool.stat, 0) + tool.count(c)
+                _count_call(traj, c)
         traj.stats["turns"] = k
         traj.stats["generated_tokens"] = sum(traj.loss_mask)
         if src.rollout_logprobs is not None:
@@ -433,8 +432,7 @@ class AgentLoop:
         start = 0
         for r in waiting:
             for c in r.pending:
-                tool = TOOLS[c.name]
-                r.traj.stats[tool.stat] = r.traj.stats.get(tool.stat, 0) + tool.count(c)
+                _count_call(r.traj, c)
             answered = results[start : start + len(r.pending)]
             body = "\n\n".join([x.text for x in answered] + [f"Error: {e}" for e in r.errors])
             evidence = "\n\n".join(x.evidence for x in answered if x.evidence)
@@ -471,6 +469,12 @@ class AgentLoop:
         r.traj.stats["response_tokens"] = len(r.traj.token_ids) - r.traj.prompt_len
         if r.logprobs is not None:
             r.traj.rollout_logprobs = [0.0] * r.traj.prompt_len + r.logprobs
+
+
+def _count_call(traj: Trajectory, call: ToolCall) -> None:
+    """Add ``call`` to its tool's counter in ``traj.stats`` (``queries``, ``visits``, ...)."""
+    tool = TOOLS[call.name]
+    traj.stats[tool.stat] = traj.stats.get(tool.stat, 0) + tool.count(call)
 
 
 _TAGGED = re.compile(
