@@ -76,6 +76,7 @@ class _ObservingSampler(UniformSampler, ABC):
         self.log.append(entry)
 
     def next_groups(self) -> list[GroupRequest]:
+        self.advance()  # the hop curriculum's stage (sampler.start_hops), if any
         d = self.draws
         self._catch_up(d - LAG)
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + 7_777 + d)

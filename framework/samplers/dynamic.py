@@ -12,15 +12,13 @@ a checkpoint resumes from, do not depend on any rollout.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from torch import Tensor
 
-from framework.config import Problem, check_range
+from framework.config import Problem, check, check_range
 from framework.registry.kinds import SAMPLERS
-from framework.samplers.uniform import UniformSampler, UniformSamplerConfig, question_hops
+from framework.samplers.uniform import UniformSampler, UniformSamplerConfig
 from framework.types import GroupRequest
 
 
@@ -86,63 +84,32 @@ class RejectionSampler(_FilteringSampler):
 
 @dataclass
 class HopCurriculumConfig(UniformSamplerConfig):
-    start_hops: int = field(
+    """``uniform`` with its hop curriculum on (``start_hops`` 1 by default; every sampler takes
+    ``sampler.start_hops``, this name keeps the curriculum's own entry in the registry)."""
+
+    start_hops: int | None = field(
         default=1, metadata={"help": "the largest hop count of the first stage"}
-    )
-    steps_per_stage: int = field(
-        default=8, metadata={"help": "steps before the largest hop count allowed rises by one"}
     )
 
     def problems(self) -> list[Problem]:
-        out = super().problems() + check_range(self.start_hops, "start_hops", low=1)
-        return out + check_range(self.steps_per_stage, "steps_per_stage", low=1)
+        out = super().problems()
+        return out + check(
+            self.start_hops is not None,
+            "start_hops",
+            self.start_hops,
+            "a hop count (hop_curriculum is the curriculum)",
+            "set sampler.start_hops=1, or use sampler=uniform for no curriculum",
+        )
 
 
 @SAMPLERS.register("hop_curriculum", config=HopCurriculumConfig)
 class HopCurriculumSampler(UniformSampler):
-    """A curriculum by hop count: steps ``0 .. steps_per_stage - 1`` draw only questions of at most
-    ``start_hops`` hops, each later stage allows one hop more, until every question is in.
+    """A curriculum by hop count: questions of at most ``start_hops`` hops first, one hop more
+    every ``steps_per_stage`` steps, walked as by ``uniform``.
 
-    Within a stage the allowed questions are walked in shuffled epochs (as ``uniform``); a new stage
-    starts a new walk. A stage with no new question is passed through (``start_hops`` below the
-    easiest question starts at the easiest; with ``max_hops`` the last stage stops there). Every
-    training question needs ``hops`` (synthesized data has them).
-    """
+    It is :class:`~framework.samplers.uniform.UniformSampler` with ``start_hops`` set (that
+    docstring gives the stages); every sampler takes ``sampler.start_hops`` the same way. Every
+    training question needs ``hops`` (synthesized data has them)."""
 
     cfg: HopCurriculumConfig
-
-    def __init__(self, questions: Sequence[Any], seed: int, *, cfg: HopCurriculumConfig) -> None:
-        hops = question_hops(questions, "name", "hop_curriculum")
-        super().__init__(questions, seed, cfg=cfg)
-        self.hops = hops
-        self.levels = sorted({hops[i] for i in self.pool})
-        self.steps = 0
-        self.stage_hops = -1
-        self._enter(self._hops_at(0))
-
-    def _hops_at(self, step: int) -> int:
-        """The largest hop count step ``step`` may draw (at least the easiest question's)."""
-        allowed = self.cfg.start_hops + step // self.cfg.steps_per_stage
-        return max(allowed, self.levels[0])
-
-    def _enter(self, max_hops: int) -> None:
-        max_hops = min(max_hops, self.levels[-1])
-        if max_hops != self.stage_hops:
-            pool = [i for i in self.pool if self.hops[i] <= max_hops]
-            self.walk = type(self.walk)(pool, self.seed, self.cfg.shuffle, salt=max_hops)
-            self.stage_hops = max_hops
-
-    def next_groups(self) -> list[GroupRequest]:
-        self._enter(self._hops_at(self.steps))
-        self.steps += 1
-        return super().next_groups()
-
-    def state_dict(self) -> dict[str, Any]:
-        return dict(super().state_dict(), steps=self.steps, stage_hops=self.stage_hops)
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.seed = int(state["seed"])
-        self.steps = int(state["steps"])
-        self.stage_hops = -1
-        self._enter(int(state["stage_hops"]))
-        self.walk.restore(self.seed, int(state["epoch"]), int(state["position"]))
+    hops_setting = ("name", "hop_curriculum")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -34,6 +34,16 @@ class UniformSamplerConfig(ComponentConfig):
             "counts); None: every question"
         },
     )
+    start_hops: int | None = field(
+        default=None,
+        metadata={
+            "help": "a hop curriculum: the largest hop count of the first stage, one more every "
+            "steps_per_stage steps (any sampler draws from the stage's questions); None: none"
+        },
+    )
+    steps_per_stage: int = field(
+        default=8, metadata={"help": "steps before the largest hop count allowed rises by one"}
+    )
 
     def problems(self) -> list[Problem]:
         out = check_range(self.questions_per_step, "questions_per_step", low=1)
@@ -42,7 +52,11 @@ class UniformSamplerConfig(ComponentConfig):
         )
         if self.max_hops is not None:
             out += check_range(self.max_hops, "max_hops", low=1, fix="use null for every question")
-        return out
+        if self.start_hops is not None:
+            out += check_range(
+                self.start_hops, "start_hops", low=1, fix="use null for no curriculum"
+            )
+        return out + check_range(self.steps_per_stage, "steps_per_stage", low=1)
 
 
 def check_questions(questions: Sequence[Any]) -> None:
@@ -62,8 +76,8 @@ def question_hops(questions: Sequence[Any], field: str, value: Any) -> list[int]
         raise ValueError(
             f"[sampler.{field}] got {value} with {missing} of {len(questions)} training questions "
             "without a hop count; expected every question to have one. Fix: train on a "
-            "synthesized dataset (dataset=synth_small, synth, ...) or drop the hop setting "
-            "(sampler=uniform, sampler.max_hops=null)."
+            "synthesized dataset (dataset=synth_small, synth, ...) or drop the hop settings "
+            "(sampler=uniform, sampler.max_hops=null, sampler.start_hops=null)."
         )
     return [int(q.hops) for q in questions]
 
@@ -122,35 +136,88 @@ class UniformSampler:
     Deterministic given ``seed``; :meth:`state_dict` captures the position so a resumed run draws the
     same questions as an uninterrupted one.
 
+    With ``cfg.start_hops`` set, a hop curriculum: steps ``0 .. steps_per_stage - 1`` draw only
+    questions of at most ``start_hops`` hops, each later stage allows one hop more, until every
+    question is in. Within a stage the allowed questions are walked in shuffled epochs; a new stage
+    starts a new walk (salted by its hop limit). A stage with no new question is passed through
+    (``start_hops`` below the easiest question starts at the easiest; with ``max_hops`` the last
+    stage stops there). The curriculum belongs to this base class so that every sampler built on
+    it (dynamic sampling, VADE, XRPO, ...) runs on the same stages: ``pool`` and ``walk`` are always
+    the current stage's.
+
     Args:
         questions: the training questions (their number, and their hop counts with
-            ``cfg.max_hops``).
+            ``cfg.max_hops`` or ``cfg.start_hops``).
         seed: seed of the epoch permutations.
-        cfg: batch and group sizes, the hop limit.
+        cfg: batch and group sizes, the hop limit and curriculum.
 
-    ``pool`` holds the rows the sampler may draw (every row, or those within ``max_hops``).
+    ``pool`` holds the rows the sampler may draw now (every row, those within ``max_hops``, and
+    those of the curriculum's stage).
     """
+
+    #: the setting named when a curriculum meets questions without hop counts
+    hops_setting: ClassVar[tuple[str, str]] = ("start_hops", "")
 
     def __init__(self, questions: Sequence[Any], seed: int, *, cfg: UniformSamplerConfig) -> None:
         check_questions(questions)
         self.cfg = cfg
         self.num_questions = len(questions)
         self.seed = seed
-        self.pool = hop_pool(questions, cfg.max_hops)
-        self.walk = EpochOrder(self.pool, seed, cfg.shuffle)
+        self.pool = self.full_pool = hop_pool(questions, cfg.max_hops)
+        self.steps = 0
+        self.stage_hops = -1
+        if cfg.start_hops is None:
+            self.walk = EpochOrder(self.pool, seed, cfg.shuffle)
+            return
+        field, value = self.hops_setting
+        self.hops = question_hops(questions, field, value or cfg.start_hops)
+        self.levels = sorted({self.hops[i] for i in self.full_pool})
+        self._enter(self._hops_at(0))
+
+    @property
+    def curriculum(self) -> bool:
+        return self.cfg.start_hops is not None
 
     @property
     def epoch(self) -> int:
         return self.walk.epoch
 
+    def _hops_at(self, step: int) -> int:
+        """The largest hop count step ``step`` may draw (at least the easiest question's)."""
+        assert self.cfg.start_hops is not None
+        allowed = self.cfg.start_hops + step // self.cfg.steps_per_stage
+        return max(allowed, self.levels[0])
+
+    def _enter(self, max_hops: int) -> None:
+        max_hops = min(max_hops, self.levels[-1])
+        if max_hops != self.stage_hops:
+            self.pool = [i for i in self.full_pool if self.hops[i] <= max_hops]
+            self.walk = EpochOrder(self.pool, self.seed, self.cfg.shuffle, salt=max_hops)
+            self.stage_hops = max_hops
+
+    def advance(self) -> None:
+        """Start the next step's draw: the curriculum moves to that step's stage (a no-op without
+        one). Every ``next_groups`` calls it once, first."""
+        if self.curriculum:
+            self._enter(self._hops_at(self.steps))
+            self.steps += 1
+
     def next_groups(self) -> list[GroupRequest]:
         """The groups of the next step (an epoch boundary may fall inside a step)."""
+        self.advance()
         rows = self.walk.take(self.cfg.questions_per_step)
         return [GroupRequest(q, self.cfg.group_size) for q in rows]
 
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.walk.epoch, "position": self.walk.position, "seed": self.seed}
+        state = {"epoch": self.walk.epoch, "position": self.walk.position, "seed": self.seed}
+        if self.curriculum:
+            state.update(steps=self.steps, stage_hops=self.stage_hops)
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.seed = int(state["seed"])
+        if self.curriculum:
+            self.steps = int(state["steps"])
+            self.stage_hops = -1
+            self._enter(int(state["stage_hops"]))
         self.walk.restore(self.seed, int(state["epoch"]), int(state["position"]))

@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from framework.cli.study import screen_arms
+from framework.cli.app import load_config
+from framework.cli.study import STUDY_TRAIN_ARGS, screen_arms
 from framework.config import ComponentConfig
 from framework.eval.screen import screen_markdown, screen_rows
 from framework.eval.study_archive import StudyArchive
@@ -38,6 +39,17 @@ def test_every_bundle_and_every_unbundled_component_is_an_arm():
     assert "advantage-grpo" not in arms and "loss-ppo_clip" not in arms
     with pytest.raises(ValueError, match=r"\[baseline\] got 'nope'; expected an algorithm bundle"):
         screen_arms("nope")
+
+
+def test_every_arm_of_the_shipped_screen_composes_and_validates():
+    # the arms run hours apart: an arm whose config cannot compose (a sampler without the shared
+    # curriculum's fields, say) must fail here, not when the study reaches it
+    study = load_config("study", ["study=screen"])
+    arms = screen_arms(study.baseline, overrides=study.overrides)
+    assert len(arms) > 30
+    for arm, args in arms.items():
+        cfg = load_config("train", [*study.overrides, *args, *STUDY_TRAIN_ARGS])
+        assert cfg.sampler.start_hops == 2, arm  # every arm draws from the same stage
 
 
 def test_a_component_registered_later_appears_without_editing_the_study():
