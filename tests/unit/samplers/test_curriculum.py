@@ -60,10 +60,11 @@ def test_hop_curriculum_is_uniform_with_start_hops():
     assert [a.next_groups() for _ in range(9)] == [b.next_groups() for _ in range(9)]
 
 
-@pytest.mark.parametrize("name", ["vade", "xrpo", "dapo_dynamic"])
-def test_a_resumed_curriculum_draws_what_the_uninterrupted_run_drew(name):
+@pytest.mark.parametrize("steps_before", [0, 1, 3, 4, 7])
+@pytest.mark.parametrize("name", ["hop_curriculum", "vade", "xrpo", "dapo_dynamic"])
+def test_a_resumed_curriculum_draws_what_the_uninterrupted_run_drew(name, steps_before):
     ref = make(name, seed=3, start_hops=1, steps_per_stage=2)
-    for _ in range(3):  # into the second stage
+    for _ in range(steps_before):  # 3 and 4: into the second stage; 7: into the last
         ref.next_groups()
     state = copy.deepcopy(ref.state_dict())
     expected = [ref.next_groups() for _ in range(5)]
