@@ -580,7 +580,9 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
         },
     )
     states: list[RunState] = []
+    pace = StudyPace(total=len(jobs))
     for arm, seed in jobs:
+        pace.start()
         try:
             st = run_train(cfg, arm, seed, root)
         except KeyboardInterrupt:
@@ -597,6 +599,9 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
                 arm_cfg = _arm_config(cfg, root, arm, seed, strict=True)
             arm_cfg = replace(arm_cfg, rollout=train_cfg.rollout)  # the same base and tokenizer
             evaluate_once(arm_cfg, cfg, run, root / "eval" / arm / f"seed{seed}")
+        line = pace.finish(f"{arm} seed {seed}", st.status)
+        if line:
+            print(line, flush=True)
 
     # 3. the report
     from framework.eval.study_report import write_study
@@ -605,6 +610,43 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
     print((root / "study.md").read_text())
     print(f"seekrl-study: written to {root}")
     return result
+
+
+@dataclass
+class StudyPace:
+    """The study's progress over its (arm, seed) runs: after each, a line with how many are through
+    and, from the runs this invocation trained or evaluated, about how long the rest will take.
+    Runs finished by an earlier invocation take no time here and do not set the pace."""
+
+    total: int
+    through: int = 0
+    worked: float = 0.0  # seconds of the runs that did work now
+    runs_worked: int = 0
+    _mark: float = 0.0
+    clock: Callable[[], float] = time.perf_counter
+
+    def start(self) -> None:
+        self._mark = self.clock()
+
+    def finish(self, what: str, status: str, *, idle_below: float = 5.0) -> str | None:
+        """Count one run; the progress line, or None for a run that was already finished."""
+        seconds = self.clock() - self._mark
+        self.through += 1
+        if seconds < idle_below and status == "done":  # finished before: skipped, nothing to say
+            return None
+        self.worked += seconds
+        self.runs_worked += 1
+        left = self.total - self.through
+        eta = ""
+        if left:
+            eta = f"; about {_hours(left * self.worked / self.runs_worked)} left at this pace"
+        return (
+            f"seekrl-study: [{self.through}/{self.total}] {what} {status} in {_hours(seconds)}{eta}"
+        )
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
 def report_so_far(cfg: StudyConfig, root: Path, jobs: list[tuple[str, int]]) -> dict[str, Any]:

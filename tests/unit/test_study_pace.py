@@ -1,0 +1,29 @@
+"""The study's progress line: runs through, and the time the rest will take at this pace."""
+
+from __future__ import annotations
+
+from framework.cli.study import StudyPace
+
+
+def test_the_pace_comes_from_the_runs_that_did_work_now():
+    now = [0.0]
+    pace = StudyPace(total=5, clock=lambda: now[0])
+    pace.start()
+    now[0] += 1.0  # finished by an earlier invocation: skipped, no line, no pace
+    assert pace.finish("grpo seed 0", "done") is None
+    pace.start()
+    now[0] += 1800.0
+    assert pace.finish("e_grpo seed 0", "done") == (
+        "seekrl-study: [2/5] e_grpo seed 0 done in 30 min; about 1.5 h left at this pace"
+    )
+    pace.start()
+    now[0] += 5400.0  # a slow run: the pace is the mean, 3600 s, times the 2 runs left
+    assert pace.finish("placebo seed 0", "done") == (
+        "seekrl-study: [3/5] placebo seed 0 done in 1.5 h; about 2.0 h left at this pace"
+    )
+    pace.start()
+    now[0] += 2.0  # a quick failure still says so
+    assert pace.finish("raft seed 0", "failed").startswith("seekrl-study: [4/5] raft seed 0 failed")
+    pace.start()
+    now[0] += 600.0
+    assert pace.finish("grpo seed 1", "done") == "seekrl-study: [5/5] grpo seed 1 done in 10 min"
