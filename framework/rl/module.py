@@ -75,11 +75,22 @@ class SearchAgentRL(L.LightningModule):
             return
         cfg = self.cfg
         sampling = replace(cfg.rollout.sampling, seed=cfg.seed * 1009 + self.global_rank)
-        rollout_cfg = replace(cfg.rollout, sampling=sampling)
+        policy = replace(cfg.rollout.policy, device=self._rollout_device())
+        rollout_cfg = replace(cfg.rollout, sampling=sampling, policy=policy)
         self.backend = ROLLOUT_BACKENDS.bind(rollout_cfg)(
             model=self.policy, tokenizer=self.tokenizer
         )
         self.parts.loop = AgentLoop(self.backend, RETRIEVERS.bind(cfg.retriever)(), cfg.agent)
+
+    def _rollout_device(self) -> str:
+        """``rollout.policy.device``, with a bare ``cuda`` made this process's GPU (under DDP each
+        rank rolls out on its own card, not all on ``cuda:0``)."""
+        device = self.cfg.rollout.policy.device
+        trainer = self._trainer
+        root = trainer.strategy.root_device if trainer is not None else None
+        if device == "cuda" and root is not None and root.type == "cuda":
+            return str(root)
+        return device
 
     def on_train_start(self) -> None:
         # a resumed run's weights are restored after setup(): the backend's rollout copy follows

@@ -158,7 +158,10 @@ class TransformersBackend:
 
                 model = copy.deepcopy(model).requires_grad_(False)
                 self.own_copy = True
-            model = model.to(self.dtype).eval()
+            # the rollout copy lives where rollouts run (cfg.policy.device), not where the trained
+            # module happens to be when the backend is built (the train app builds it before
+            # Lightning moves the policy to its GPU: a copy left there rolled out on the CPU)
+            model = model.to(device=cfg.policy.device, dtype=self.dtype).eval()
         self.model, self.tokenizer = model, tokenizer
         if cfg.decoder == "loop":
             use_packed_decode_attention(model)

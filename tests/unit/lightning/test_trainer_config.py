@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from framework.cli.app import load_config
 from framework.config import ConfigError
@@ -20,3 +21,26 @@ def test_the_train_app_reports_it_before_anything_runs():
     with pytest.raises(ConfigError, match=r"\[trainer.strategy\] got 'fsdp'"):
         load_config("train", ["trainer.strategy=fsdp"])
     assert load_config("train", ["trainer.strategy=ddp", "trainer.devices=2"]).trainer.devices == 2
+
+
+@pytest.mark.parametrize(
+    ("asked", "root", "expected"),
+    [
+        ("cuda", torch.device("cuda", 1), "cuda:1"),  # a DDP rank rolls out on its own card
+        ("cuda:0", torch.device("cuda", 1), "cuda:0"),  # an explicit card is kept
+        ("cpu", torch.device("cuda", 1), "cpu"),
+        ("cuda", torch.device("cpu"), "cuda"),
+    ],
+)
+def test_rollouts_go_to_this_ranks_gpu(asked, root, expected):
+    from types import SimpleNamespace
+
+    from framework.rl.module import SearchAgentRL
+
+    module = SimpleNamespace(
+        cfg=SimpleNamespace(rollout=SimpleNamespace(policy=SimpleNamespace(device=asked))),
+        _trainer=SimpleNamespace(strategy=SimpleNamespace(root_device=root)),
+    )
+    assert SearchAgentRL._rollout_device(module) == expected
+    module._trainer = None
+    assert SearchAgentRL._rollout_device(module) == asked

@@ -340,6 +340,25 @@ def test_rollouts_run_in_the_configured_dtype_on_a_copy_unless_the_model_is_hand
     assert owned.model is handed and next(handed.parameters()).dtype == torch.bfloat16
 
 
+def test_the_rollout_copy_goes_to_the_rollout_device(tiny_policy):
+    """The train app builds the backend while its policy is still on the CPU (Lightning moves it
+    to the GPU later): the rollout copy must go to rollout.policy.device, not stay with the trained
+    module (it did, and a GPU run rolled out on the host). ``meta`` stands in for a GPU here."""
+    import torch
+
+    from framework.rollout.policy import PolicyConfig
+
+    model, tok = tiny_policy
+    trained = copy.deepcopy(model)
+    cfg = TransformersBackendConfig(
+        compute_dtype="bfloat16", policy=PolicyConfig(source="tiny", device="meta")
+    )
+    backend = TransformersBackend(cfg=cfg, model=trained, tokenizer=tok)
+    copy_at = next(backend.model.parameters())
+    assert backend.own_copy and (copy_at.device.type, copy_at.dtype) == ("meta", torch.bfloat16)
+    assert next(trained.parameters()).device.type == "cpu"
+
+
 def test_auto_rollout_dtype_follows_native_bf16(monkeypatch):
     import torch
 
