@@ -88,8 +88,18 @@ class SearchAgentRL(L.LightningModule):
         device = self.cfg.rollout.policy.device
         trainer = self._trainer
         root = trainer.strategy.root_device if trainer is not None else None
-        if device == "cuda" and root is not None and root.type == "cuda":
+        if root is None or root.type != "cuda":
+            return device
+        if device == "cuda":
             return str(root)
+        if device == "cpu" and self.global_rank == 0:  # the default: say what it costs
+            print(
+                f"seekrl-train: [rollout.policy.device] got cpu while the policy trains on {root}; "
+                "rollouts run on the CPU and every weight sync copies the policy off the card. "
+                "Fix: set rollout.policy.device=cuda for rollouts on the GPU.",
+                file=sys.stderr,
+                flush=True,
+            )
         return device
 
     def on_train_start(self) -> None:

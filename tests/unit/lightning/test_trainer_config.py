@@ -40,7 +40,22 @@ def test_rollouts_go_to_this_ranks_gpu(asked, root, expected):
     module = SimpleNamespace(
         cfg=SimpleNamespace(rollout=SimpleNamespace(policy=SimpleNamespace(device=asked))),
         _trainer=SimpleNamespace(strategy=SimpleNamespace(root_device=root)),
+        global_rank=0,
     )
     assert SearchAgentRL._rollout_device(module) == expected
     module._trainer = None
     assert SearchAgentRL._rollout_device(module) == asked
+
+
+def test_cpu_rollouts_under_a_gpu_trainer_are_announced(capsys):
+    from types import SimpleNamespace
+
+    from framework.rl.module import SearchAgentRL
+
+    module = SimpleNamespace(
+        cfg=SimpleNamespace(rollout=SimpleNamespace(policy=SimpleNamespace(device="cpu"))),
+        _trainer=SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device("cuda", 0))),
+        global_rank=0,
+    )
+    assert SearchAgentRL._rollout_device(module) == "cpu"
+    assert "Fix: set rollout.policy.device=cuda" in capsys.readouterr().err
