@@ -59,11 +59,18 @@ def reward_texts(texts: list[str]) -> list[float]:
     return [(sum(map(ord, t)) * 2654435761 % 1009) / 1008 for t in texts]
 
 
-def prompts(n: int) -> list[str]:
-    from framework.data.datasets import SynthDatasetConfig, synth_dataset
+def bench_items(dataset: str) -> list[Any]:
+    """The questions the benchmark's prompts come from: the test split of ``dataset=<name>`` (only
+    as prompts: nothing is evaluated). ``--dataset synth_small`` needs no sentence encoder where its
+    data is cached (a GPU machine without the MiniLM package)."""
+    from framework.cli.app import load_config
+    from framework.data.datasets import synth_dataset
 
-    items = synth_dataset("test", cfg=SynthDatasetConfig(name="synth"))
-    return [f"Answer briefly. {it.question}" for it in items[:n]]
+    return synth_dataset("test", cfg=load_config("train", [f"dataset={dataset}"]).dataset)
+
+
+def prompts(n: int, dataset: str) -> list[str]:
+    return [f"Answer briefly. {it.question}" for it in bench_items(dataset)[:n]]
 
 
 def step_prompts(
@@ -244,7 +251,6 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from framework.cli.app import load_config
-    from framework.data.datasets import SynthDatasetConfig, synth_dataset
     from framework.rl.step import StepParts
     from framework.rollout.hf_backend import (
         SamplingConfig,
@@ -290,7 +296,7 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
     opt, sched = optimizer_and_schedule(model, cfg.optim, args.steps + 1)
     loop = SingleTurn(backend, tok, args.completion)
     parts = StepParts.of(cfg, model, loop, tok.pad_token_id, reward=register_bench_reward())
-    items = synth_dataset("test", cfg=SynthDatasetConfig(name="synth"))
+    items = bench_items(args.dataset)
     rows = items[: args.questions * (args.steps + 1)]
     dataset = [dataclasses.replace(it, question=f"Answer briefly. {it.question}") for it in rows]
     with precision_context(args):
@@ -312,7 +318,7 @@ def run_trl(args: argparse.Namespace) -> dict[str, Any]:
     torch.manual_seed(0)
     model, tok = load_policy(policy_config(args.policy, args))
     model.train()
-    texts = prompts(args.questions * (args.steps + 1))
+    texts = prompts(args.questions * (args.steps + 1), args.dataset)
     data = Dataset.from_list([{"prompt": [{"role": "user", "content": q}]} for q in texts])
     timing = {"generation": 0.0, "backward": 0.0, "tokens": 0}
     original = model.generate
@@ -392,7 +398,7 @@ def run_ceiling(args: argparse.Namespace) -> dict[str, Any]:
     torch.manual_seed(0)
     model, tok = load_policy(policy_config(args.policy, args))
     n = args.questions * args.group
-    texts = prompts(args.questions)
+    texts = prompts(args.questions, args.dataset)
     ids = tok([t for t in texts for _ in range(args.group)], return_tensors="pt", padding=True)
     ids = ids.to(args.device)
     cuda = args.device.startswith("cuda")
@@ -510,7 +516,7 @@ def run_backend(args: argparse.Namespace) -> dict[str, Any]:
             )
         )
     tok = load_tokenizer(policy)
-    texts = prompts(args.questions * (args.steps + 1))
+    texts = prompts(args.questions * (args.steps + 1), args.dataset)
     steps = []
     for step in range(args.steps + 1):
         _, seqs = step_prompts(tok, texts, step, args)
@@ -574,6 +580,8 @@ def spawn(
         args.precision,
         *(["--tokenizer", args.tokenizer] if args.tokenizer else []),
         *(["--agent-policy", args.agent_policy] if args.agent_policy else []),
+        "--dataset",
+        args.dataset,
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     if proc.returncode != 0:
@@ -720,6 +728,11 @@ def main() -> None:
     )
     p.add_argument("--policies", nargs="+", default=["smollm2", "tiny"])
     p.add_argument("--questions", type=int, default=2)
+    p.add_argument(
+        "--dataset",
+        default="synth",
+        help="dataset config whose test questions are the prompts (synth_small: small and quick)",
+    )
     p.add_argument("--group", type=int, default=4)
     p.add_argument("--completion", type=int, default=64)
     p.add_argument("--steps", type=int, default=3)
