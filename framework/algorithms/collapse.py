@@ -2,10 +2,11 @@
 tokens of good rollouts once it starts to fall.
 
 Both terms compare the current log-probabilities with the behaviour policy's, so both are exactly
-0 on the first, on-policy pass over a batch (the ratio is 1): they act from the second optimisation
-pass on (``optim.policy_epochs >= 2``; their configs say so with ``acts_off_policy_only``, and the
-train config refuses one pass). Each term is reduced with the loss's own aggregation, so
-micro-batching stays exact (with ``agg=token_mean``, the papers' token mean).
+0 on the first, on-policy pass over a batch (the ratio is exactly 1; SAPO's with its threshold at
+most 1, the paper's setting): they act from the second optimisation pass on
+(``optim.policy_epochs >= 2``; their configs say so with ``acts_off_policy_only``, and the train
+config refuses one pass). Each term is reduced with the loss's own aggregation, so micro-batching
+stays exact (with ``agg=token_mean``, the papers' token mean).
 """
 
 from __future__ import annotations
@@ -101,51 +102,94 @@ def llds_loss(inputs: PolicyLossInputs, *, cfg: LLDSLossConfig) -> LossOutput:
 @dataclass
 class SAPOSearchLossConfig(ClipLossConfig):
     paper: ClassVar[str] = (
-        "SAPO: Search Agent Policy Optimization (importance-sampling distribution drift), "
+        "SAPO: Search Agent Policy Optimization (Improving Search Agent with One Line of Code), "
         "arXiv 2603.10069"
     )
-    fidelity: ClassVar[str] = "reconstructed"
+    fidelity: ClassVar[str] = "exact"
+    #: with threshold <= 1 (the paper's 1.0) no token is held at ratio 1; above 1 every positive
+    #: token is, and the term's value is 0 there but its gradient is not (see sapo_search_loss)
     acts_off_policy_only: ClassVar[bool] = True
 
-    coef: float = field(default=0.1, metadata={"help": "beta, the KL term's weight (choice)"})
-    drop: float = field(
-        default=0.2,
-        metadata={"help": "a token is held when its ratio is below 1 - drop (choice)"},
+    coef: float = field(
+        default=0.1, metadata={"help": "gamma, the drift penalty's weight (paper: 0.1)"}
+    )
+    threshold: float = field(
+        default=1.0,
+        metadata={
+            "help": "tau: a token of a positive rollout is held when its ratio < tau (paper: 1.0)"
+        },
     )
 
     def problems(self) -> list[Problem]:
         out = check_range(self.coef, "coef", low=0.0)
-        out += check_range(self.drop, "drop", low=0.0, high=1.0, low_inclusive=False)
+        out += check_range(
+            self.threshold,
+            "threshold",
+            low=0.0,
+            low_inclusive=False,
+            fix="set threshold above 0, e.g. 1.0 (the paper's tau)",
+        )
         return out + super().problems()
 
 
-def drift_penalty(log_ratio: Tensor, advantages: Tensor, mask: Tensor, drop: float) -> Tensor:
-    """``[N, L]``: the k3 estimate ``ρ - 1 - log ρ`` on tokens of positive-advantage rollouts whose
-    ratio ``ρ`` fell below ``1 - drop``; 0 elsewhere."""
-    ratio = log_ratio.exp()
-    held = mask.bool() & (advantages > 0) & (ratio.detach() < 1.0 - drop)
-    k3 = ratio - 1.0 - log_ratio
-    return torch.where(held, k3, torch.zeros_like(k3))
+def drift_mask(log_ratio: Tensor, advantages: Tensor, mask: Tensor, threshold: float) -> Tensor:
+    """``[N, L]`` bool: SAPO's condition ``1[ρ_t < τ, A_t > 0]`` (Eq. 11) on the trained tokens,
+    ``ρ_t = exp(log_ratio)`` taken without gradient (the indicator's own derivative, the paper's
+    Dirac term of Eq. 12, is 0 almost everywhere)."""
+    ratio = log_ratio.detach().exp()
+    return mask.bool() & (advantages > 0) & (ratio < threshold)
+
+
+def drift_penalty(log_ratio: Tensor, advantages: Tensor, mask: Tensor, threshold: float) -> Tensor:
+    """``[N, L]``: ``-log ρ_t`` (the log-ratio estimate of Eq. 10, negated: the loss minimises what
+    the objective maximises) where :func:`drift_mask` holds, 0 elsewhere. Its gradient is
+    ``-∇ log π_θ`` on the held tokens (Eq. 12): it raises their likelihood."""
+    held = drift_mask(log_ratio, advantages, mask, threshold)
+    return torch.where(held, -log_ratio, torch.zeros_like(log_ratio))
 
 
 @POLICY_LOSSES.register("sapo_search", config=SAPOSearchLossConfig)
 def sapo_search_loss(inputs: PolicyLossInputs, *, cfg: SAPOSearchLossConfig) -> LossOutput:
-    """PPO-clip plus SAPO's masked KL term (reconstructed from the abstract: the mask, the k3
-    estimator, beta and the threshold are our choices; not Qwen's Soft Adaptive Policy
-    Optimization of the same name)::
+    """PPO-clip plus SAPO's conditional drift penalty (paper Eq. 9-11: the log-ratio KL estimate,
+    on tokens of positive-advantage rollouts whose ratio fell below tau; not Qwen's Soft Adaptive
+    Policy Optimization of the same name)::
 
-        m_t = 1[A > 0] 1[ρ_t < 1 - drop]
-        L = L_clip + beta * agg_t(m_t (ρ_t - 1 - log ρ_t))
+        ρ_t = π_θ / π_old;  m_t = 1[ρ_t < tau] 1[A_t > 0]
+        L = L_clip - gamma * agg_t(m_t log ρ_t)   (gamma 0.1, tau 1.0)
+
+    Paper: "Improving Search Agent with One Line of Code" (arXiv 2603.10069; read in the authors'
+    PDF, github.com/swordlidev/SAPO, Figs/SAPO_nju.pdf, whose abstract is arXiv v1's word for word
+    but whose author list differs: the equation numbers are that PDF's). Eq. 9 adds ``gamma KL[π_θ || π_old]`` to
+    GRPO's clipped objective inside its ``1/G sum_i 1/|o_i| sum_t``; Eq. 10 estimates the KL by
+    ``log ρ_t``; Eq. 11 conditions it on ``ρ_t < tau`` and ``A_t > 0``; Eq. 12-13 give the term's
+    gradient ``gamma m_t ∇ log π_θ`` (plus a Dirac term at ``ρ_t = tau``). Section 4.1 and Table 4:
+    gamma 0.1, tau 1.0 (tau in {0.6, 0.8, 1.0, 1.2} was tried, 1.0 best).
+
+    Followed as written: the strict ``ρ_t < tau`` and ``A_t > 0`` of Eq. 11 (a rollout with
+    advantage 0 adds nothing) and Eq. 9's average over every trained token. Choices ours: (1) Eq. 11
+    over the paper's appendix listing and the authors' code, which hold ``ρ_t <= tau`` and
+    ``A >= 0`` and take the term's token mean over the rollouts with ``A >= 0`` alone; (2) the term
+    is reduced with the loss's ``agg`` (the default ``seq_mean_token_mean`` is Eq. 9's); (3) the
+    condition reads the advantages after rollout-correction weights (a token weighted 0 is not
+    held), the penalty itself is not weighted; (4) the ratio enters the condition without gradient
+    (the Dirac term is dropped).
+
+    With tau <= 1 the term is exactly 0 (value and gradient) where the ratio is exactly 1, so on a
+    batch's first pass; its gradient does not fade as ``ρ_t`` nears tau from below (it is
+    ``-gamma ∇ log π_θ / normaliser`` whatever the drift), so old log-probs recomputed with
+    numerical noise switch it on at full strength. With tau > 1 it acts on the first pass too.
 
     Returns:
-        Loss and PPO-clip's metrics, plus ``sapo_term`` and ``sapo_token_frac`` (share of
-        trained tokens held).
+        Loss and PPO-clip's metrics, plus ``sapo_term`` (the aggregated ``-m_t log ρ_t`` before
+        gamma) and ``sapo_token_frac`` (share of trained tokens held by ``m_t``).
     """
     out = ppo_clip_loss(inputs, cfg=cfg)
     mask, lp, old, adv = _masked_inputs(inputs)
-    penalty = drift_penalty(lp - old, adv, mask, cfg.drop)
+    log_ratio = lp - old
+    penalty = drift_penalty(log_ratio, adv, mask, cfg.threshold)
     term = aggregate(penalty, mask, cfg.agg, cfg.norm_constant)
     with torch.no_grad():
+        held = drift_mask(log_ratio, adv, mask, cfg.threshold)
         out.metrics["sapo_term"] = term.detach()
-        out.metrics["sapo_token_frac"] = masked_mean((penalty > 0).float(), mask)
+        out.metrics["sapo_token_frac"] = masked_mean(held.float(), mask)
     return LossOutput(out.loss + cfg.coef * term, out.metrics)

@@ -1,5 +1,5 @@
-"""LLDS (exact) and SAPO for search agents (reconstructed): framework/algorithms/collapse.py against
-../shared/METHODS-2.md item 16."""
+"""LLDS (exact) and SAPO for search agents (exact, the paper's Eq. 9-11):
+framework/algorithms/collapse.py against ../shared/METHODS-2.md item 16."""
 
 from __future__ import annotations
 
@@ -89,27 +89,90 @@ def test_both_terms_are_zero_on_policy():
     assert float(sapo.loss) == float(clip.loss)
 
 
+def sapo(**kw) -> SAPOSearchLossConfig:
+    return SAPOSearchLossConfig(name="sapo_search", **kw)
+
+
 def test_sapo_worked_example():
-    # A = 1, ratios [0.7, 0.95, 1.2], drop 0.2: only token 1 is held; k3(0.7) = 0.05667, mean over
-    # 3 tokens 0.01889, beta 0.1 -> 0.001889
-    ratios = torch.tensor([[0.7, 0.95, 1.2]], dtype=F64)
+    # Eq. 9-11 with the paper's gamma 0.1, tau 1.0 and Eq. 9's 1/G sum_i 1/|o_i| sum_t:
+    # row 0: A = +1, ratios [0.5, 0.9, 1.2] -> tokens 0 and 1 held (ratio < 1), token 2 not;
+    #        -log 0.5 = 0.693147, -log 0.9 = 0.105361, sum 0.798508, over |o| = 3: 0.266169
+    # row 1: A = -1, ratios [0.5, 0.8] (2 trained tokens): not held (A <= 0) -> 0
+    # row 2: A = 0, ratio [0.5] (1 trained token): not held (Eq. 11 wants A > 0) -> 0
+    # term = (0.266169 + 0 + 0) / 3 rollouts = 0.088723; gamma 0.1 -> 0.0088723 over PPO-clip
+    ratios = torch.tensor([[0.5, 0.9, 1.2], [0.5, 0.8, 1.0], [0.5, 1.0, 1.0]], dtype=F64)
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 0, 0]])
+    old = torch.zeros(3, 3, dtype=F64)
+    logp = ratios.log().requires_grad_(True)
+    x = inputs(logp, old, torch.tensor([1.0, -1.0, 0.0], dtype=F64), mask)
+    got = sapo_search_loss(x, cfg=sapo())
+    clip = ppo_clip_loss(x, cfg=ClipLossConfig(name="ppo_clip"))
+    term = (math.log(2) - math.log(0.9)) / 3 / 3
+    assert term == pytest.approx(0.0887231, abs=1e-7)
+    assert float(got.metrics["sapo_term"]) == pytest.approx(term, abs=1e-12)
+    assert float((got.loss - clip.loss).detach()) == pytest.approx(0.1 * term, abs=1e-12)
+    assert float(got.metrics["sapo_token_frac"]) == pytest.approx(2 / 6)
+    # the term's gradient (Eq. 12): -gamma / (G |o_i|) = -0.1 / (3 * 3) on the two held tokens
+    (got.loss - clip.loss).backward()
+    held = torch.zeros(3, 3, dtype=F64)
+    held[0, :2] = -0.1 / 9
+    assert_close(logp.grad, held)
+    # token_mean instead: the sum 0.798508 over all 6 trained tokens
+    tm = sapo_search_loss(x, cfg=sapo(agg="token_mean"))
+    assert float(tm.metrics["sapo_term"]) == pytest.approx((math.log(2) - math.log(0.9)) / 6)
+
+
+def test_sapo_threshold_is_strict_and_may_exceed_one():
     old = torch.zeros(1, 3, dtype=F64)
+    ratios = torch.tensor([[1.0, 1.1, 0.8]], dtype=F64)
     x = inputs(ratios.log(), old, torch.tensor([1.0], dtype=F64), torch.ones(1, 3))
-    cfg = SAPOSearchLossConfig(name="sapo_search", agg="token_mean")
-    clip = ppo_clip_loss(x, cfg=ClipLossConfig(name="ppo_clip", agg="token_mean"))
-    k3 = 0.7 - 1 - math.log(0.7)
-    assert k3 == pytest.approx(0.05667, abs=1e-5)
-    assert float(sapo_search_loss(x, cfg=cfg).loss - clip.loss) == pytest.approx(0.1 * k3 / 3)
-    # zero for a negative-advantage rollout and for ratios within the band
-    neg = inputs(ratios.log(), old, torch.tensor([-1.0], dtype=F64), torch.ones(1, 3))
-    assert float(sapo_search_loss(neg, cfg=cfg).metrics["sapo_term"]) == 0.0
-    band = inputs(
-        torch.tensor([[0.85, 1.1, 1.3]], dtype=F64).log(),
-        old,
-        torch.tensor([1.0], dtype=F64),
-        torch.ones(1, 3),
-    )
-    assert float(sapo_search_loss(band, cfg=cfg).metrics["sapo_term"]) == 0.0
+    # tau 0.8: 0.8 < 0.8 is false, nothing is held
+    assert float(sapo_search_loss(x, cfg=sapo(threshold=0.8)).metrics["sapo_token_frac"]) == 0.0
+    # tau 1.2 (the paper's ablation): all three held; -log 1 = 0, -log 1.1 < 0, -log 0.8 > 0
+    got = sapo_search_loss(x, cfg=sapo(threshold=1.2, agg="token_mean"))
+    assert float(got.metrics["sapo_token_frac"]) == pytest.approx(1.0)
+    assert float(got.metrics["sapo_term"]) == pytest.approx(-(math.log(1.1) + math.log(0.8)) / 3)
+
+
+def test_sapo_penalises_only_what_the_condition_holds():
+    # random off-policy rows: the term's gradient is -gamma / (G |o_i|) where A > 0, ratio < tau
+    # and the token is trained, and exactly 0 everywhere else
+    gen = torch.Generator().manual_seed(1)
+    n, length = 6, 7
+    old = -torch.rand(n, length, generator=gen, dtype=F64) - 0.1
+    logp = (old + 0.4 * torch.randn(n, length, generator=gen, dtype=F64)).requires_grad_(True)
+    mask = torch.rand(n, length, generator=gen) < 0.7
+    mask[:, 0] = True
+    adv = torch.tensor([1.0, -0.5, 0.0, 2.0, -1.0, 0.3], dtype=F64)
+    x = inputs(logp, old, adv, mask)
+    cfg = sapo(coef=0.1, threshold=1.0)
+    clip = ppo_clip_loss(x, cfg=ClipLossConfig(name="ppo_clip"))
+    (sapo_search_loss(x, cfg=cfg).loss - clip.loss).backward()
+    ratio = (logp - old).detach().exp()
+    held = mask & (adv[:, None] > 0) & (ratio < 1.0)
+    # some tokens held, some of positive rollouts left out by their ratio, some by their advantage
+    assert held.any() and (mask & (adv[:, None] > 0) & ~held).any()
+    assert (mask & (adv[:, None] <= 0) & (ratio < 1.0)).any()
+    want = torch.where(held, -0.1 / (n * mask.sum(-1, keepdim=True)), 0.0).to(F64)
+    assert_close(logp.grad, want)
+
+
+def test_sapo_with_coef_zero_is_ppo_clip():
+    gen = torch.Generator().manual_seed(2)
+    old = -torch.rand(4, 5, generator=gen, dtype=F64)
+    logp = old + 0.3 * torch.randn(4, 5, generator=gen, dtype=F64)
+    adv = torch.tensor([1.0, -1.0, 0.5, 0.0], dtype=F64)
+    for agg in ("token_mean", "seq_mean_token_mean"):
+        a = logp.clone().requires_grad_(True)
+        b = logp.clone().requires_grad_(True)
+        got = sapo_search_loss(inputs(a, old, adv, torch.ones(4, 5)), cfg=sapo(coef=0.0, agg=agg))
+        clip = ppo_clip_loss(
+            inputs(b, old, adv, torch.ones(4, 5)), cfg=ClipLossConfig(name="ppo_clip", agg=agg)
+        )
+        assert float(got.loss.detach()) == float(clip.loss.detach())
+        got.loss.backward()
+        clip.loss.backward()
+        assert_close(a.grad, b.grad)
 
 
 @pytest.mark.parametrize("bundle", ["llds", "sapo_search"])
@@ -124,6 +187,6 @@ def test_bad_settings_are_refused():
         "coef",
         "gate",
     ]
-    assert [p.path for p in SAPOSearchLossConfig(name="sapo_search", drop=1.5).problems()] == [
-        "drop"
-    ]
+    assert [p.path for p in sapo(coef=-0.1, threshold=0.0).problems()] == ["coef", "threshold"]
+    with pytest.raises(ConfigError, match=r"\[loss.threshold\] got -1.0; expected a number > 0"):
+        load_config("train", ["algorithm=sapo_search", "loss.threshold=-1.0"])

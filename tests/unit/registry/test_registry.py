@@ -129,9 +129,11 @@ def test_the_listing_labels_a_reconstructed_method():
     assert provenance("P, arXiv 1", "exact") == "P, arXiv 1; exact formula"
     assert provenance("P, arXiv 1", "reconstructed").startswith("RECONSTRUCTED from the abstract")
     data = describe(["advantage"])
+    salt = next(e for e in data["components"]["advantage"] if e["name"] == "salt")
+    assert salt["fidelity"] == "reconstructed" and "2510.20022" in salt["paper"]
+    assert "RECONSTRUCTED from the abstract, not the paper's method: SALT" in render(data)
     copo = next(e for e in data["components"]["advantage"] if e["name"] == "copo")
-    assert copo["fidelity"] == "reconstructed" and "2508.04138" in copo["paper"]
-    assert "RECONSTRUCTED from the abstract, not the paper's method: COPO" in render(data)
+    assert copo["fidelity"] == "partial" and "2508.04138" in copo["paper"]
 
 
 def test_fields_listing(reg):
