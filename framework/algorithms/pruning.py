@@ -8,7 +8,12 @@ rollout's advantage is 0, so the update's planner leaves it out of every micro-b
 (``optim.skip_zero_advantage``) and no forward or backward pass is spent on it. In expectation
 over the draws, ``A' = A``.
 
-The method section could not be read from here; our choices (``../shared/METHODS-2.md`` item 15),
+The paper is arXiv 2603.04135 (found 2026-11-26); its method section still could not be read from
+here (the stored pages stop in the introduction; no authors' code was found). Secondary summaries
+add a prompt-level pruning by historical advantage (not here: it needs per-prompt state across
+steps) and pruning rates ``r_q, r_o`` (0.7 moderate, 0.9 aggressive), and a third party's notes say
+the paper's algorithm prunes a deterministic fraction while its unbiasedness proof assumes random
+keeps (ours are random). Our choices (``../shared/METHODS-2.md`` item 15),
 hence "reconstructed": the advantage is GRPO's; a rollout is *low-signal* when ``|A_i| <
 threshold * max_j |A_j|`` over the batch and is kept with ``q = keep_prob``, every other rollout
 with ``q = 1``; prompts are not pruned separately (a group whose advantages are all 0 is skipped
@@ -34,7 +39,8 @@ from framework.types import AdvantageInputs
 @dataclass
 class DPPOAdvantageConfig(GRPOAdvantageConfig):
     paper: ClassVar[str] = (
-        "DPPO: Unbiased Dynamic Pruning for Efficient Group-Based Policy Optimization"
+        "DPPO: Unbiased Dynamic Pruning for Efficient Group-Based Policy Optimization, "
+        "arXiv 2603.04135"
     )
     fidelity: ClassVar[str] = "reconstructed"
 
