@@ -16,6 +16,17 @@ hence "reconstructed":
   orders to cancel position bias); the paper's rubric and anchor rollout are not recovered;
 - the advantage is ``(wins - mean_g) / (std_g + eps)`` with the population std (the worked
   example's), 0 for a group of equal wins.
+
+The authors' code was found afterwards (2026-11-26; github.com/Alibaba-NLP/qqr,
+``qqr/reward_models/arena/single_elimination.py``, ``SingleEliminationGroupRewardModel``), and it
+differs from the choices above in every step but the bracket's shape: each match is judged by an
+LLM (``qwen-plus`` with a scoring rubric, 0.6 tool-use path + 0.4 answer, both orders summed),
+which this project has no counterpart of; the rollouts are first seeded by a match of each against
+rollout 0 (the "anchor"), then placed in standard bracket order; the reward is a full ranking
+(champion, finalist, then each round's losers by their mean judge score), ``r = 1 - rank / (N - 1)``,
+normalised with the sample std; and the released configs use the "anchor" format by default, not
+the bracket. Matching it (score-returning matches, anchor seeding, the ranking) is left to a later
+change; with our judges it could reach "partial", never "exact", so it stays "reconstructed".
 """
 
 from __future__ import annotations
