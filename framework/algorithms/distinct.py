@@ -11,6 +11,11 @@ GRPO's advantage (the group statistics are computed before masking).
 
 Not implemented: the paper's second part, off-policy anchors (high-quality reference solutions
 injected into hard groups), which needs the step to add rollouts it did not generate.
+
+Sources found 2026-11-26 (this stays reconstructed): arXiv 2512.06337 (math reasoning); only its
+abstract and summaries were readable, and no code was found. The summaries say the paper's
+distinctiveness is scored by an LLM over pairs of samples (ours: token Jaccard of a wrong rollout
+against a correct one) and its anchors come from expert data.
 """
 
 from __future__ import annotations
@@ -31,7 +36,9 @@ from framework.types import AdvantageInputs
 @dataclass
 class DaGRPOAdvantageConfig(GRPOAdvantageConfig):
     requires: ClassVar[tuple[str, ...]] = ("think_texts",)
-    paper: ClassVar[str] = "DaGRPO: Distinctiveness-aware GRPO (arXiv id not confirmed)"
+    paper: ClassVar[str] = (
+        "DaGRPO: Distinctiveness-Aware Group Relative Policy Optimization, arXiv 2512.06337"
+    )
     fidelity: ClassVar[str] = "reconstructed"
 
     threshold: float = field(

@@ -19,6 +19,12 @@ could not be read from here, so each is our reading (``../shared/METHODS-2.md`` 
    from ``r_max`` (best) to 0 (worst; tied scores share the mean of their places; a lone failure
    gets 0), then GRPO's normalisation. ``r_max = 0.2 < correct_at``, so a ranked failure never
    reaches a correct rollout. Do not stack it with E-GRPO's partial credit.
+
+Sources checked 2026-11-26 (this stays reconstructed): arXiv 2601.19620 (single-turn math,
+DeepSeek-R1-Distill-1.5B on DeepScaleR); only its abstract and a summary were readable, and its
+code is announced but was not found (R3L, arXiv 2601.03715, is another paper). The summary confirms
+replay from a store of past samples for all-equal groups and reflection on earlier wrong attempts;
+the ranking rule (our entropy-pattern score and its 0.2 ceiling) could not be checked.
 """
 
 from __future__ import annotations

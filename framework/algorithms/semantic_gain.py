@@ -11,6 +11,14 @@ gold answer, 0 before any evidence (the ``evidence_similarity`` input); every ot
 belief, the last turn's the outcome, z-normalised over the group's turns and summed forward with
 discount ``gamma``. The similarity is the embedding model's, not the policy's, so a turn's credit
 does not depend on what the policy already believes.
+
+Sources found 2026-11-26 (this stays reconstructed): arXiv 2602.00845; the authors' code
+(github.com/dl-m9/InfoReasoner: ``IG/service/IG_worker.py`` ``compute_info_gain``,
+``IG/calculate.py``, ``verl/utils/reward_score/qa_em.py``) gives one reward per rollout,
+``EM + 0.6 IG`` (EM alone when nothing was retrieved), where IG is a frozen 3B model's
+likelihood-and-entailment-weighted belief in the gold answer over 10 sampled answers with the
+retrieved text minus without it (a DeBERTa NLI model judges entailment), trained with plain GRPO.
+Ours is per-turn, IGPO-style credit from MiniLM similarity: a different estimator of the same idea.
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ class InfoReasonerConfig(ComponentConfig):
     requires: ClassVar[tuple[str, ...]] = ("evidence_similarity",)
     paper: ClassVar[str] = (
         "InfoReasoner: Optimizing Agentic Reasoning with Retrieval via Synthetic Semantic "
-        "Information Gain Reward"
+        "Information Gain Reward, arXiv 2602.00845"
     )
     fidelity: ClassVar[str] = "reconstructed"
 

@@ -1,4 +1,4 @@
-"""SeeUPO: sequence-level sequential updates (arXiv id not confirmed), reconstructed: treat each
+"""SeeUPO: sequence-level sequential updates (arXiv 2602.06554), reconstructed: treat each
 turn of a multi-turn rollout as an agent of a sequence and update them one after another, last
 turn first (backward induction), each with a sequence-level clipped ratio, so every update sees the
 later turns' policy already improved.
@@ -18,6 +18,15 @@ hence "reconstructed":
 - the advantage is the rollout's, undiscounted (GRPO's with ``algorithm=seeupo``).
 
 With one pass (or one-turn rollouts) SeeUPO is GSPO with per-turn sequence ratios.
+
+Sources found 2026-11-26 (this stays reconstructed): arXiv 2602.06554; the authors' code
+(github.com/modelscope/AgentEvolver, branch ``seeupo``, ``beyondagent/module/trainer/
+ba_ray_trainer.py``) runs one full actor update per turn index from the last turn to the first,
+multiplies each later turn's advantage by the running product of the earlier-updated turns'
+length-normalised sequence ratios clipped to [0.8, 1.2] (the product clipped again), and uses a
+group-centred advantage without std, z-scored over the batch and clamped to +-3 (GSPO loss, one
+PPO epoch). Ours: one pass per ``policy_epochs`` (earlier turns share the last pass), GSPO's clip
+for the correction ratio, GRPO's advantage. Matching it is a later change.
 """
 
 from __future__ import annotations
@@ -36,7 +45,9 @@ from framework.types import LossOutput, PolicyLossInputs
 
 @dataclass
 class SeeUPOLossConfig(GSPOLossConfig):
-    paper: ClassVar[str] = "SeeUPO: sequence-level sequential update (arXiv id not confirmed)"
+    paper: ClassVar[str] = (
+        "SeeUPO: Sequence-Level Agentic-RL with Convergence Guarantees, arXiv 2602.06554"
+    )
     fidelity: ClassVar[str] = "reconstructed"
 
 

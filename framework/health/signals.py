@@ -3,6 +3,14 @@ warning that most of a run's rollouts have gone wrong in a way a reviewer should
 
 Not among the default monitors (``health.monitors``): add it with
 ``'+health.monitors.signals={}'``. The rollout metrics log every signal's rate anyway.
+
+Sources found 2026-11-26 (this stays reconstructed): arXiv 2604.00356 (Katanemo), a model-free
+triage of deployed agents' logs, not an RL method; its code (github.com/katanemo/plano,
+``crates/brightstaff/src/signals/``, a port of github.com/katanemo/signals) differs from ours: its
+loop signal needs 3 identical calls in a row (ours: 2 identical queries anywhere), its
+misalignment reads the user's corrections (ours: the answer's type against the question), its
+exhaustion is API and environment errors (ours: the budget), it has disengagement and satisfaction
+signals, and its score starts at 50 and adds or subtracts per signal (0-100; ours counts signals).
 """
 
 from __future__ import annotations
@@ -19,7 +27,9 @@ from framework.registry.kinds import HEALTH_MONITORS
 
 @dataclass
 class SignalsConfig(MonitorConfig):
-    paper: ClassVar[str] = "Signals: trajectory sampling and triage (arXiv id not confirmed)"
+    paper: ClassVar[str] = (
+        "Signals: Trajectory Sampling and Triage for Agentic Interactions, arXiv 2604.00356"
+    )
     fidelity: ClassVar[str] = "reconstructed"
 
     metric: str = field(
