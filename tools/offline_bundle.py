@@ -176,16 +176,17 @@ def asset_items(work: Path, cache: Path) -> list[Path]:
             f"{WIKI_PACKAGE}/{'/'.join(WIKI_FILE)}": wiki.joinpath(*WIKI_FILE),
         },
     )
-    members: dict[str, Path | bytes] = {}
     model = smollm2_folder(str(cache))
-    for name in TOKENIZER_FILES:
-        if (model / name).is_file():
-            members[f"models/{model.name}/{name}"] = model / name
-    if "models/" + model.name + "/tokenizer.json" not in members:
+    if not (model / "tokenizer.json").is_file():
         raise SystemExit(
             f"[cache] got no SmolLM2 tokenizer in {model}; expected the converted model there. "
-            "Fix: run any seekrl command that loads SmolLM2 once (seekrl-train dry_run=false ...)."
+            "Fix: run any seekrl command that loads SmolLM2 once (seekrl-train, for one)."
         )
+    members: dict[str, Path | bytes] = {
+        f"models/{model.name}/{name}": model / name
+        for name in TOKENIZER_FILES
+        if (model / name).is_file()
+    }
     for data in sorted((cache / "data").glob("*/manifest.json")):
         for f in data.parent.iterdir():
             if f.is_file():

@@ -140,11 +140,10 @@ def drift_mask(log_ratio: Tensor, advantages: Tensor, mask: Tensor, threshold: f
     return mask.bool() & (advantages > 0) & (ratio < threshold)
 
 
-def drift_penalty(log_ratio: Tensor, advantages: Tensor, mask: Tensor, threshold: float) -> Tensor:
+def drift_penalty(log_ratio: Tensor, held: Tensor) -> Tensor:
     """``[N, L]``: ``-log ρ_t`` (the log-ratio estimate of Eq. 10, negated: the loss minimises what
-    the objective maximises) where :func:`drift_mask` holds, 0 elsewhere. Its gradient is
+    the objective maximises) where ``held`` (:func:`drift_mask`), 0 elsewhere. Its gradient is
     ``-∇ log π_θ`` on the held tokens (Eq. 12): it raises their likelihood."""
-    held = drift_mask(log_ratio, advantages, mask, threshold)
     return torch.where(held, -log_ratio, torch.zeros_like(log_ratio))
 
 
@@ -159,8 +158,8 @@ def sapo_search_loss(inputs: PolicyLossInputs, *, cfg: SAPOSearchLossConfig) -> 
 
     Paper: "Improving Search Agent with One Line of Code" (arXiv 2603.10069; read in the authors'
     PDF, github.com/swordlidev/SAPO, Figs/SAPO_nju.pdf, whose abstract is arXiv v1's word for word
-    but whose author list differs: the equation numbers are that PDF's). Eq. 9 adds ``gamma KL[π_θ || π_old]`` to
-    GRPO's clipped objective inside its ``1/G sum_i 1/|o_i| sum_t``; Eq. 10 estimates the KL by
+    but whose author list differs: the equation numbers are that PDF's). Eq. 9 adds
+    ``gamma KL[π_θ || π_old]`` to GRPO's clipped objective inside its ``1/G sum_i 1/|o_i| sum_t``; Eq. 10 estimates the KL by
     ``log ρ_t``; Eq. 11 conditions it on ``ρ_t < tau`` and ``A_t > 0``; Eq. 12-13 give the term's
     gradient ``gamma m_t ∇ log π_θ`` (plus a Dirac term at ``ρ_t = tau``). Section 4.1 and Table 4:
     gamma 0.1, tau 1.0 (tau in {0.6, 0.8, 1.0, 1.2} was tried, 1.0 best).
@@ -186,10 +185,9 @@ def sapo_search_loss(inputs: PolicyLossInputs, *, cfg: SAPOSearchLossConfig) -> 
     out = ppo_clip_loss(inputs, cfg=cfg)
     mask, lp, old, adv = _masked_inputs(inputs)
     log_ratio = lp - old
-    penalty = drift_penalty(log_ratio, adv, mask, cfg.threshold)
-    term = aggregate(penalty, mask, cfg.agg, cfg.norm_constant)
+    held = drift_mask(log_ratio, adv, mask, cfg.threshold)
+    term = aggregate(drift_penalty(log_ratio, held), mask, cfg.agg, cfg.norm_constant)
     with torch.no_grad():
-        held = drift_mask(log_ratio, adv, mask, cfg.threshold)
         out.metrics["sapo_term"] = term.detach()
         out.metrics["sapo_token_frac"] = masked_mean(held.float(), mask)
     return LossOutput(out.loss + cfg.coef * term, out.metrics)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from torch import Tensor
 
@@ -112,4 +113,6 @@ class HopCurriculumSampler(UniformSampler):
     training question needs ``hops`` (synthesized data has them)."""
 
     cfg: HopCurriculumConfig
-    hops_setting = ("name", "hop_curriculum")
+
+    def hops_setting(self) -> tuple[str, Any]:
+        return "name", "hop_curriculum"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
@@ -155,9 +155,6 @@ class UniformSampler:
     those of the curriculum's stage).
     """
 
-    #: the setting named when a curriculum meets questions without hop counts
-    hops_setting: ClassVar[tuple[str, str]] = ("start_hops", "")
-
     def __init__(self, questions: Sequence[Any], seed: int, *, cfg: UniformSamplerConfig) -> None:
         check_questions(questions)
         self.cfg = cfg
@@ -169,10 +166,14 @@ class UniformSampler:
         if cfg.start_hops is None:
             self.walk = EpochOrder(self.pool, seed, cfg.shuffle)
             return
-        field, value = self.hops_setting
-        self.hops = question_hops(questions, field, value or cfg.start_hops)
+        self.hops = question_hops(questions, *self.hops_setting())
         self.levels = sorted({self.hops[i] for i in self.full_pool})
         self._enter(self._hops_at(0))
+
+    def hops_setting(self) -> tuple[str, Any]:
+        """The setting (field, value) an error names when the curriculum meets questions without
+        hop counts."""
+        return "start_hops", self.cfg.start_hops
 
     @property
     def curriculum(self) -> bool:

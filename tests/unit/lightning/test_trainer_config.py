@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -33,29 +35,26 @@ def test_the_train_app_reports_it_before_anything_runs():
     ],
 )
 def test_rollouts_go_to_this_ranks_gpu(asked, root, expected):
-    from types import SimpleNamespace
-
     from framework.rl.module import SearchAgentRL
 
-    module = SimpleNamespace(
-        cfg=SimpleNamespace(rollout=SimpleNamespace(policy=SimpleNamespace(device=asked))),
-        _trainer=SimpleNamespace(strategy=SimpleNamespace(root_device=root)),
-        global_rank=0,
-    )
+    module = _module(asked, root)
     assert SearchAgentRL._rollout_device(module) == expected
     module._trainer = None
     assert SearchAgentRL._rollout_device(module) == asked
 
 
-def test_cpu_rollouts_under_a_gpu_trainer_are_announced(capsys):
-    from types import SimpleNamespace
-
-    from framework.rl.module import SearchAgentRL
-
-    module = SimpleNamespace(
-        cfg=SimpleNamespace(rollout=SimpleNamespace(policy=SimpleNamespace(device="cpu"))),
-        _trainer=SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device("cuda", 0))),
+def _module(device: str, root: torch.device) -> SimpleNamespace:
+    """What ``SearchAgentRL._rollout_device`` reads of a module attached to a trainer on ``root``."""
+    return SimpleNamespace(
+        cfg=SimpleNamespace(rollout=SimpleNamespace(policy=SimpleNamespace(device=device))),
+        _trainer=SimpleNamespace(strategy=SimpleNamespace(root_device=root)),
         global_rank=0,
     )
+
+
+def test_cpu_rollouts_under_a_gpu_trainer_are_announced(capsys):
+    from framework.rl.module import SearchAgentRL
+
+    module = _module("cpu", torch.device("cuda", 0))
     assert SearchAgentRL._rollout_device(module) == "cpu"
     assert "Fix: set rollout.policy.device=cuda" in capsys.readouterr().err
