@@ -1,37 +1,55 @@
-"""ArenaRL: tournament-based relative ranking (arXiv 2601.06487), reconstructed: instead of scoring
-each rollout alone, let a pairwise judge play the group's rollouts off in a seeded single-
-elimination bracket, and use the rounds each won as its reward, normalised within the group.
+"""ArenaRL: tournament-based relative ranking (arXiv 2601.06487), partial: the group's rollouts
+meet in pairwise matches, a seeded single-elimination tournament ranks them, and each rollout's
+place in the ranking, normalised within the group, is its advantage.
 
-The method section could not be read from here (``../shared/METHODS-2.md`` item 6); our choices,
-hence "reconstructed":
+The tournament and the reward follow the authors' code (github.com/Alibaba-NLP/qqr,
+``qqr/reward_models/arena/single_elimination.py`` and ``anchor.py``, read 2026-11-26):
 
-- the bracket seeds the rollouts in their group order (sampling makes it random) and pairs seed
-  ``s`` with seed ``n + 1 - s`` each round (1 v 4, 2 v 3 for four); a group that is not a power of
-  two gives its top seeds byes, which advance without counting as a win; ``N - 1`` judge calls per
-  group of ``N`` (against ``N (N - 1) / 2`` for a round robin);
-- the judge (the ``tournament_wins`` input, ``judge``): ``rule`` prefers the answer with the higher
-  token F1 against the gold answers (a rollout without an answer loses; equal F1: the higher seed
-  wins), for verifiable questions; ``policy`` asks the policy itself which of two answers is
-  better (the log-probability of " A" against " B" after a comparison prompt, averaged over both
-  orders to cancel position bias); the paper's rubric and anchor rollout are not recovered;
-- the advantage is ``(wins - mean_g) / (std_g + eps)`` with the population std (the worked
-  example's), 0 for a group of equal wins.
+- a match between rollouts ``a`` and ``b`` gives each a score (the judge scores both orders and
+  sums them); ``a`` wins when its score is at least ``b``'s;
+- seeding (``format=single_elimination``, the paper's scheme): every rollout meets rollout 0 (the
+  anchor); rollout 0's seeding score is the mean of its scores in those matches; the rollouts are
+  sorted by their mean score (stable, highest first) and placed in the standard bracket order
+  (seed 1 meets the lowest seed, seeds 1 and 2 can meet only in the final; for 8:
+  1 8 4 5 2 7 3 6), where a missing entrant gives its opponent a bye;
+- the tournament pairs neighbours of the bracket round by round (an odd one out advances; so in
+  a group that is not a power of two a bye can fall to a low seed: of three, seeds 1 and 2 meet
+  at once and seed 3 reaches the final);
+- the ranking: the champion first, then the final's loser, then each earlier round's losers, the
+  losers of one round ordered by the mean of all their scores (seeding included; stable);
+- the reward of place ``k`` (0 the best) of ``N`` is ``1 - k / (N - 1)``; the advantage is that
+  reward normalised in the group with the sample std, ``(r - mean) / (std + 1e-6)`` (the authors
+  feed it to the trainer as is, with no further normalisation);
+- ``format=anchor`` (the default of the authors' released configs): only the matches against
+  rollout 0; places are ranked by score with ties sharing the best place (``rank(method="min")``),
+  ``r = (max_rank - rank) / (max_rank - 1)``, 0 for everyone if all tie; then the same
+  normalisation. ``2 (N - 1)`` judge calls per group for the tournament, ``N - 1`` for the anchor
+  format.
 
-The authors' code was found afterwards (2026-11-26; github.com/Alibaba-NLP/qqr,
-``qqr/reward_models/arena/single_elimination.py``, ``SingleEliminationGroupRewardModel``), and it
-differs from the choices above in every step but the bracket's shape: each match is judged by an
-LLM (``qwen-plus`` with a scoring rubric, 0.6 tool-use path + 0.4 answer, both orders summed),
-which this project has no counterpart of; the rollouts are first seeded by a match of each against
-rollout 0 (the "anchor"), then placed in standard bracket order; the reward is a full ranking
-(champion, finalist, then each round's losers by their mean judge score), ``r = 1 - rank / (N - 1)``,
-normalised with the sample std; and the released configs use the "anchor" format by default, not
-the bracket. Matching it (score-returning matches, anchor seeding, the ranking) is left to a later
-change; with our judges it could reach "partial", never "exact", so it stays "reconstructed".
+What is ours, hence "partial" (the paper's method section was not readable here; the judge is the
+paper's central ingredient and has no counterpart in this project):
+
+- the judge. The authors' is an LLM (``qwen-plus``) with a rubric over the whole trajectory (0.6
+  research path + 0.4 answer), run in both orders. Ours: ``rule`` scores each answer by its token
+  F1 against the gold answers (a rollout without an answer scores -1, below any answer); ``policy``
+  asks the policy itself which of two answers is better, the probability of " A" against " B"
+  after a comparison prompt in both orders, summed (scores ``s`` and ``2 - s``);
+- ties under the rule judge (``share_ties``, on by default): an F1 judge ties far more often than an
+  LLM judge, and a tie goes to the rollout placed first in the bracket, so rollouts of equal F1
+  would get different rewards from their bracket position alone (a group of eight wrong answers
+  gets places 0-7). With ``share_ties`` the rollouts of equal rule score share the mean reward of
+  their places, so such a group gets 0 and a binary-outcome group gets GRPO's advantage;
+  ``share_ties=false`` keeps the authors' tie-breaking. The policy judge's scores are continuous
+  and are never shared.
+
+An earlier reconstruction (before 2026-11-26) used the rounds each rollout won as its score, seeded
+the bracket in sampling order and normalised with the population std.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -45,63 +63,131 @@ from framework.types import AdvantageInputs
 
 #: the pairwise judges of ``advantage=arena``
 ARENA_JUDGES = ("rule", "policy")
+#: the tournament formats of ``advantage=arena`` (the authors' code has three more)
+ARENA_FORMATS = ("single_elimination", "anchor")
+
+#: a match: the scores of entrants ``a`` and ``b`` (``a`` wins when its score is at least ``b``'s)
+Match = Callable[[int, int], tuple[float, float]]
 
 
 @dataclass
 class ArenaAdvantageConfig(GRPOAdvantageConfig):
-    requires: ClassVar[tuple[str, ...]] = ("tournament_wins",)
+    requires: ClassVar[tuple[str, ...]] = ("arena_rewards",)
     paper: ClassVar[str] = "ArenaRL: tournament-based relative ranking, arXiv 2601.06487"
-    fidelity: ClassVar[str] = "reconstructed"
+    fidelity: ClassVar[str] = "partial"
 
-    unbiased_std: bool = field(
-        default=False, metadata={"help": "Bessel-corrected std; false: the population std"}
-    )
     judge: str = field(
         default="rule",
         metadata={"help": f"one of {ARENA_JUDGES}: answer F1 against gold, or the policy (choice)"},
     )
-    judge_batch_size: int = field(default=8, metadata={"help": "policy-judge prompts per pass"})
+    format: str = field(
+        default="single_elimination",
+        metadata={"help": f"one of {ARENA_FORMATS}: the seeded tournament, or only the anchor"},
+    )
+    share_ties: bool = field(
+        default=True,
+        metadata={"help": "rule judge: rollouts of equal F1 share the mean reward of their places"},
+    )
 
     def problems(self) -> list[Problem]:
-        return check_choice(self.judge, "judge", ARENA_JUDGES) + super().problems()
+        return (
+            check_choice(self.judge, "judge", ARENA_JUDGES)
+            + check_choice(self.format, "format", ARENA_FORMATS)
+            + super().problems()
+        )
 
 
-def bracket_wins(n: int, beats: Callable[[int, int], bool]) -> list[int]:
-    """Rounds won by each of ``n`` entrants of a seeded single-elimination bracket (seed order
-    ``0 .. n-1``; module docstring). ``beats(a, b)``: entrant ``a`` beats ``b`` (``a`` the higher
-    seed)."""
-    wins = [0] * n
-    alive = list(range(n))
+def bracket_order(n: int) -> list[int]:
+    """The standard seeded bracket of ``n`` entrants: seed ranks (0 the best) in the order the
+    first round pairs them, neighbours meeting; built for the next power of two, and the seeds
+    beyond ``n`` (byes) left out. ``bracket_order(8) == [0, 7, 3, 4, 1, 6, 2, 5]``."""
+    order = [0]
+    while len(order) < n:
+        size = 2 * len(order)
+        order = [x for i in order for x in (i, size - 1 - i)]
+    return [i for i in order if i < n]
+
+
+def anchor_rewards(n: int, match: Match) -> list[float]:
+    """``format=anchor``: each entrant ``1 .. n-1`` meets entrant 0; entrant 0 scores the mean of
+    its scores; ranks by score (ties share the best rank), ``r = (max_rank - rank) / (max_rank -
+    1)``, all 0 when every score ties."""
+    if n < 2:
+        return [0.0] * n
+    results = [match(i, 0) for i in range(1, n)]
+    scores = [statistics.mean(s0 for _, s0 in results)] + [s for s, _ in results]
+    ranks = [1 + sum(other > s for other in scores) for s in scores]
+    top = max(ranks)
+    return [0.0] * n if top == 1 else [(top - r) / (top - 1) for r in ranks]
+
+
+def single_elimination_rewards(n: int, match: Match) -> list[float]:
+    """``format=single_elimination``: anchor seeding, the seeded bracket, the ranking (champion,
+    finalist, each earlier round's losers by their mean score) and ``1 - place / (n - 1)``
+    (module docstring)."""
+    if n < 2:
+        return [0.0] * n
+    points: list[list[float]] = [[] for _ in range(n)]
+    anchor_scores = []
+    for i in range(1, n):
+        s_i, s_0 = match(i, 0)
+        points[i].append(s_i)
+        anchor_scores.append(s_0)
+    points[0].append(statistics.mean(anchor_scores))
+
+    def mean_points(i: int) -> float:
+        return statistics.mean(points[i])
+
+    seeded = sorted(range(n), key=mean_points, reverse=True)  # stable: ties keep index order
+    alive = [seeded[k] for k in bracket_order(n)]
+    eliminated: list[list[int]] = []
     while len(alive) > 1:
-        size = 1 << (len(alive) - 1).bit_length()  # the round as a power of two, with byes
-        byes = size - len(alive)
-        nxt = alive[:byes]  # the top seeds pass
-        rest = alive[byes:]
-        for k in range(len(rest) // 2):
-            a, b = rest[k], rest[len(rest) - 1 - k]
-            winner = a if beats(a, b) else b
-            wins[winner] += 1
+        nxt, losers = [], []
+        for k in range(0, len(alive) - 1, 2):
+            a, b = alive[k], alive[k + 1]
+            s_a, s_b = match(a, b)
+            points[a].append(s_a)
+            points[b].append(s_b)
+            winner, loser = (a, b) if s_a >= s_b else (b, a)
             nxt.append(winner)
-        alive = sorted(nxt)  # re-seed: a lower index is a higher seed
-    return wins
+            losers.append(loser)
+        if len(alive) % 2:
+            nxt.append(alive[-1])  # a bye
+        eliminated.append(losers)
+        alive = nxt
+    ranking = alive + [
+        i for losers in reversed(eliminated) for i in sorted(losers, key=mean_points, reverse=True)
+    ]
+    rewards = [0.0] * n
+    for place, i in enumerate(ranking):
+        rewards[i] = 1.0 - place / (n - 1)
+    return rewards
+
+
+def share_equal(rewards: Sequence[float], scores: Sequence[float]) -> list[float]:
+    """Each entrant's reward replaced by the mean reward of the entrants with its score
+    (``share_ties``)."""
+    by_score: dict[float, list[float]] = {}
+    for r, s in zip(rewards, scores, strict=True):
+        by_score.setdefault(s, []).append(r)
+    return [statistics.mean(by_score[s]) for s in scores]
 
 
 @ADVANTAGES.register("arena", config=ArenaAdvantageConfig)
 def arena_advantage(inputs: AdvantageInputs, *, cfg: ArenaAdvantageConfig) -> Tensor:
-    """ArenaRL (reconstructed; module docstring): each rollout's rounds won in its group's
-    bracket, normalised within the group::
+    """ArenaRL (partial; module docstring): each rollout's ranking reward from its group's
+    tournament (the ``arena_rewards`` input), normalised within the group::
 
-        w_i = rounds rollout i won (pairwise judge, seeded single elimination)
-        A_i = (w_i - mean_g w) / (std_g w + eps)
+        r_i = 1 - place_i / (N - 1)          (single elimination; anchor: by rank)
+        A_i = (r_i - mean_g r) / (std_g r + eps)
 
     Returns:
         ``[N]`` advantages (zero mean per group).
     """
-    wins = torch.as_tensor(inputs.extras["tournament_wins"], dtype=torch.float64)
-    return grpo_advantage(
-        AdvantageInputs(wins.to(inputs.rewards.device), inputs.group_index), cfg=cfg
-    ).to(
-        torch.get_default_dtype()
-        if not inputs.rewards.is_floating_point()
-        else inputs.rewards.dtype
+    ranked = torch.as_tensor(inputs.extras["arena_rewards"], dtype=torch.float64)
+    dtype = (
+        inputs.rewards.dtype if inputs.rewards.is_floating_point() else torch.get_default_dtype()
     )
+    return grpo_advantage(
+        AdvantageInputs(ranked.to(inputs.rewards.device), inputs.group_index), cfg=cfg
+    ).to(dtype)

@@ -14,7 +14,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from framework.algorithms.arena import ArenaAdvantageConfig, bracket_wins
+from framework.algorithms.arena import (
+    ArenaAdvantageConfig,
+    anchor_rewards,
+    share_equal,
+    single_elimination_rewards,
+)
 from framework.algorithms.replay import R3AdvantageConfig, entropy_pattern
 from framework.algorithms.segment_values import HiPERAdvantageConfig
 from framework.algorithms.semantic_gain import InfoReasonerConfig
@@ -93,10 +98,11 @@ ARENA_PROMPT = (
 )
 
 
-def _policy_prefers(ctx: InputContext, question: str, a: str, b: str) -> bool:
-    """Whether the policy rates answer ``a`` above ``b``: the log-probability of " A" minus that of
-    " B" after :data:`ARENA_PROMPT`, plus the same with the answers swapped (" B" minus " A"),
-    is positive (averaging the two orders cancels a preference for a position)."""
+def _policy_scores(ctx: InputContext, question: str, a: str, b: str) -> tuple[float, float]:
+    """The policy judge's match scores of answers ``a`` and ``b``: after :data:`ARENA_PROMPT`, the
+    probability of " A" among " A" and " B" with ``a`` shown first, plus that of " B" with the
+    answers swapped (both orders summed, as the authors' judge sums them, which cancels a
+    preference for a position); ``b`` scores 2 minus that."""
     from framework.rollout.types import Trajectory
     from framework.training.tokens import pack, token_logprobs
 
@@ -116,36 +122,46 @@ def _policy_prefers(ctx: InputContext, question: str, a: str, b: str) -> bool:
     device = next(ctx.policy.parameters()).device
     with torch.no_grad():
         logp, _ = token_logprobs(ctx.policy, pack(rows, ctx.pad_id).to(device))
-    total = logp.float().sum(-1).tolist()  # [A|ab, B|ab, A|ba, B|ba]
-    return (total[0] - total[1]) + (total[3] - total[2]) > 0
+    total = logp.float().sum(-1)  # [A|ab, B|ab, A|ba, B|ba]
+    score = float(torch.sigmoid(total[0] - total[1]) + torch.sigmoid(total[3] - total[2]))
+    return score, 2.0 - score
 
 
-@INPUT_PROVIDERS.register("tournament_wins", config=ArenaAdvantageConfig)
-def tournament_wins_input(ctx: InputContext, *, cfg: ArenaAdvantageConfig) -> Tensor:
-    """The ``tournament_wins`` input (ArenaRL's ``requires``): ``[N]`` rounds each rollout won in
-    its group's bracket (:func:`~framework.algorithms.arena.bracket_wins`), judged by ``cfg.judge``:
-    ``rule`` (the higher answer F1 against the gold answers wins; no answer loses; a tie goes to
-    the higher seed) or ``policy`` (:func:`_policy_prefers`)."""
+@INPUT_PROVIDERS.register("arena_rewards", config=ArenaAdvantageConfig)
+def arena_rewards_input(ctx: InputContext, *, cfg: ArenaAdvantageConfig) -> Tensor:
+    """The ``arena_rewards`` input (ArenaRL's ``requires``): ``[N]`` each rollout's ranking reward
+    in ``[0, 1]`` from its group's tournament (``cfg.format``; :mod:`framework.algorithms.arena`),
+    judged by ``cfg.judge``: ``rule`` (each answer's token F1 against the gold answers, -1 for no
+    answer; with ``cfg.share_ties`` the rollouts of equal F1 share their mean reward) or
+    ``policy`` (:func:`_policy_scores`; a rollout without an answer scores 0 against one with an
+    answer, 1 against another without)."""
     trajs = ctx.trajectories
-    wins = torch.zeros(len(trajs))
+    out = torch.zeros(len(trajs))
+    rank = single_elimination_rewards if cfg.format == "single_elimination" else anchor_rewards
     groups: dict[int, list[int]] = {}
     for i, t in enumerate(trajs):
         groups.setdefault(t.group, []).append(i)
     for g, rows in groups.items():
         item = ctx.items[g]
-        golds = list(item.golden_answers)
         answers = [trajs[i].answer for i in rows]
-        f1 = [token_f1(a, golds) if a else -1.0 for a in answers]
+        f1 = [token_f1(a, list(item.golden_answers)) if a else -1.0 for a in answers]
 
-        def beats(x: int, y: int, rows: list[int] = rows, f1: list[float] = f1) -> bool:
-            a, b = trajs[rows[x]].answer, trajs[rows[y]].answer
-            if cfg.judge == "policy" and a and b:
-                return _policy_prefers(ctx, ctx.items[trajs[rows[x]].group].question, a, b)
-            return f1[x] >= f1[y]
+        def match(
+            x: int, y: int, answers: list = answers, f1: list[float] = f1, q: str = item.question
+        ) -> tuple[float, float]:
+            a, b = answers[x], answers[y]
+            if cfg.judge == "policy":
+                if a and b:
+                    return _policy_scores(ctx, q, a, b)
+                return (2.0 * bool(a), 2.0 * bool(b)) if a or b else (1.0, 1.0)
+            return f1[x], f1[y]
 
-        for k, w in enumerate(bracket_wins(len(rows), beats)):
-            wins[rows[k]] = float(w)
-    return wins
+        rewards = rank(len(rows), match)
+        if cfg.judge == "rule" and cfg.share_ties:
+            rewards = share_equal(rewards, f1)
+        for k, r in zip(rows, rewards, strict=True):
+            out[k] = r
+    return out
 
 
 SWITCH = re.compile(r"<switch>\s*switch\s*</switch>", re.IGNORECASE)

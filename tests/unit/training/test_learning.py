@@ -188,16 +188,17 @@ def _advantage_inputs(
     ``hiper``: Dr. GRPO here), each group taken as one serial group in sampling order with
     "correct" = the reward above 1/2 (``s_grpo``), and the reward itself as the failed rollouts'
     ranking score (``r3``; the toy has no entropy pattern to rank by)."""
-    from framework.algorithms.arena import bracket_wins
+    from framework.algorithms.arena import share_equal, single_elimination_rewards
 
     n = len(rewards)
     texts = [" ".join(str(x) for x in t.token_ids[t.prompt_len :]) for t in trajs]
-    wins = torch.zeros(n)
+    arena = torch.zeros(n)
     for g in group_index.unique().tolist():
         rows = (group_index == g).nonzero().flatten().tolist()
         r = [float(rewards[i]) for i in rows]
-        for k, w in enumerate(bracket_wins(len(rows), lambda a, b, r=r: r[a] >= r[b])):
-            wins[rows[k]] = w
+        places = single_elimination_rewards(len(rows), lambda a, b, r=r: (r[a], r[b]))
+        for k, x in zip(rows, share_equal(places, r), strict=True):
+            arena[k] = x
     flat = torch.zeros((n, 1))
     mean = torch.zeros(int(group_index.max()) + 1).index_add(0, group_index, rewards)
     mean = mean / torch.bincount(group_index).float()
@@ -218,7 +219,7 @@ def _advantage_inputs(
             "evidence_similarity": flat,
             "answers": texts,
             "think_texts": texts,
-            "tournament_wins": wins,
+            "arena_rewards": arena,
             "training_progress": progress,
             "boundary_values": torch.stack([mean[group_index], rewards], dim=-1),
             "switch_flags": torch.zeros((n, 1), dtype=torch.bool),
