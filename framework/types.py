@@ -163,7 +163,11 @@ class PolicyLossInputs:
             a caller has no turns.
         pass_index: which optimisation pass over the batch this is (0 for the first, on-policy
             one), for losses that train in stages.
-        passes: how many passes there are (``optim.policy_epochs``).
+        passes: how many passes there are (``optim.policy_epochs``; for a loss whose config sets
+            ``stages_per_turn``, the step's number of model turns).
+        earlier_logprobs: for a loss whose config sets ``stages_per_turn``: this micro-batch's
+            log-probabilities (detached, ``[N, L]``) at the start of each earlier pass, oldest
+            first (the current pass's are ``logprobs``); empty otherwise.
     """
 
     logprobs: Tensor
@@ -178,6 +182,7 @@ class PolicyLossInputs:
     turn_index: Tensor | None = None
     pass_index: int = 0
     passes: int = 1
+    earlier_logprobs: tuple[Tensor, ...] = ()
 
     def effective_mask(self) -> Tensor:
         """``[N, L]`` bool: token mask with dropped samples removed."""

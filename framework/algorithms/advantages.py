@@ -89,9 +89,14 @@ def rloo_advantage(inputs: AdvantageInputs, *, cfg: RLOOAdvantageConfig) -> Tens
 class ReinforcePPBaselineConfig(ComponentConfig):
     epsilon: float = field(default=1e-6, metadata={"help": "added to the batch std"})
     whiten: bool = field(default=True, metadata={"help": "normalise over the whole batch"})
+    clip: float = field(
+        default=0.0, metadata={"help": "clamp the advantages to [-clip, clip]; 0: no clamp"}
+    )
 
     def problems(self) -> list[Problem]:
-        return check(self.epsilon >= 0, "epsilon", self.epsilon, "a number >= 0", "use 1e-6")
+        return check(
+            self.epsilon >= 0, "epsilon", self.epsilon, "a number >= 0", "use 1e-6"
+        ) + check(self.clip >= 0, "clip", self.clip, "a number >= 0", "use 0 (no clamp) or 3")
 
 
 @ADVANTAGES.register("reinforce_pp_baseline", config=ReinforcePPBaselineConfig)
@@ -101,7 +106,8 @@ def reinforce_pp_baseline_advantage(
     """REINFORCE++ with baseline: ``r - mean_g r``, then whitened over the whole batch.
 
     Hu et al. (arXiv 2501.03262). Whitening is over rollouts (each counted once), not tokens: the
-    batch mean of ``r - mean_g r`` is already 0, so this divides by the batch std (Bessel).
+    batch mean of ``r - mean_g r`` is already 0, so this divides by the batch std (Bessel). With
+    ``clip`` > 0 the result is clamped to ``[-clip, clip]`` (SeeUPO's code clamps at 3).
 
     Args:
         inputs: ``rewards [N]``, ``group_index [N]``.
@@ -111,9 +117,10 @@ def reinforce_pp_baseline_advantage(
         ``[N]`` advantages.
     """
     centered = group_center(_float_rewards(inputs), inputs.group_index)
-    if not cfg.whiten:
-        return centered
-    std = centered.std() if centered.numel() > 1 else centered.new_zeros(())
-    if std == 0:  # every group constant: nothing to learn, and epsilon = 0 must not give NaN
-        return torch.zeros_like(centered)
-    return (centered - centered.mean()) / (std + cfg.epsilon)
+    out = centered
+    if cfg.whiten:
+        std = centered.std() if centered.numel() > 1 else centered.new_zeros(())
+        if std == 0:  # every group constant: nothing to learn, and epsilon = 0 must not give NaN
+            return torch.zeros_like(centered)
+        out = (centered - centered.mean()) / (std + cfg.epsilon)
+    return out.clamp(-cfg.clip, cfg.clip) if cfg.clip > 0 else out

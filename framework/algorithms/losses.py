@@ -35,7 +35,10 @@ class PolicyLossConfig(ComponentConfig):
     whose advantage is 0 adds exactly nothing to the loss, so it may be skipped) and
     ``acts_off_policy_only`` (the loss adds a term that is 0 while the policy equals the behaviour
     policy, so it needs a second optimisation pass over each batch) and ``needs_entropy`` (the
-    trainer computes each trained token's entropy and passes it as ``PolicyLossInputs.entropy``).
+    trainer computes each trained token's entropy and passes it as ``PolicyLossInputs.entropy``)
+    and ``stages_per_turn`` (the update makes one optimisation pass per model turn of the step's
+    rollouts, with the log-probs of the earlier passes in ``PolicyLossInputs.earlier_logprobs``;
+    ``optim.policy_epochs`` must then be 1).
 
     The ``rollout_correction*`` fields correct for the mismatch between the rollout backend's and
     the trainer's log-probs (:mod:`framework.algorithms.rollout_correction`): the trainer computes
@@ -52,6 +55,9 @@ class PolicyLossConfig(ComponentConfig):
     acts_off_policy_only: ClassVar[bool] = False
     #: the loss reads the current policy's per-token entropy (``PolicyLossInputs.entropy``)
     needs_entropy: ClassVar[bool] = False
+    #: one optimisation pass (one optimiser step) per model turn of the step's rollouts, each pass
+    #: on policy (its ratio against the pass's own start), the earlier passes' log-probs kept
+    stages_per_turn: ClassVar[bool] = False
 
     agg: str = field(default="seq_mean_token_mean", metadata={"help": f"one of {tuple(AGG_MODES)}"})
     norm_constant: float | None = field(

@@ -198,6 +198,16 @@ class TrainConfig:
                     "set optim.policy_epochs=2 (the loss's algorithm bundle does)",
                 )
             )
+        if getattr(self.loss, "stages_per_turn", False) and self.optim.policy_epochs != 1:
+            out.append(
+                Problem(
+                    "optim.policy_epochs",
+                    self.optim.policy_epochs,
+                    f"1 with loss={self.loss.name}: it makes one optimisation pass per model turn "
+                    "of the step's rollouts itself",
+                    "set optim.policy_epochs=1 (the loss's algorithm bundle does)",
+                )
+            )
         correction = getattr(self.loss, "rollout_correction", "none")
         out += rollout_source_problems(correction, self.rollout)
         if self.resume is not None:

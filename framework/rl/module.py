@@ -159,6 +159,9 @@ class SearchAgentRL(L.LightningModule):
         self.last_rollout = rollout
         self.last_figures = figures
         self.record(result)
+        if self.rl_step >= self.cfg.trainer.max_steps:
+            # Lightning's own limit counts optimiser steps, of which a step may make several
+            self.trainer.should_stop = True
 
     @property
     def data(self) -> QuestionDataModule:

@@ -92,7 +92,10 @@ def build(
         t,
         cfg.logger,
         run_dir,
-        max_steps=t.max_steps * cfg.optim.policy_epochs,  # Lightning counts optimiser steps
+        # Lightning counts optimiser steps: policy_epochs per step, or up to one per model turn
+        # for a loss that trains turn by turn (the module stops at t.max_steps steps all the same)
+        max_steps=t.max_steps
+        * (cfg.agent.max_turns if cfg.loss.stages_per_turn else cfg.optim.policy_epochs),
         callbacks=[health, checkpoints, *log_progress("rl", t.max_steps, RL_PROGRESS_KEYS)],
         val_check_interval=t.val_every_n_steps or 10**9,
         limit_val_batches=1,

@@ -46,6 +46,8 @@ class LossSpec:
     rollout_correction: str = "none"
     rollout_correction_level: str = "token"
     rollout_correction_threshold: float = 2.0
+    #: one on-policy pass per model turn, the earlier passes' log-probs kept (SeeUPO)
+    stages_per_turn: bool = False
 
 
 def loss_spec(loss: PolicyLossConfig, kl: KLConfig) -> LossSpec:
@@ -71,6 +73,7 @@ def loss_spec(loss: PolicyLossConfig, kl: KLConfig) -> LossSpec:
         rollout_correction=loss.rollout_correction,
         rollout_correction_level=loss.rollout_correction_level,
         rollout_correction_threshold=loss.rollout_correction_threshold,
+        stages_per_turn=loss.stages_per_turn,
     )
 
 
@@ -110,6 +113,7 @@ def chunk_loss(
     entropy: bool = False,
     pass_index: int = 0,
     passes: int = 1,
+    history: list[Tensor] | None = None,
 ) -> tuple[LossOutput, Tensor | None, Tensor, MismatchStats | None]:
     """Loss of one micro-batch: ``(loss output, entropy [n, R] or None, token mask [n, R],
     rollout mismatch or None)``.
@@ -126,6 +130,10 @@ def chunk_loss(
     ``spec.rollout_correction`` on, the importance weights
     (:func:`~framework.algorithms.rollout_correction.correction_weights`) go to the loss as
     ``PolicyLossInputs.token_weights``.
+
+    ``history`` (a loss with ``stages_per_turn``): this micro-batch's log-probs at the start of
+    each earlier pass, oldest first; the loss gets them as ``PolicyLossInputs.earlier_logprobs``
+    and this pass's, detached, are appended.
 
     Raises:
         ValueError: a correction is configured but a trained rollout has no backend log-probs;
@@ -149,7 +157,10 @@ def chunk_loss(
         turn_index=None if micro.turn_index is None else micro.turn_index.to(device),
         pass_index=pass_index,
         passes=passes,
+        earlier_logprobs=() if history is None else tuple(history),
     )
+    if history is not None:
+        history.append(logp.detach())
     mismatch = _rollout_correction(inputs, micro.rollout_logprobs, spec)
     out = spec.policy_loss(inputs)
     if spec.kl is not None and spec.kl_coef > 0 and reference is not None:
@@ -220,6 +231,7 @@ def run_update_pass(
     extra_passes: int = 0,
     pass_index: int = 0,
     passes: int = 1,
+    history: list[list[Tensor]] | None = None,
 ) -> dict[str, float]:
     """Accumulate the gradient of the whole batch's loss over its micro-batches (``weights``: the
     plan's accumulation weights, :meth:`~framework.rl.batch.RolloutBatch.plan`).
@@ -228,7 +240,8 @@ def run_update_pass(
     (``PolicyLossInputs.pass_index``, for losses that train in stages). ``extra_passes`` adds
     backward passes of an exactly-zero loss (a ``pad_id`` token through the model): under data
     parallelism every process must run as many backward passes (each one synchronises gradients)
-    as the busiest one.
+    as the busiest one. ``history``: per micro-batch, its log-probs at the start of the earlier
+    passes (a loss with ``stages_per_turn``; :func:`chunk_loss`), extended by this pass.
 
     Returns:
         The batch loss and weighted means of the loss metrics (``clip_frac``, ``approx_kl``, ``kl``,
@@ -247,6 +260,7 @@ def run_update_pass(
             entropy=entropy,
             pass_index=pass_index,
             passes=passes,
+            history=None if history is None else history[k],
         )
         backward(out.loss * w)
         res = ChunkResult(w, float(out.loss.detach()) * w, mismatch=mismatch)
@@ -284,6 +298,13 @@ def summarize(results: Sequence[ChunkResult]) -> dict[str, float]:
     return out
 
 
+def turn_count(micro: Sequence[MicroBatch]) -> int:
+    """The most model turns of any rollout in ``micro`` (at least 1; a micro-batch that records no
+    turns counts as one turn)."""
+    counts = [int(m.turn_index.max()) + 1 for m in micro if m.turn_index is not None]
+    return max([1, *counts])
+
+
 @torch.no_grad()
 def mean_entropy(model: Any, micro: MicroBatch) -> float | None:
     """Token-mean entropy over the generated tokens of ``micro`` (a collapse indicator)."""
@@ -313,6 +334,13 @@ def policy_update(
     epoch's gradient, clips it and steps the optimiser and scheduler. The Lightning module passes
     its ``manual_backward``; plain torch callers keep the default.
 
+    A loss with ``stages_per_turn`` (SeeUPO) gets one pass per model turn instead (the most turns
+    of any rollout of the step; under data parallelism the most of any process, through
+    ``pad_passes``), each an optimiser step on policy (its ratio against the pass's own start), with
+    the log-probs of the earlier passes kept for the loss (:func:`run_update_pass`); the scheduler
+    steps once for the whole update, as it does for one policy epoch. Its figures add
+    ``turn_stages`` and the last stage's loss figures (``last_stage_<name>``).
+
     Args:
         plan: the step's micro-batches and their weights (:meth:`RolloutBatch.plan`).
         optim: the ``optim`` section (policy_epochs, grad_clip).
@@ -330,13 +358,19 @@ def policy_update(
     o, micro = optim, plan.micro
     extra = pad_passes(len(micro)) if pad_passes is not None else 0
     old = None
-    if o.policy_epochs > 1:  # later epochs are off policy: keep the behaviour log-probs
+    passes: int = o.policy_epochs
+    history: list[list[Tensor]] | None = None
+    if spec.stages_per_turn:
+        passes = turn_count(micro)
+        passes += pad_passes(passes) if pad_passes is not None else 0
+        history = [[] for _ in micro]
+    elif o.policy_epochs > 1:  # later epochs are off policy: keep the behaviour log-probs
         old = behaviour_logprobs(model, micro)
     params = [p for p in model.parameters() if p.requires_grad]
     model.train()
     figures: dict[str, float] = {}
     nonfinite = 0  # epochs whose gradient was not finite (their optimiser step is skipped)
-    for epoch in range(o.policy_epochs):
+    for epoch in range(passes):
         optimizer.zero_grad(set_to_none=True)
         stats = run_update_pass(
             model,
@@ -350,7 +384,8 @@ def policy_update(
             entropy=epoch == 0,
             extra_passes=extra,
             pass_index=epoch,
-            passes=o.policy_epochs,
+            passes=passes,
+            history=history,
         )
         grads = [p for p in params if p.grad is not None]
         limit = o.grad_clip if o.grad_clip > 0 else float("inf")
@@ -361,14 +396,19 @@ def policy_update(
         else:  # a NaN/inf gradient would poison the weights: skip it (the health monitor stops)
             optimizer.zero_grad(set_to_none=True)
             nonfinite += 1
-        scheduler.step()
+        if history is None or epoch == passes - 1:
+            scheduler.step()
         if epoch == 0:
             figures = dict(stats, grad_norm=float(norm))
+        elif history is not None and epoch == passes - 1:  # a stage loss: its last stage too
+            figures.update({f"last_stage_{k}": v for k, v in stats.items() if k != "entropy"})
     model.eval()
     if "entropy" not in figures and plan.probe is not None:  # nothing was trained: measure anyway
         ent = mean_entropy(model, plan.probe)
         if ent is not None:
             figures["entropy"] = ent
+    if history is not None:
+        figures["turn_stages"] = float(passes)
     figures["nonfinite_grad"] = float(nonfinite)
     figures["trained_rollouts"] = float(plan.rollouts - plan.skipped)
     figures["advantage_abs_mean"] = plan.advantage_abs_mean
