@@ -25,6 +25,7 @@ from framework.algorithms.sequential import (
 from framework.cli.app import load_config
 from framework.config import ConfigError
 from framework.rl.batch import RolloutBatch
+from framework.rl.config import OptimConfig
 from framework.rl.update import loss_spec, plan_options, policy_update
 from framework.rollout.types import Trajectory
 from framework.types import AdvantageInputs, PolicyLossInputs, TurnSpan
@@ -221,13 +222,7 @@ def test_the_update_makes_one_pass_per_turn(tiny_policy):  # noqa: F811
         return inner(x)
 
     spec.policy_loss = spy
-    optim = SimpleNamespace(
-        policy_epochs=1,
-        micro_batch_size=4,
-        micro_batch_tokens=0,
-        skip_zero_advantage=True,
-        grad_clip=1.0,
-    )
+    optim = OptimConfig(micro_batch_size=4, micro_batch_tokens=0)
     steps = []
 
     class CountingSGD(torch.optim.SGD):
