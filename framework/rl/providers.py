@@ -1,5 +1,5 @@
-"""Input providers that read the step's rollouts themselves (one, ``entropy_profile``, with a
-forward pass of the policy).
+"""Input providers that read the step's rollouts themselves (some with forward passes of the
+policy: ``entropy_profile``, ``context_gain``, and ``arena_rewards`` with the policy judge).
 
 Each is registered in ``INPUT_PROVIDERS`` under the name a component lists in ``requires``
 (:mod:`framework.rl.inputs`); the step calls it once per step, after scoring.
@@ -8,7 +8,6 @@ Each is registered in ``INPUT_PROVIDERS`` under the name a component lists in ``
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 from typing import Any
 
 import torch
@@ -22,7 +21,7 @@ from framework.algorithms.arena import (
 )
 from framework.algorithms.replay import R3AdvantageConfig, entropy_pattern
 from framework.algorithms.segment_values import HiPERAdvantageConfig
-from framework.algorithms.semantic_gain import InfoReasonerConfig
+from framework.algorithms.semantic_gain import InfoReasonerConfig, reader_prompt
 from framework.config import ComponentConfig
 from framework.registry import INPUT_PROVIDERS
 from framework.rewards.text import normalize_answer, token_f1
@@ -49,46 +48,76 @@ def think_texts_input(ctx: InputContext, *, cfg: ComponentConfig) -> list:
     return [t.think_text for t in ctx.trajectories]
 
 
-@lru_cache(maxsize=2)
-def _encoder(path: str | None) -> Any:
-    from framework.retrieval.encoder import EncoderConfig, SentenceEncoder
+def reader_belief(
+    policy: Any,
+    tokenizer: Any,
+    prompts: list[str],
+    answers: list[str],
+    *,
+    pad_id: int,
+    batch_size: int = 8,
+) -> list[float]:
+    """For each pair, the policy's probability of writing ``" " + answer`` right after ``prompt``
+    (teacher-forced, no gradient): ``exp`` of the sum of the answer tokens' log-probs."""
+    from framework.rollout.types import Trajectory
+    from framework.training.tokens import pack, token_logprobs
 
-    # float32 whatever the CPU: the similarities, hence the advantages, repeat across machines
-    return SentenceEncoder(EncoderConfig(path=path, dtype="float32"))
+    def ids(text: str) -> list[int]:
+        return [int(x) for x in tokenizer.encode(text, add_special_tokens=False)]
 
-
-def evidence_similarities(evidence: list[list[str]], answers: list[str], encode: Any) -> Tensor:
-    """``[N, T]``: column ``k`` of row ``i`` is the cosine similarity between the evidence of turns
-    ``0 .. k-1`` of rollout ``i`` (joined by newlines) and its answer ``answers[i]``; 0 where no
-    evidence came yet and past a rollout's turns. ``encode`` maps texts to unit-length rows."""
-    width = max([len(e) for e in evidence] + [1])
-    out = torch.zeros((len(evidence), width))
-    texts: list[str] = []
-    where: list[tuple[int, int]] = []
-    for i, turns in enumerate(evidence):
-        for k in range(1, len(turns)):
-            seen = "\n".join(e for e in turns[:k] if e)
-            if seen:
-                texts.append(seen)
-                where.append((i, k))
-    if not texts:
-        return out
-    ev = torch.as_tensor(encode(texts))
-    gold = torch.as_tensor(encode([answers[i] for i, _ in where]))
-    for (i, k), sim in zip(where, (ev * gold).sum(-1).tolist(), strict=True):
-        out[i, k] = sim
+    rows = []
+    for prompt, answer in zip(prompts, answers, strict=True):
+        head, tail = ids(prompt), ids(" " + answer)
+        rows.append(Trajectory(0, 0, head + tail, [0] * len(head) + [1] * len(tail), len(head)))
+    device = next(policy.parameters()).device
+    out: list[float] = []
+    with torch.no_grad():
+        for lo in range(0, len(rows), batch_size):
+            logp, _ = token_logprobs(policy, pack(rows[lo : lo + batch_size], pad_id).to(device))
+            out += logp.float().sum(-1).exp().tolist()
     return out
 
 
-@INPUT_PROVIDERS.register("evidence_similarity", config=InfoReasonerConfig)
-def evidence_similarity_input(ctx: InputContext, *, cfg: InfoReasonerConfig) -> Tensor:
-    """The ``evidence_similarity`` input (InfoReasoner's ``requires``): :func:`evidence_similarities`
-    of the step's rollouts and their questions' first gold answers, under the sentence encoder of
-    ``cfg.encoder_path`` (the packaged all-MiniLM-L6-v2 by default; loaded once)."""
-    encoder = _encoder(cfg.encoder_path)
-    evidence = [[turn.evidence for turn in t.turns] for t in ctx.trajectories]
-    answers = [ctx.items[t.group].golden_answers[0] for t in ctx.trajectories]
-    return evidence_similarities(evidence, answers, encoder.encode_passages)
+@INPUT_PROVIDERS.register("context_gain", config=InfoReasonerConfig)
+def context_gain_input(ctx: InputContext, *, cfg: InfoReasonerConfig) -> Tensor:
+    """The ``context_gain`` input (InfoReasoner's ``requires``): ``[N]`` the gain in the reader's
+    belief in the gold answer (the largest over the question's gold answers,
+    :func:`reader_belief` under the pre-update policy) from the rollout's retrieved text, joined
+    by newlines (:func:`~framework.algorithms.semantic_gain.reader_prompt` with and without it);
+    0 for a rollout that retrieved nothing or gave no answer."""
+    trajs = ctx.trajectories
+    prompts: list[str] = []
+    answers: list[str] = []
+    where: list[tuple[int, int]] = []  # (row or -1 - question for the no-context prompt, alias)
+    gained = [i for i, t in enumerate(trajs) if t.answer and any(u.evidence for u in t.turns)]
+    for g in sorted({trajs[i].group for i in gained}):
+        item = ctx.items[g]
+        for a, gold in enumerate(item.golden_answers):
+            prompts.append(reader_prompt(item.question, None, cfg.max_context_words))
+            answers.append(gold)
+            where.append((-1 - g, a))
+    for i in gained:
+        item = ctx.items[trajs[i].group]
+        evidence = "\n".join(u.evidence for u in trajs[i].turns if u.evidence)
+        for a, gold in enumerate(item.golden_answers):
+            prompts.append(reader_prompt(item.question, evidence, cfg.max_context_words))
+            answers.append(gold)
+            where.append((i, a))
+    beliefs = reader_belief(
+        ctx.policy,
+        ctx.tokenizer,
+        prompts,
+        answers,
+        pad_id=ctx.pad_id,
+        batch_size=cfg.probe_batch_size,
+    )
+    best: dict[int, float] = {}
+    for (key, _), b in zip(where, beliefs, strict=True):
+        best[key] = max(best.get(key, 0.0), b)
+    out = torch.zeros(len(trajs))
+    for i in gained:
+        out[i] = best[i] - best[-1 - trajs[i].group]
+    return out
 
 
 #: the policy judge's prompt (ArenaRL, ``judge=policy``): the continuations compared are " A", " B"

@@ -180,10 +180,11 @@ def _advantage_inputs(
 ) -> AdvantageInputs:
     """The toy rollouts as the trainer describes them: one model turn of ``LENGTH`` generated
     tokens, no tool response. Turn-level estimators get that turn's extras: the reward as its turn
-    reward (``matchtir``) and a belief that never moves (``igpo``, ``spae``, ``info_reasoner``),
-    so each reduces to GRPO here; the other inputs as their providers would make them: the
-    generated tokens as the answer and the thinking (``copo``, ``salt``, ``dagrpo``), the bracket
-    judged by reward (``arena``), the run's progress (``d3s``). The inputs augmenters make: Monte-Carlo
+    reward (``matchtir``), a belief that never moves (``igpo``, ``spae``) and no information gain
+    (``info_reasoner``), so each reduces to GRPO here; the other inputs as their providers would
+    make them: the generated tokens as the answer and the thinking (``copo``, ``salt``,
+    ``dagrpo``), the tournament judged by reward with ties shared (``arena``), the run's progress
+    (``d3s``). The inputs augmenters make: Monte-Carlo
     boundary values that are the group's mean before the turn and the reward after it (``spo``,
     ``hiper``: Dr. GRPO here), each group taken as one serial group in sampling order with
     "correct" = the reward above 1/2 (``s_grpo``), and the reward itself as the failed rollouts'
@@ -216,7 +217,7 @@ def _advantage_inputs(
             "turn_rewards": rewards.unsqueeze(-1),
             "answer_probs": flat,
             "gold_potential": flat,
-            "evidence_similarity": flat,
+            "context_gain": torch.zeros(n),
             "answers": texts,
             "think_texts": texts,
             "arena_rewards": arena,
