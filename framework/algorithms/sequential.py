@@ -26,7 +26,9 @@ e59dea41: ``beyondagent/module/trainer/ba_ray_trainer.py``, ``update_ratios`` an
 
 What is ours, hence "partial" (the paper's method section was not read here):
 
-- stages: ``T`` is the most turns in the step (under data parallelism, across processes); the code
+- stages: ``T`` is the most turns of the step's trained rollouts (those with a non-zero advantage,
+  when ``optim.skip_zero_advantage`` leaves the others out; under data parallelism, the most across
+  processes); the code
   always runs ``max_steps`` stages (10), the stages past every rollout's turns stepping the
   optimiser on a loss that is 0 except for its KL term;
 - a rollout without turn ``k_q`` keeps its factor (1 for that stage); the code pads it with a copy

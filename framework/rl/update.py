@@ -335,7 +335,7 @@ def policy_update(
     its ``manual_backward``; plain torch callers keep the default.
 
     A loss with ``stages_per_turn`` (SeeUPO) gets one pass per model turn instead (the most turns
-    of any rollout of the step; under data parallelism the most of any process, through
+    of any planned rollout; under data parallelism the most of any process, through
     ``pad_passes``), each an optimiser step on policy (its ratio against the pass's own start), with
     the log-probs of the earlier passes kept for the loss (:func:`run_update_pass`); the scheduler
     steps once for the whole update, as it does for one policy epoch. Its figures add
