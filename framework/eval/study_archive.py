@@ -5,8 +5,10 @@
 * ``study_config.json``: the arms, seeds, baseline, evaluation settings and analysis settings;
 * ``eval/start.jsonl.gz`` and ``eval/<arm>/seed<S>.jsonl.gz``: every evaluation's per-question,
   per-sample records (:mod:`framework.eval.records`);
-* ``training/<arm>/seed<S>.json``: each run's status, times, versions (git commit, precision, CPU) and
-  the training curves the report draws (the logged scalars of :data:`CURVE_TAGS` only);
+* ``training/<arm>/seed<S>.json``: each run's status, times, versions (git commit, precision, CPU),
+  the training curves the report draws (the logged scalars of :data:`CURVE_TAGS` only) and the
+  histogram of E-GRPO's normalised entity rate over its wrong training rollouts
+  (:func:`~framework.eval.entity_credit.run_histogram`, from its saved trajectories);
 * ``test_evaluations.json``: how many times each policy was evaluated on the test split.
 
 :func:`archive_study` brings the archive up to date from the study directory (it never deletes:
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from framework.eval.curves import Series, read_scalars
+from framework.eval.entity_credit import run_histogram
 from framework.eval.records import RECORDS, read_records, write_records
 
 ARCHIVE = "archive"
@@ -137,6 +140,7 @@ def _run_record(run: Path, state: Any) -> dict[str, Any]:
         "peak_gb": max(peaks) if peaks else None,
         "alarms": alarms,
         "stopped_by": summary.get("stopped_by"),
+        "wrong_entity_rates": run_histogram(run) if (run / "trajectories").is_dir() else None,
         "versions": {k: versions[k] for k in VERSION_KEYS if k in versions},
         "curves": {
             t: [[int(x), float(y)] for x, y in scalars[t]] for t in CURVE_TAGS if t in scalars

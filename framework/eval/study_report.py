@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 from framework.eval.curves import curve_table, plot_arms
+from framework.eval.entity_credit import pooled
 from framework.eval.metrics import entity_comparison, summarize_samples
 from framework.eval.paired import (
     PairedResult,
@@ -338,6 +340,18 @@ def write_report(root: Path, cfg: Any) -> dict[str, Any]:
     runs = {a: r for a, r in runs.items() if r}
     plots = plot_arms(runs, list(CURVE_TAGS), root / "curves", title_prefix=f"{cfg.name}: ")
     summary["curves"] = curve_table(runs, list(CURVE_TAGS))
+    rates = {
+        arm: h
+        for arm in arms
+        if (
+            h := pooled(
+                [(archive.run(arm, s) or {}).get("wrong_entity_rates") or {} for s in seeds]
+            )
+        )
+        is not None
+    }
+    if rates:  # archives from before the histogram was kept have none (their reports unchanged)
+        summary["wrong_entity_rates"] = rates
     summary["runs"] = [
         {
             "arm": arm,
@@ -501,6 +515,37 @@ def _partial_lines(cfg: Any, s: dict[str, Any]) -> list[str]:
     ]
 
 
+def _entity_rate_lines(hists: dict[str, dict[str, Any]]) -> list[str]:
+    """The distribution of ``γ̂`` over each arm's wrong training rollouts (pooled over seeds)."""
+    if not hists:
+        return []
+    edges = next(iter(hists.values()))["edges"]
+    bins = [f"({a:g}, {b:g}{')' if b >= 1 else ']'}" for a, b in pairwise(edges)]
+    lines = [
+        "",
+        "## E-GRPO's normalised entity rate over the wrong training rollouts",
+        "",
+        "Every wrong rollout of every training step, recomputed from the runs' saved trajectories "
+        "with each run's own reward settings (a GRPO or control arm: what E-GRPO with the default "
+        "rule would have credited): the share of its question's E_q named in its thinking over "
+        "the best share in its group (γ̂). Share of the wrong rollouts per bin; the paper finds "
+        "the distribution bimodal.",
+        "",
+        "| arm | runs | wrong rollouts | mean γ̂ | credited (γ̂ > 0) | γ̂ = 0 | "
+        + " | ".join(bins)
+        + " | γ̂ = 1 |",
+        "|---|---|---|---|---|---|" + "---|" * len(bins) + "---|",
+    ]
+    for arm, h in hists.items():
+        n = h["n"]
+        shares = [h["zero"], *h["interior"], h["full"]]
+        cells = " | ".join(f"{c / n:.3f}" for c in shares)
+        lines.append(
+            f"| {arm} | {h['runs']} | {n} | {h['mean']:.3f} | {1 - h['zero'] / n:.3f} | {cells} |"
+        )
+    return lines
+
+
 def _seed_lines(cfg: Any, s: dict[str, Any]) -> list[str]:
     """The comparisons again with each arm's seeds resampled too (``seed_bootstrap``): the
     tables above hold the seeds fixed, so they speak for these runs; these speak for the arms."""
@@ -640,6 +685,7 @@ def _markdown(cfg: Any, s: dict[str, Any], plots: Sequence[Path], root: Path) ->
                 f"{_pct(en['mean_matched_wrong'])} | {en['bridge_match_rate']:.3f} | "
                 f"{_pct(en['wrong_with_a_bridge'])} |"
             )
+    lines += _entity_rate_lines(s.get("wrong_entity_rates") or {})
     if s["curves"]:
         lines += [
             "",

@@ -72,6 +72,32 @@ def match_rates(
     ]
 
 
+def wrong_entity_rates(
+    thinks: Sequence[str],
+    entities: Sequence[Sequence[Sequence[str] | str]],
+    questions: Sequence[str],
+    valid: Sequence[bool],
+    correct_flags: Sequence[bool],
+    groups: Sequence[int],
+    rule: RulesEntities,
+) -> Tensor:
+    """``γ̂`` of each wrong rollout of a batch, in batch order: the share of its question's ``E_q``
+    (the rule's entity set: hidden entities only under ``skip_question_entities``) named in its
+    thinking ``thinks``, over the best share in its group, exactly as
+    :func:`~framework.algorithms.shaping.entity_shaped_reward` normalises it (0 for an invalid
+    rollout). Plain lists in, so it also runs on saved trajectory records."""
+    rates = question_match_rates(thinks, entities, questions, rule)
+    correct_t = torch.tensor(list(correct_flags), dtype=torch.bool)
+    gamma_hat = entity_shaped_reward(
+        torch.zeros_like(correct_t),  # every rollout "wrong": its shaped value is γ̂ itself
+        torch.tensor(rates),
+        torch.tensor(list(valid), dtype=torch.bool),
+        torch.tensor(list(groups)),
+        1.0,
+    )
+    return gamma_hat[~correct_t]
+
+
 def partial_credit(
     trajectories: Sequence[Trajectory],
     items: Sequence[QAItem],
@@ -80,31 +106,22 @@ def partial_credit(
 ) -> dict[str, float]:
     """What E-GRPO's entity term gives the wrong rollouts of a batch (whatever the arm trains with).
 
-    Each wrong, valid rollout's ``γ̂``: the share of its question's ``E_q`` (the reward's own entity
-    set: hidden entities only under ``skip_question_entities``) named in its thinking, over the best
-    share in its group, exactly as :func:`~framework.algorithms.shaping.entity_shaped_reward`
-    normalises it. Returns ``partial_credit_share`` (share of wrong rollouts with ``γ̂ > 0``: those
-    E-GRPO credits), and the distribution of ``γ̂`` over wrong rollouts as its mean, the share at
-    0 and the share at 1 (the paper finds it bimodal); empty without entities or wrong rollouts.
+    Each wrong, valid rollout's ``γ̂`` (:func:`wrong_entity_rates`). Returns
+    ``partial_credit_share`` (share of wrong rollouts with ``γ̂ > 0``: those E-GRPO credits), and
+    the distribution of ``γ̂`` over wrong rollouts as its mean, the share at 0 and the share at 1
+    (the paper finds it bimodal); empty without entities or wrong rollouts.
     """
     if not trajectories or not all(items[t.group].entities for t in trajectories):
         return {}
-    rates = question_match_rates(
+    wrong = wrong_entity_rates(
         [t.think_text for t in trajectories],
         [items[t.group].entities or () for t in trajectories],
         [items[t.group].question for t in trajectories],
+        [t.status == STATUS_OK for t in trajectories],
+        correct_flags,
+        [t.group for t in trajectories],
         entity_rule(cfg),
     )
-    valid = torch.tensor([t.status == STATUS_OK for t in trajectories])
-    correct_t = torch.tensor(list(correct_flags))
-    gamma_hat = entity_shaped_reward(
-        torch.zeros_like(correct_t),  # every rollout "wrong": its shaped value is γ̂ itself
-        torch.tensor(rates),
-        valid,
-        torch.tensor([t.group for t in trajectories]),
-        1.0,
-    )
-    wrong = gamma_hat[~correct_t]
     if wrong.numel() == 0:
         return {}
     return {
