@@ -241,3 +241,31 @@ def test_the_update_makes_one_pass_per_turn(tiny_policy):  # noqa: F811
     assert sched.last_epoch == 1  # the scheduler steps once per RL step
     # each micro-batch, each stage: stage p of 2 with the p earlier stages' log-probs
     assert seen == [(0, 2, 0)] * micro + [(1, 2, 1)] * micro
+
+
+def test_under_data_parallelism_every_process_makes_the_most_stages(tiny_policy):  # noqa: F811
+    # another process's rollouts had three turns: this one (two) makes three stages as well, the
+    # first training nothing here, so that every process steps its optimiser as often
+    import copy
+
+    model, tok = tiny_policy
+    model = copy.deepcopy(model)
+    trajs = [with_turns(t, 2) for t in make_trajectories(len(tok), seed=4)]
+    spec = loss_spec(CFG, SimpleNamespace(coef=0.0))
+    optim = OptimConfig(micro_batch_size=8, micro_batch_tokens=0)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
+    batch = RolloutBatch.build(trajs, pad_id=tok.pad_token_id)
+    plan = batch.plan(torch.tensor([1.0, -1.0, 0.5, -0.5, 2.0, -2.0]), plan_options(optim, spec))
+    asked = []
+
+    def pad_passes(mine: int) -> int:  # what the module's all-reduce of the maximum returns
+        asked.append(mine)
+        return max(3 - mine, 0) if len(asked) == 2 else 0
+
+    before = [p.detach().clone() for p in model.parameters()]
+    figures = policy_update(model, plan, spec, opt, sched, optim, pad_passes=pad_passes)
+    assert asked == [len(plan.micro), 2]  # micro-batches, then the local turn count
+    assert figures["turn_stages"] == 3
+    assert figures["seeupo_turn_rollouts"] == 0.0  # the first stage (turn 2) trains none here
+    assert any((p != b).any() for p, b in zip(model.parameters(), before, strict=True))
