@@ -467,6 +467,48 @@ def _three_way_lines(s: dict[str, Any]) -> list[str]:
     return lines
 
 
+def verdict(name: str, d: dict[str, Any]) -> str:
+    """The decision rule on one comparison ``"b - a"`` (``name``) and its interval ``d``: ``b``
+    beats ``a`` when the interval lies above 0, ``a`` beats ``b`` when below, otherwise no
+    difference shown."""
+    b, a = name.split(" - ", 1)
+    low, high = d["ci"]
+    if low > 0:
+        return f"{b} beats {a}"
+    if high < 0:
+        return f"{a} beats {b}"
+    return "no difference shown"
+
+
+def _decision_lines(s: dict[str, Any]) -> list[str]:
+    """Every Pass@1 comparison read by the decision rule on its primary interval: the seed
+    bootstrap where an arm has several seeds, else the question bootstrap."""
+    if not s["pass1_three_ways"]:
+        return []
+    m = s["min_effect"]
+    lines = [
+        "",
+        "## Decisions (the rule applied to each comparison)",
+        "",
+        "Rule: a comparison `b - a` shows that b beats a when its 95% interval lies above 0, that "
+        "a beats b when it lies below 0, and otherwise no difference; the interval is the seed "
+        "bootstrap where the arms have several seeds (each arm's seeds resampled, then questions), "
+        "else the question bootstrap. Power: the chance that this interval excludes 0 if the true "
+        f"difference were {m:+.3f} (`min_effect`). Which comparison is primary is the study's "
+        "pre-registration's to say; each is read on its own here.",
+        "",
+        "| comparison | interval | difference [95% CI] | power | decision |",
+        "|---|---|---|---|---|",
+    ]
+    for name, d in s["pass1_three_ways"].items():
+        scheme = "seeds" if "seeds" in d else "questions"
+        lines.append(
+            f"| {name} | {scheme} | {_diff(d[scheme])} | {_power_cell(d[scheme])} | "
+            f"{verdict(name, d[scheme])} |"
+        )
+    return lines
+
+
 def _sizing_lines(s: dict[str, Any]) -> list[str]:
     """The same rollout budget split into questions x samples, from the measured variance."""
     if not s["sizing"]:
@@ -660,6 +702,7 @@ def _markdown(cfg: Any, s: dict[str, Any], plots: Sequence[Path], root: Path) ->
         lines += _power_lines(s["versus_baseline"])
     lines += _seed_lines(cfg, s)
     lines += _three_way_lines(s)
+    lines += _decision_lines(s)
     lines += _sizing_lines(s)
     lines += [
         "",

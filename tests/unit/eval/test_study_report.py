@@ -381,3 +381,30 @@ def test_report_only_with_only_the_warm_start_evaluated(tmp_path, capsys):
     assert "**Partial report:** 1 of 1 runs not evaluated yet" in md
     assert "| warm start | - | 2 | 0.250 [" in md
     assert (root / "archive" / "eval" / "start.jsonl.gz").is_file()
+
+
+def test_the_decision_rule():
+    from framework.eval.study_report import _decision_lines, verdict
+
+    assert verdict("e_grpo - grpo", {"ci": [0.01, 0.09]}) == "e_grpo beats grpo"
+    assert verdict("e_grpo - grpo", {"ci": [-0.09, -0.001]}) == "grpo beats e_grpo"
+    assert verdict("grpo - start", {"ci": [-0.01, 0.05]}) == "no difference shown"
+    d = {
+        "diff": 0.05,
+        "ci": [0.02, 0.08],
+        "p_value": 0.01,
+        "excludes_zero": True,
+        "power_at_min_effect": 0.9,
+    }
+    one_seed = {"questions": dict(d, ci=[-0.01, 0.11], excludes_zero=False)}
+    lines = _decision_lines(
+        {
+            "min_effect": 0.05,
+            "pass1_three_ways": {"b - a": {**one_seed, "seeds": d}, "c - a": one_seed},
+        }
+    )
+    # the seed bootstrap decides where there is one, the question bootstrap otherwise
+    assert lines[-2].startswith("| b - a | seeds | +0.050 [0.020, 0.080]") and lines[-2].endswith(
+        "| 0.90 | b beats a |"
+    )
+    assert lines[-1].startswith("| c - a | questions |") and "no difference shown" in lines[-1]
