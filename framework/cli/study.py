@@ -196,6 +196,21 @@ def evaluate_once(
     return json.loads(done.read_text())
 
 
+def prune_checkpoints(root: Path, arm: str, seed: int) -> int:
+    """Delete the training checkpoints of one (arm, seed) of the study in ``root`` once the run is
+    finished (its policy exported) and evaluated (``eval/<arm>/seed<S>/results.json``); they are
+    needed only to resume its training. Returns the bytes freed (0 when it is not both)."""
+    run = run_dir_of(root, arm, seed)
+    evaluated = (root / "eval" / arm / f"seed{seed}" / "results.json").is_file()
+    if not (train_finished(run) and evaluated):
+        return 0
+    freed = 0
+    for ckpt in sorted((run / "checkpoints").glob("*.ckpt")):
+        freed += ckpt.stat().st_size
+        ckpt.unlink()
+    return freed
+
+
 def count_test_evaluation(root: Path, policy: str) -> dict[str, int]:
     """Add one to ``policy``'s count of finished test-split evaluations in the study directory
     (``test_evaluations.json``, which the report prints); returns the counts."""
@@ -599,6 +614,10 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
                 arm_cfg = _arm_config(cfg, root, arm, seed, strict=True)
             arm_cfg = replace(arm_cfg, rollout=train_cfg.rollout)  # the same base and tokenizer
             evaluate_once(arm_cfg, cfg, run, root / "eval" / arm / f"seed{seed}")
+            if cfg.prune_checkpoints and (freed := prune_checkpoints(root, arm, seed)):
+                print(
+                    f"seekrl-study: deleted {arm} seed {seed}'s checkpoints ({freed / 1e9:.1f} GB)"
+                )
         line = pace.finish(f"{arm} seed {seed}", st.status)
         if line:
             print(line, flush=True)

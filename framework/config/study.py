@@ -103,6 +103,13 @@ class StudyConfig:
         default="",
         metadata={"help": "also write the screening table to this file (e.g. docs/benchmarks/...)"},
     )
+    prune_checkpoints: bool = field(
+        default=True,
+        metadata={
+            "help": "delete a run's training checkpoints (about 3 GB for SmolLM2-135M) once it is "
+            "trained and evaluated; its exported policy/ stays"
+        },
+    )
     retry_failed: bool = field(
         default=False, metadata={"help": "run again the runs that crashed last time"}
     )
