@@ -18,8 +18,6 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from framework.rewards.text import answer_metric
 from framework.rollout.metrics import correctness_metric, entity_rule, wrong_entity_rates
 from framework.types import STATUS_OK
@@ -31,18 +29,16 @@ INTERIOR_EDGES = (0.0, 0.25, 0.5, 0.75, 1.0)
 def reward_config(run: Path) -> Any:
     """The run's reward config, typed through the reward registry from its saved ``config.yaml``
     (None when the file or the reward cannot be read: the default rule and exact match apply)."""
+    from framework.eval.study_archive import saved_config
+    from framework.registry import REWARDS, load_components
+
+    section = (saved_config(run) or {}).get("reward")
     try:
-        from omegaconf import OmegaConf
-
-        from framework.registry import REWARDS, load_components
-
-        saved: Any = OmegaConf.to_container(OmegaConf.load(run / "config.yaml"))
-        section: dict[str, Any] = saved["reward"]
         load_components()
-        cls = REWARDS.get(section["name"]).config_cls
+        cls = REWARDS.get(section["name"]).config_cls  # type: ignore[index]
         names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in section.items() if k in names})
-    except (OSError, LookupError, TypeError, ValueError, yaml.YAMLError):  # said in the record
+        return cls(**{k: v for k, v in section.items() if k in names})  # type: ignore[union-attr]
+    except (LookupError, TypeError, ValueError):  # said in the record ("defaults")
         return None
 
 

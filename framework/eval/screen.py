@@ -35,6 +35,22 @@ def _verdict(diff: Mapping[str, Any] | None) -> str:
     return "no difference shown"
 
 
+#: weakest first: an arm is as close to its papers as its least faithful component
+FIDELITY_ORDER = ("reconstructed", "partial", "exact")
+
+
+def arm_fidelity(methods: Sequence[Mapping[str, str]]) -> str:
+    """How closely an arm follows its papers: the weakest ``fidelity`` among its components that
+    name a paper (``"RECONSTRUCTED"`` loudly, so no reader takes it for the paper's method), with
+    those components; ``""`` when none declares one (the formulas of docs/algorithms.md)."""
+    for level in FIDELITY_ORDER:
+        names = [m["name"] for m in methods if m.get("fidelity") == level]
+        if names:
+            label = "RECONSTRUCTED" if level == "reconstructed" else level
+            return f"{label} ({', '.join(names)})"
+    return ""
+
+
 def screen_rows(
     summary: Mapping[str, Any], archive: Any, arms: Sequence[str], baseline: str
 ) -> list[dict[str, Any]]:
@@ -47,6 +63,7 @@ def screen_rows(
             continue
         diff = summary["versus_baseline"].get(arm, {}).get("Pass@1")
         tokens, steps, seconds, peaks, alarms, stopped = [], 0, 0.0, [], set(), []
+        methods: list[Mapping[str, str]] = []
         for seed in figures["seeds"]:
             recs = archive.records(arm, seed)
             tokens += [float(r["response_tokens"]) for r in recs if r.get("response_tokens")]
@@ -57,6 +74,7 @@ def screen_rows(
             if run.get("peak_gb") is not None:
                 peaks.append(float(run["peak_gb"]))
             alarms |= set(run.get("alarms", []))
+            methods += [m for m in run.get("methods", []) if m not in methods]
             if run.get("stopped_by"):
                 stopped.append(str(run["stopped_by"].get("monitor", "a monitor")))
         rows.append(
@@ -73,6 +91,7 @@ def screen_rows(
                 "monitors_fired": sorted(alarms),
                 "stopped_by": stopped,
                 "verdict": _verdict(diff) if arm != baseline else "baseline",
+                "fidelity": arm_fidelity(methods),
             }
         )
     return rows
@@ -94,9 +113,13 @@ def screen_markdown(cfg: Any, rows: Sequence[Mapping[str, Any]]) -> str:
         "samples; minus the baseline: paired bootstrap over questions. A candidate is a method "
         "whose difference excludes 0 upwards; it needs a confirmatory study with seeds.",
         "",
-        "| method | Pass@1 [95% CI] | minus baseline [95% CI] | tool calls | tokens / rollout "
-        "| s / step | peak GB | monitors fired | reading |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "Fidelity: how closely the arm's components follow their papers (the weakest of them; "
+        "blank: the formulas of docs/algorithms.md). A RECONSTRUCTED method's row measures our "
+        "reading of its abstract, not the paper's method.",
+        "",
+        "| method | fidelity | Pass@1 [95% CI] | minus baseline [95% CI] | tool calls "
+        "| tokens / rollout | s / step | peak GB | monitors fired | reading |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         low, high = r["pass@1_ci"]
@@ -106,7 +129,8 @@ def screen_markdown(cfg: Any, rows: Sequence[Mapping[str, Any]]) -> str:
         if r["stopped_by"]:
             fired += f" (stopped: {', '.join(r['stopped_by'])})"
         lines.append(
-            f"| `{r['arm']}` | {r['pass@1']:.3f} [{low:.3f}, {high:.3f}] | {diff} "
+            f"| `{r['arm']}` | {r.get('fidelity', '')} | {r['pass@1']:.3f} [{low:.3f}, {high:.3f}] "
+            f"| {diff} "
             f"| {_num(r['tool_calls'], '.2f')} | {_num(r['response_tokens'], '.0f')} "
             f"| {_num(r['seconds_per_step'], '.1f')} | {_num(r['peak_gb'], '.1f')} | {fired} "
             f"| {r['verdict']} |"

@@ -141,11 +141,57 @@ def _run_record(run: Path, state: Any) -> dict[str, Any]:
         "alarms": alarms,
         "stopped_by": summary.get("stopped_by"),
         "wrong_entity_rates": run_histogram(run) if (run / "trajectories").is_dir() else None,
+        "methods": run_methods(run),
         "versions": {k: versions[k] for k in VERSION_KEYS if k in versions},
         "curves": {
             t: [[int(x), float(y)] for x, y in scalars[t]] for t in CURVE_TAGS if t in scalars
         },
     }
+
+
+#: the config sections whose components may name a paper (a run's methods)
+METHOD_SECTIONS = ("reward", "advantage", "loss", "sampler", "augment")
+
+
+def saved_config(run: Path) -> dict[str, Any] | None:
+    """A run's resolved config as it saved it (``config.yaml``), as plain data; None when it is
+    missing or unreadable."""
+    import yaml
+
+    try:
+        data = yaml.safe_load((run / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def run_methods(run: Path) -> list[dict[str, str]]:
+    """The components of a run that come from a paper (:data:`METHOD_SECTIONS`): section, name,
+    paper and how closely the component follows it (``fidelity``), as registered now; empty when
+    the run's config cannot be read."""
+    from framework.registry import load_components
+    from framework.registry.kinds import ALL
+
+    saved = saved_config(run) or {}
+    load_components()
+    out = []
+    for section in METHOD_SECTIONS:
+        name = (
+            (saved.get(section) or {}).get("name") if isinstance(saved.get(section), dict) else None
+        )
+        if not name or name not in ALL[section]:
+            continue
+        cls = ALL[section].get(name).config_cls
+        if getattr(cls, "paper", ""):
+            out.append(
+                {
+                    "section": section,
+                    "name": name,
+                    "paper": cls.paper,
+                    "fidelity": getattr(cls, "fidelity", "") or "exact",
+                }
+            )
+    return out
 
 
 def _write_json(path: Path, data: Any, sort_keys: bool = True) -> None:

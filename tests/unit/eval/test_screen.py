@@ -100,7 +100,7 @@ def test_rows_from_the_archive(study_dir, tmp_path):  # noqa: F811
     assert new["minus_baseline"]["diff"] == pytest.approx(0.375)
     assert rows["base"]["verdict"] == "baseline" and rows["base"]["minus_baseline"] is None
     md = (tmp_path / "screen.md").read_text()
-    assert "| `new` | 0.500" in md and "reward_collapse" in md
+    assert "| `new` |  | 0.500" in md and "reward_collapse" in md
     assert "## Screening table (2 methods evaluated, baseline `base`)" in md
     assert "## Screening table" in (study_dir / "study.md").read_text()
     assert screen_markdown(cfg, list(rows.values())).count("\n| `") == 2
@@ -111,3 +111,27 @@ def test_a_screen_may_start_without_arms():
 
     cfg = load_config("study", ["study=screen"])
     assert cfg.screen and cfg.arms == {} and cfg.eval.split == "validation"
+
+
+def test_an_arm_is_labelled_by_its_least_faithful_component():
+    from framework.eval.screen import arm_fidelity
+
+    arena = {"section": "advantage", "name": "arena", "fidelity": "partial"}
+    dppo = {"section": "advantage", "name": "dppo", "fidelity": "reconstructed"}
+    sapo = {"section": "loss", "name": "sapo_search", "fidelity": "exact"}
+    assert arm_fidelity([sapo, arena]) == "partial (arena)"
+    assert arm_fidelity([arena, dppo, sapo]) == "RECONSTRUCTED (dppo)"
+    assert arm_fidelity([sapo]) == "exact (sapo_search)"
+    assert arm_fidelity([]) == ""
+
+
+def test_a_run_records_the_papers_of_its_components(tmp_path):
+    from framework.eval.study_archive import run_methods
+
+    (tmp_path / "config.yaml").write_text(
+        "reward:\n  name: outcome\nadvantage:\n  name: dppo\nloss:\n  name: seeupo\n"
+        "sampler:\n  name: uniform\n"
+    )
+    got = {m["name"]: m["fidelity"] for m in run_methods(tmp_path)}
+    assert got == {"dppo": "reconstructed", "seeupo": "partial"}
+    assert run_methods(tmp_path / "missing") == []
