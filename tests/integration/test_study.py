@@ -21,7 +21,7 @@ TRAIN = [
     "agent.max_new_tokens_per_turn=8",
     "optim.micro_batch_size=4",
     "optim.lr=1e-3",
-    "logging.dump_trajectories=false",
+    "logging.dump_trajectories=true",  # the archive reads them (the entity-rate histogram)
 ]
 
 
@@ -50,6 +50,8 @@ def test_study_runs_arms_evaluates_reports_and_resumes(tmp_path):
     for arm in ("grpo", "e_grpo"):
         run = out / "runs" / arm / "seed0"
         assert (run / "policy" / "config.json").is_file()
+        # trained and evaluated: its checkpoints are deleted (prune_checkpoints), its policy kept
+        assert not list((run / "checkpoints").glob("*.ckpt"))
         versions = json.loads((run / "versions.json").read_text())
         assert versions["precision"] in ("32-true", "bf16-mixed") and "cpu" in versions
         assert (out / "eval" / arm / "seed0" / "samples.jsonl").is_file()
@@ -71,7 +73,12 @@ def test_study_runs_arms_evaluates_reports_and_resumes(tmp_path):
     arc = out / "archive"
     assert (arc / "eval" / "start.jsonl.gz").is_file()
     assert (arc / "eval" / "e_grpo" / "seed0.jsonl.gz").is_file()
-    assert json.loads((arc / "training" / "grpo" / "seed0.json").read_text())["curves"]
+    record = json.loads((arc / "training" / "e_grpo" / "seed0.json").read_text())
+    assert record["curves"]
+    # the entity rate of the wrong training rollouts, from the run's saved trajectories
+    hist = record["wrong_entity_rates"]
+    assert hist["rule"] == "the run's reward" and hist["steps"] >= 1
+    assert hist["zero"] + sum(hist["interior"]) + hist["full"] == hist["n"]
     import shutil
 
     published = tmp_path / "published"
