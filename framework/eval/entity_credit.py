@@ -18,8 +18,12 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from framework.rewards.text import answer_metric
-from framework.rollout.metrics import correctness_metric, entity_rule, wrong_entity_rates
+from framework.rollout.metrics import (
+    correct_answers,
+    correctness_metric,
+    entity_rule,
+    wrong_entity_rates,
+)
 from framework.types import STATUS_OK
 
 #: the histogram's interior bins over (0, 1), beside the masses at exactly 0 and at 1
@@ -33,11 +37,13 @@ def reward_config(run: Path) -> Any:
     from framework.registry import REWARDS, load_components
 
     section = (saved_config(run) or {}).get("reward")
+    if not isinstance(section, dict):
+        return None
     try:
         load_components()
-        cls = REWARDS.get(section["name"]).config_cls  # type: ignore[index]
+        cls = REWARDS.get(section["name"]).config_cls
         names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in section.items() if k in names})  # type: ignore[union-attr]
+        return cls(**{k: v for k, v in section.items() if k in names})
     except (LookupError, TypeError, ValueError):  # said in the record ("defaults")
         return None
 
@@ -47,17 +53,18 @@ def step_rates(records: Sequence[dict[str, Any]], cfg: Any) -> list[float]:
     metrics.wrong_entity_rates`); empty when a record carries no entities."""
     if not records or not all(r.get("entities") for r in records):
         return []
-    judge = answer_metric(correctness_metric(cfg), "reward.correctness")
-    valid = [r.get("status") == STATUS_OK for r in records]
-    correct = [
-        ok and r.get("answer") is not None and judge.correct(r["answer"], r["golden_answers"])
-        for ok, r in zip(valid, records, strict=True)
-    ]
+    statuses = [r.get("status", "") for r in records]
+    correct = correct_answers(
+        statuses,
+        [r.get("answer") for r in records],
+        [r["golden_answers"] for r in records],
+        correctness_metric(cfg),
+    )
     rates = wrong_entity_rates(
         [r.get("think_text") or "" for r in records],
         [r["entities"] for r in records],
         [r["question"] for r in records],
-        valid,
+        [status == STATUS_OK for status in statuses],
         correct,
         [int(r["group"]) for r in records],
         entity_rule(cfg),

@@ -422,6 +422,13 @@ def cluster_bootstrap(
     )
 
 
+def interval_side(ci: Sequence[float]) -> int:
+    """Which side of 0 an interval ``(low, high)`` lies on: 1 above, -1 below, 0 when it holds 0
+    (the decision rule of the studies and the screen)."""
+    low, high = ci
+    return 1 if low > 0 else -1 if high < 0 else 0
+
+
 def power_at(difference: float, se: float, *, level: float = 0.95) -> float:
     """Chance that a two-sided test at ``level`` with standard error ``se`` rejects 0 when the
     true difference is ``difference`` (normal approximation, both tails):

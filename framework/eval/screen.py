@@ -23,16 +23,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from framework.eval.paired import interval_side
+
 
 def _verdict(diff: Mapping[str, Any] | None) -> str:
     if not diff:
         return "baseline"
-    low, high = diff["ci"]
-    if low > 0:
+    side = interval_side(diff["ci"])
+    if side > 0:
         return "candidate (above the baseline; confirm with seeds)"
-    if high < 0:
-        return "below the baseline"
-    return "no difference shown"
+    return "below the baseline" if side < 0 else "no difference shown"
 
 
 #: weakest first: an arm is as close to its papers as its least faithful component

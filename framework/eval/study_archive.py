@@ -140,7 +140,7 @@ def _run_record(run: Path, state: Any) -> dict[str, Any]:
         "peak_gb": max(peaks) if peaks else None,
         "alarms": alarms,
         "stopped_by": summary.get("stopped_by"),
-        "wrong_entity_rates": run_histogram(run) if (run / "trajectories").is_dir() else None,
+        "wrong_entity_rates": run_histogram(run),
         "methods": run_methods(run),
         "versions": {k: versions[k] for k in VERSION_KEYS if k in versions},
         "curves": {
@@ -176,9 +176,8 @@ def run_methods(run: Path) -> list[dict[str, str]]:
     load_components()
     out = []
     for section in METHOD_SECTIONS:
-        name = (
-            (saved.get(section) or {}).get("name") if isinstance(saved.get(section), dict) else None
-        )
+        part = saved.get(section)
+        name = part.get("name") if isinstance(part, dict) else None
         if not name or name not in ALL[section]:
             continue
         cls = ALL[section].get(name).config_cls

@@ -28,6 +28,7 @@ from framework.eval.paired import (
     PairedResult,
     QuestionKey,
     cluster_bootstrap,
+    interval_side,
     paired_bootstrap,
     per_question,
     pooled_per_question,
@@ -472,12 +473,8 @@ def verdict(name: str, d: dict[str, Any]) -> str:
     beats ``a`` when the interval lies above 0, ``a`` beats ``b`` when below, otherwise no
     difference shown."""
     b, a = name.split(" - ", 1)
-    low, high = d["ci"]
-    if low > 0:
-        return f"{b} beats {a}"
-    if high < 0:
-        return f"{a} beats {b}"
-    return "no difference shown"
+    side = interval_side(d["ci"])
+    return f"{b} beats {a}" if side > 0 else f"{a} beats {b}" if side < 0 else "no difference shown"
 
 
 def _decision_lines(s: dict[str, Any]) -> list[str]:

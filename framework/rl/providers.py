@@ -88,21 +88,21 @@ def context_gain_input(ctx: InputContext, *, cfg: InfoReasonerConfig) -> Tensor:
     trajs = ctx.trajectories
     prompts: list[str] = []
     answers: list[str] = []
-    where: list[tuple[int, int]] = []  # (row or -1 - question for the no-context prompt, alias)
+    where: list[int] = []  # per prompt: its rollout's row, or -1 - question without context
     gained = [i for i, t in enumerate(trajs) if t.answer and any(u.evidence for u in t.turns)]
     for g in sorted({trajs[i].group for i in gained}):
         item = ctx.items[g]
-        for a, gold in enumerate(item.golden_answers):
+        for gold in item.golden_answers:
             prompts.append(reader_prompt(item.question, None, cfg.max_context_words))
             answers.append(gold)
-            where.append((-1 - g, a))
+            where.append(-1 - g)
     for i in gained:
         item = ctx.items[trajs[i].group]
         evidence = "\n".join(u.evidence for u in trajs[i].turns if u.evidence)
-        for a, gold in enumerate(item.golden_answers):
+        for gold in item.golden_answers:
             prompts.append(reader_prompt(item.question, evidence, cfg.max_context_words))
             answers.append(gold)
-            where.append((i, a))
+            where.append(i)
     beliefs = reader_belief(
         ctx.policy,
         ctx.tokenizer,
@@ -112,7 +112,7 @@ def context_gain_input(ctx: InputContext, *, cfg: InfoReasonerConfig) -> Tensor:
         batch_size=cfg.probe_batch_size,
     )
     best: dict[int, float] = {}
-    for (key, _), b in zip(where, beliefs, strict=True):
+    for key, b in zip(where, beliefs, strict=True):
         best[key] = max(best.get(key, 0.0), b)
     out = torch.zeros(len(trajs))
     for i in gained:

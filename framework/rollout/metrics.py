@@ -48,12 +48,26 @@ def correct(
 ) -> list[bool]:
     """Per rollout: answered within budget and the answer is right by ``metric`` (an entry of
     :data:`~framework.rewards.text.ANSWER_METRICS`; normalised exact match by default)."""
+    return correct_answers(
+        [t.status for t in trajectories],
+        [t.answer for t in trajectories],
+        [items[t.group].golden_answers for t in trajectories],
+        metric,
+    )
+
+
+def correct_answers(
+    statuses: Sequence[str],
+    answers: Sequence[str | None],
+    golden: Sequence[Sequence[str]],
+    metric: str = "em",
+) -> list[bool]:
+    """:func:`correct` on plain lists (also saved trajectory records): a rollout's status is ok,
+    it gave an answer and ``metric`` judges it right against its gold answers."""
     judge = answer_metric(metric, "reward.correctness")
     return [
-        t.status == STATUS_OK
-        and t.answer is not None
-        and judge.correct(t.answer, items[t.group].golden_answers)
-        for t in trajectories
+        status == STATUS_OK and answer is not None and judge.correct(answer, gold)
+        for status, answer, gold in zip(statuses, answers, golden, strict=True)
     ]
 
 
