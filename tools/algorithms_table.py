@@ -112,8 +112,10 @@ def presets(kind: str, name: str) -> list[str]:
 
 
 def test_files(kind: str, name: str) -> list[str]:
-    """Unit-test files that name the component as a string (``"name"`` or ``name=``), those in
-    the kind's own test folder first."""
+    """Unit-test files that name the component as a string (``"name"`` or ``name=``): those in
+    the kind's own test folder first, then the short real training runs (``test_learning.py``),
+    then the others, each by how often they name it; a file that mentions it in passing (a
+    study or pruning test) comes last."""
     needle = re.compile(rf"""["']{re.escape(name)}["']|\b{kind}={re.escape(name)}\b""")
     home = REPO / "tests" / "unit" / KINDS[kind]
     counts = {
@@ -121,7 +123,11 @@ def test_files(kind: str, name: str) -> list[str]:
         for p in sorted((REPO / "tests" / "unit").rglob("test_*.py"))
     }
     found = sorted(
-        (p for p, n in counts.items() if n), key=lambda p: (home not in p.parents, -counts[p])
+        (p for p, n in counts.items() if n),
+        key=lambda p: (
+            0 if home in p.parents else 1 if p.name == "test_learning.py" else 2,
+            -counts[p],
+        ),
     )
     return [str(p.relative_to(REPO)) for p in found[:2]]
 
