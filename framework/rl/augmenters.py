@@ -6,6 +6,7 @@ groups. The formulas that use their rollouts are pure functions in :mod:`framewo
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
@@ -157,8 +158,8 @@ class EarlyExits(Augmenter):
 
 # -- R³: replay and reflection ----------------------------------------------------------------------
 REFLECTION = (
-    '{question}\n\nA previous attempt answered "{answer}", which is wrong. Search again and '
-    "give a different, correct answer."
+    "{question}\n\nAn earlier attempt at this question was wrong:\n{attempt}\n\n"
+    "Find where it went wrong, search again and give a different, correct answer."
 )
 
 
@@ -166,90 +167,177 @@ REFLECTION = (
 class ReplayReflectConfig(AugmenterConfig):
     provides: ClassVar[tuple[str, ...]] = ("replayed", "reflected")
     paper: ClassVar[str] = "R3: replay, reflection and ranking rewards, arXiv 2601.19620"
-    fidelity: ClassVar[str] = "reconstructed"
-    replay: bool = field(default=True, metadata={"help": "swap in a stored opposite outcome"})
-    reflections: int = field(
-        default=2,
-        metadata={"help": "choice: reflected rollouts in place of an all-wrong group's last ones"},
+    fidelity: ClassVar[str] = "partial"
+    replay: bool = field(default=True, metadata={"help": "CCR: add stored opposite outcomes"})
+    replays: int = field(
+        default=1, metadata={"help": "choice: k, stored rollouts added to a one-outcome group"}
+    )
+    reflect: bool = field(default=True, metadata={"help": "ISR: reflected groups of hard queries"})
+    hard_below: float = field(
+        default=0.2,
+        metadata={
+            "help": "choice: tau, a question whose earlier mean correctness is below is hard"
+        },
+    )
+    reflection_group: int = field(
+        default=0,
+        metadata={"help": "rollouts of a reflected prompt; 0: as many as the question's group"},
+    )
+    keep: int = field(
+        default=4, metadata={"help": "choice: stored rollouts per question and outcome (newest)"}
+    )
+    max_attempt_chars: int = field(
+        default=600, metadata={"help": "choice: the shown failed attempt is cut to this"}
     )
     prompt: str = field(
         default=REFLECTION,
-        metadata={"help": "choice: the reflection prompt ({question}, {answer})"},
+        metadata={"help": "choice: the reflection prompt p_r ({question}, {attempt})"},
     )
 
     def problems(self) -> list[Problem]:
-        out = check_range(self.reflections, "reflections", low=0)
-        ok = "{question}" in self.prompt and "{answer}" in self.prompt
+        out = check_range(self.replays, "replays", low=1)
+        out += check_range(self.hard_below, "hard_below", low=0.0, high=1.0)
+        out += check_range(self.reflection_group, "reflection_group", low=0)
+        out += check_range(self.keep, "keep", low=1)
+        out += check_range(self.max_attempt_chars, "max_attempt_chars", low=1)
+        ok = "{question}" in self.prompt and "{attempt}" in self.prompt
         out += check(
-            ok, "prompt", self.prompt, "text with {question} and {answer}", "add both fields"
+            ok, "prompt", self.prompt, "text with {question} and {attempt}", "add both fields"
         )
         return out
 
 
+@dataclass
+class QuestionMemory:
+    """What R³'s buffer holds for one question: how many of its rollouts were drawn at earlier
+    steps and how many of those were correct, and the newest stored rollouts of each outcome
+    (newest first)."""
+
+    seen: int = 0
+    correct: int = 0
+    stored: dict[bool, list[Trajectory]] = field(default_factory=lambda: {True: [], False: []})
+
+
+def attempt_text(t: Trajectory, max_chars: int) -> str:
+    """A failed rollout as a reflection prompt shows it (``o_h``): its reasoning and its answer,
+    the reasoning cut from the front to fit ``max_chars``."""
+    answer = f"Answer: {t.answer}" if t.answer is not None else "Answer: (none)"
+    room = max(max_chars - len(answer) - 1, 0)
+    think = t.think_text.strip()
+    if len(think) > room:
+        think = "..." + think[len(think) - max(room - 3, 0) :] if room > 3 else ""
+    return f"{think}\n{answer}" if think else answer
+
+
 @AUGMENTERS.register("replay_reflect", config=ReplayReflectConfig)
 class ReplayReflect(Augmenter):
-    """R³'s replay and reflection (:mod:`framework.algorithms.replay`, parts 1 and 2): a group of
-    one outcome gets the newest stored rollout of the other in place of its last one; an all-wrong
-    group with none stored gets ``reflections`` reflected rollouts in place of its last ones. The
-    buffer (per question, the newest correct and the newest wrong rollout) is this augmenter's
-    state, saved in checkpoints. The step's rewards are recomputed over the changed groups."""
+    """R³'s cross-context replay and in-context self-reflection
+    (:mod:`framework.algorithms.replay`, parts 1 and 2): a group whose rollouts share one outcome
+    gets up to ``replays`` stored rollouts of the other added; a hard question (earlier mean
+    correctness below ``hard_below``) gets a new group for its reflected prompt. The buffer (per
+    question, counts and the newest ``keep`` rollouts of each outcome, from earlier steps) is this
+    augmenter's state, saved in checkpoints. The step's rewards are recomputed over the new
+    batch."""
 
     def __init__(self, *, cfg: ReplayReflectConfig) -> None:
         super().__init__(cfg=cfg)
-        self.buffer: dict[int, dict[bool, Trajectory]] = {}
+        self.buffer: dict[int, QuestionMemory] = {}
+        self.steps = 0
 
     def augment(self, drawn: Drawn, ctx: AugmentContext) -> Augmented:
+        cfg = self.cfg
         trajs = list(drawn.trajectories)
         right = ctx.correct(trajs, drawn.items)
-        replayed = [False] * len(trajs)
-        reflected = [False] * len(trajs)
+        items = list(drawn.items)
+        out: list[Trajectory] = []
+        replayed: list[bool] = []
+        reflect: list[tuple[str, int, int, QAItem]] = []  # prompt, size, question id, item
+        rng = random.Random(self.steps)
         for g, rows in enumerate(groups_of(drawn)):
+            out += [trajs[i] for i in rows]
+            replayed += [False] * len(rows)
             if not rows:
                 continue
             q = trajs[rows[0]].question
-            outcomes = {right[i] for i in rows}
-            stored = self.buffer.setdefault(q, {})
-            for i in rows:
-                stored[right[i]] = trajs[i]  # the newest of each outcome (kept for later steps)
-            if len(outcomes) > 1:
+            memory = self.buffer.get(q)  # earlier steps only (Algorithm 1 updates it last)
+            if memory is None:
                 continue
-            outcome = next(iter(outcomes))
-            other = stored.get(not outcome) if self.cfg.replay else None
-            if other is not None:
-                last = rows[-1]
-                trajs[last] = replace(other, group=g)
-                replayed[last] = True
-            elif not outcome and self.cfg.reflections:
-                take = rows[-min(self.cfg.reflections, len(rows)) :]
-                item = drawn.items[g]
-                answer = trajs[rows[0]].answer or "(no answer)"
-                text = self.cfg.prompt.format(question=item.question, answer=answer)
-                new = ctx.run([text], [len(take)], [q])
-                for i, t in zip(take, new, strict=True):
-                    trajs[i] = replace(t, group=g)
-                    reflected[i] = True
-        scores = ctx.score(trajs, drawn.items) if any(replayed) or any(reflected) else drawn.scores
-        out = with_extras(
-            Drawn(trajs, drawn.items, scores),
-            replayed=torch.tensor(replayed),
-            reflected=torch.tensor(reflected),
+            outcomes = {right[i] for i in rows}
+            if cfg.replay and len(outcomes) == 1:
+                other = memory.stored[not next(iter(outcomes))][: cfg.replays]
+                out += [replace(t, group=g) for t in other]
+                replayed += [True] * len(other)
+            failed = memory.stored[False]
+            if cfg.reflect and failed and memory.correct < cfg.hard_below * memory.seen:
+                shown = attempt_text(rng.choice(failed), cfg.max_attempt_chars)
+                text = cfg.prompt.format(question=items[g].question, attempt=shown)
+                reflect.append((text, cfg.reflection_group or len(rows), q, items[g]))
+        self._remember(drawn, right)
+        reflected = [False] * len(out)
+        if reflect:
+            new = ctx.run([r[0] for r in reflect], [r[1] for r in reflect], [r[2] for r in reflect])
+            out += [replace(t, group=len(drawn.items) + t.group) for t in new]
+            items += [r[3] for r in reflect]
+            replayed += [False] * len(new)
+            reflected += [True] * len(new)
+        changed = any(replayed) or any(reflected)
+        scores = ctx.score(out, items) if changed else drawn.scores
+        batch = with_extras(
+            Drawn(out if changed else trajs, items, scores),
+            replayed=torch.tensor(replayed, dtype=torch.bool),
+            reflected=torch.tensor(reflected, dtype=torch.bool),
         )
-        figures = {"replayed": float(sum(replayed)), "reflected": float(sum(reflected))}
-        return Augmented(out, figures)
+        figures = {
+            "replayed": float(sum(replayed)),
+            "reflected": float(sum(reflected)),
+            "reflected_groups": float(len(reflect)),
+        }
+        return Augmented(batch, figures)
+
+    def _remember(self, drawn: Drawn, right: Sequence[bool]) -> None:
+        """Adds this step's on-policy rollouts to the buffer (Algorithm 1 line 11)."""
+        self.steps += 1
+        for i, t in enumerate(drawn.trajectories):
+            memory = self.buffer.setdefault(t.question, QuestionMemory())
+            memory.seen += 1
+            memory.correct += int(right[i])
+            kept = memory.stored[bool(right[i])]
+            kept.insert(0, t)
+            del kept[self.cfg.keep :]
 
     def state_dict(self) -> dict[str, Any]:
         return {
+            "steps": self.steps,
             "buffer": {
-                str(q): {str(int(k)): trajectory_state(t) for k, t in d.items()}
-                for q, d in self.buffer.items()
-            }
+                str(q): {
+                    "seen": m.seen,
+                    "correct": m.correct,
+                    "stored": {
+                        str(int(k)): [trajectory_state(t) for t in ts] for k, ts in m.stored.items()
+                    },
+                }
+                for q, m in self.buffer.items()
+            },
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.buffer = {
-            int(q): {bool(int(k)): trajectory_from_state(t) for k, t in d.items()}
-            for q, d in state.get("buffer", {}).items()
-        }
+        self.steps = int(state.get("steps", 0))
+        self.buffer = {}
+        for q, m in state.get("buffer", {}).items():
+            if "stored" not in m:
+                raise ValueError(
+                    f"[augment.replay_reflect] got a checkpoint buffer of an older format "
+                    f"(keys {sorted(m)}); expected seen, correct and stored. Fix: start this run "
+                    "afresh (the buffer format changed when R³ was read from its paper)."
+                )
+            self.buffer[int(q)] = QuestionMemory(
+                seen=int(m["seen"]),
+                correct=int(m["correct"]),
+                stored={
+                    bool(int(k)): [trajectory_from_state(t) for t in ts]
+                    for k, ts in m["stored"].items()
+                },
+            )
 
 
 # -- HiLL: hinted groups for all-wrong questions ----------------------------------------------------

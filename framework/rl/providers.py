@@ -19,7 +19,7 @@ from framework.algorithms.arena import (
     share_equal,
     single_elimination_rewards,
 )
-from framework.algorithms.replay import R3AdvantageConfig, entropy_pattern
+from framework.algorithms.replay import R3AdvantageConfig, entropy_stats
 from framework.algorithms.segment_values import HiPERAdvantageConfig
 from framework.algorithms.semantic_gain import InfoReasonerConfig, reader_prompt
 from framework.config import ComponentConfig
@@ -214,13 +214,14 @@ def switch_flags_input(ctx: InputContext, *, cfg: HiPERAdvantageConfig) -> Tenso
 
 @INPUT_PROVIDERS.register("entropy_profile", config=R3AdvantageConfig)
 def entropy_profile_input(ctx: InputContext, *, cfg: R3AdvantageConfig) -> Tensor:
-    """The ``entropy_profile`` input: ``[N]``, per rollout the policy's mean next-token entropy
-    over the first 20% of its trained tokens minus that over the last 20%
-    (:func:`~framework.algorithms.replay.entropy_pattern`), eight rollouts per forward pass."""
+    """The ``entropy_profile`` input: ``[N, 2]``, per rollout ``(E_peak, E_global)`` of the
+    policy's next-token entropies over its trained tokens
+    (:func:`~framework.algorithms.replay.entropy_stats` with ``cfg.peak_share``), eight rollouts
+    per forward pass."""
     from framework.training.tokens import pack, token_logprobs
 
     trajs = list(ctx.trajectories)
-    out = torch.zeros(len(trajs))
+    out = torch.zeros((len(trajs), 2))
     ctx.policy.eval()
     for start in range(0, len(trajs), 8):
         part = trajs[start : start + 8]
@@ -229,5 +230,5 @@ def entropy_profile_input(ctx: InputContext, *, cfg: R3AdvantageConfig) -> Tenso
         assert ent is not None
         for j in range(len(part)):
             values = ent[j][batch.loss_mask[j].bool()].float()
-            out[start + j] = entropy_pattern(values)
+            out[start + j] = torch.tensor(entropy_stats(values, cfg.peak_share))
     return out

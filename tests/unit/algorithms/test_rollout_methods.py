@@ -1,5 +1,6 @@
 """SPO, HiPER (HAE), S-GRPO, R³ and HiLL's hint reward against ../shared/METHODS-2.md's worked
-examples (items 1, 3, 10, 5 and 13), and the invariants they state."""
+examples (items 1, 3, 10, 5 and 13), and the invariants they state. R³ follows its paper's §3 (arXiv 2601.19620); its examples are
+derived by hand here."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ import pytest
 import torch
 from torch.testing import assert_close
 
+from framework.algorithms.advantages import GRPOAdvantageConfig, grpo_advantage
 from framework.algorithms.early_exit import SGRPOAdvantageConfig, s_grpo_advantage, serial_rewards
 from framework.algorithms.hints import hint_reward, non_degenerate
 from framework.algorithms.replay import (
     R3AdvantageConfig,
-    entropy_pattern,
+    dominance_counts,
+    entropy_stats,
     r3_advantage,
     rank_rewards,
 )
@@ -127,50 +130,88 @@ def test_serial_rewards_follow_positions_not_rows_and_groups_apart():
 
 
 # -- R3 ---------------------------------------------------------------------------------------------
-def test_r3_ranking_worked_example():
-    # 3 failed rollouts with scores [0.4, -0.1, 0.2], 1 correct: ranks -> [0.2, 0, 0.1], correct 1
-    scores = torch.tensor([0.4, -0.1, 0.2, 0.0])
-    failed = torch.tensor([True, True, True, False])
-    out = rank_rewards(scores, failed, torch.zeros(4, dtype=torch.long), 0.2)
-    assert_close(out, torch.tensor([0.2, 0.0, 0.1, 0.0]))
+def test_r3_dominance_and_ranking_worked_example():
+    # (E_peak, E_global): (3, 1) dominates (1, 2) and (2, 3); (2, 3) dominates nothing, as its
+    # E_global is the highest; (1, 2) has the lowest E_peak: S = [2, 0, 0]
+    peak, spread = torch.tensor([3.0, 1.0, 2.0]), torch.tensor([1.0, 2.0, 3.0])
+    counts = dominance_counts(peak, spread)
+    assert counts.tolist() == [2, 0, 0]
+    # places 0, then 1 and 2 tied (1.5 each): R_max (1 - k / (N - 1)) = 0.2, 0.05, 0.05
+    out = rank_rewards(counts.float(), torch.ones(3, dtype=torch.bool), torch.zeros(3).long(), 0.2)
+    assert_close(out, torch.tensor([0.2, 0.05, 0.05]))
 
 
-def test_r3_ranked_failures_never_reach_a_success_and_ties_share():
-    scores = torch.tensor([0.3, 0.3, -1.0, 5.0])
-    failed = torch.tensor([True, True, True, False])
-    out = rank_rewards(scores, failed, torch.zeros(4, dtype=torch.long), 0.2)
-    assert_close(out[:3], torch.tensor([0.15, 0.15, 0.0]))
-    inputs = AdvantageInputs(
-        rewards=torch.tensor([0.0, 0.0, 0.0, 1.0]),
-        group_index=torch.zeros(4, dtype=torch.long),
-        extras={"entropy_profile": scores},
+def _r3_inputs(rewards, groups, profile, **extras):
+    return AdvantageInputs(
+        rewards=torch.tensor(rewards),
+        group_index=torch.tensor(groups),
+        extras={"entropy_profile": torch.tensor(profile), **extras},
+    )
+
+
+def test_r3_ranks_only_all_wrong_groups_and_normalises_with_alpha():
+    inputs = _r3_inputs(
+        [0.0, 0.0, 0.0, 1.0, 0.0],
+        [0, 0, 0, 1, 1],
+        [[3.0, 1.0], [1.0, 2.0], [2.0, 3.0], [0.0, 0.0], [9.0, 0.0]],
     )
     adv = r3_advantage(inputs, cfg=R3AdvantageConfig(name="r3"))
-    assert float(adv[3]) > float(adv[:3].max())
-    assert abs(float(adv.sum())) < 1e-5
+    # group 0 (all wrong): graded [0.2, 0.05, 0.05], mean 0.1, Bessel std sqrt(0.015 / 2);
+    # group 1 has a success, so its failure is not ranked: GRPO's [+0.7071, -0.7071]
+    std = (0.015 / 2) ** 0.5
+    want = torch.tensor([0.1 / std, -0.05 / std, -0.05 / std, 0.5**0.5, -(0.5**0.5)])
+    assert_close(adv, want, atol=1e-4, rtol=0)
+    halved = r3_advantage(inputs, cfg=R3AdvantageConfig(name="r3", alpha=2.0))
+    assert_close(halved[:3], want[:3] / 2, atol=1e-4, rtol=0)  # eq. 3: alpha scales the std
 
 
-def test_r3_gives_an_all_wrong_group_a_signal_and_a_lone_failure_nothing():
-    inputs = AdvantageInputs(
-        rewards=torch.tensor([0.0, 0.0, 1.0, 0.0]),
-        group_index=torch.tensor([0, 0, 1, 1]),
-        extras={"entropy_profile": torch.tensor([1.0, 0.0, 0.0, 3.0])},
+def test_r3_ranks_the_on_policy_rollouts_of_a_group_with_a_replayed_success():
+    profile = [[3.0, 1.0], [1.0, 2.0], [0.0, 0.0]]
+    replayed = torch.tensor([False, False, True])
+    inputs = _r3_inputs([0.0, 0.0, 1.0], [0, 0, 0], profile, replayed=replayed)
+    adv = r3_advantage(inputs, cfg=R3AdvantageConfig(name="r3"))
+    # on-policy rows all wrong: S = [1, 0] -> [0.2, 0]; G_mix [0.2, 0, 1]: mean 0.4, std sqrt(0.28)
+    std = 0.28**0.5
+    assert_close(adv, torch.tensor([-0.2, -0.4, 0.6]) / std, atol=1e-4, rtol=0)
+    # without the flag the group holds a success: nothing is ranked, GRPO's advantage
+    plain = _r3_inputs([0.0, 0.0, 1.0], [0, 0, 0], profile)
+    assert_close(
+        r3_advantage(plain, cfg=R3AdvantageConfig(name="r3")),
+        grpo_advantage(plain, cfg=GRPOAdvantageConfig(name="grpo")),
     )
+
+
+def test_r3_equals_grpo_where_every_group_has_a_success():
+    torch.manual_seed(0)
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0])
+    inputs = _r3_inputs(rewards.tolist(), [0, 0, 0, 1, 1, 1, 2, 2], torch.rand(8, 2).tolist())
+    assert_close(
+        r3_advantage(inputs, cfg=R3AdvantageConfig(name="r3")),
+        grpo_advantage(inputs, cfg=GRPOAdvantageConfig(name="grpo")),
+    )
+
+
+def test_r3_a_lone_ranked_rollout_gets_nothing():
+    inputs = _r3_inputs([0.0, 1.0, 0.0], [0, 1, 1], [[5.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
     adv = r3_advantage(inputs, cfg=R3AdvantageConfig(name="r3", unbiased_std=False))
-    # group 0 (all wrong): graded [0.2, 0] -> +1, -1; group 1: [1, 0] -> +1, -1 (lone failure 0)
-    assert_close(adv, torch.tensor([1.0, -1.0, 1.0, -1.0]), atol=1e-4, rtol=0)
+    assert_close(adv, torch.tensor([0.0, 1.0, -1.0]), atol=1e-4, rtol=0)
 
 
-def test_r3_config_keeps_r_max_below_success():
+def test_r3_config_checks_its_fields():
     assert R3AdvantageConfig(name="r3", r_max=1.0).problems()
+    assert R3AdvantageConfig(name="r3", alpha=0.0).problems()
+    assert R3AdvantageConfig(name="r3", peak_share=0.0).problems()
     assert not R3AdvantageConfig(name="r3").problems()
 
 
-def test_entropy_pattern():
-    # 10 tokens: first 2 average 2.0, last 2 average 0.5
-    h = torch.tensor([2.0, 2.0, 1, 1, 1, 1, 1, 1, 0.5, 0.5])
-    assert entropy_pattern(h) == pytest.approx(1.5)
-    assert entropy_pattern(torch.zeros(0)) == 0.0
+def test_r3_entropy_stats():
+    h = torch.tensor([0.5, 2.0, 1.0, 3.0, 0.5])
+    assert entropy_stats(h, 0.2) == pytest.approx((3.0, 1.4))  # k = max(1, floor(1.0)) = 1
+    assert entropy_stats(h, 0.5) == pytest.approx((2.5, 1.4))  # k = floor(2.5) = 2
+    assert entropy_stats(h, 0.01) == pytest.approx((3.0, 1.4))  # k = max(1, 0)
+    assert entropy_stats(torch.zeros(0)) == (0.0, 0.0)
+    with pytest.raises(ValueError, match=r"\[N, 2\]"):
+        r3_advantage(_r3_inputs([0.0], [0], [0.0]), cfg=R3AdvantageConfig(name="r3"))
 
 
 # -- HiLL -------------------------------------------------------------------------------------------

@@ -4,6 +4,8 @@ exits, SPO's Monte-Carlo boundary values, R³'s replay and reflection, HiLL's hi
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from torch.testing import assert_close
@@ -11,10 +13,11 @@ from torch.testing import assert_close
 from framework.cli.app import load_config
 from framework.config import ConfigError
 from framework.data.schema import QAItem
-from framework.rl.augmenters import ReplayReflect, chain_hints
+from framework.rl.augmenters import ReplayReflect, attempt_text, chain_hints
 from framework.rl.step import StepParts, rl_step
 from framework.rollout.engine import AgentConfig, AgentLoop
 from framework.rollout.records import trajectory_from_state, trajectory_state
+from framework.rollout.types import Trajectory
 from framework.training.schedule import optimizer_and_schedule
 from framework.types import GroupRequest
 from tests.unit.rollout.fakes import EOS, FakeBackend, FakeRetriever, FakeTokenizer
@@ -33,6 +36,9 @@ DATASET = [
         "t",
     ),
 ]
+
+
+FAILED = Trajectory(question=0, group=0, token_ids=[1, 2], loss_mask=[0, 1], prompt_len=1)
 
 
 class RoundsLoop(AgentLoop):
@@ -112,26 +118,54 @@ def test_spo_values_turn_boundaries_by_continuations():
     assert result.figures["augment/rollouts"] == 4.0
 
 
-def test_r3_replays_a_stored_outcome_and_reflects_without_one():
+def test_r3_replays_the_other_outcome_into_a_one_outcome_group():
     run = Run("algorithm=r3")
-    first = run.step([[RIGHT], [WRONG]])
-    assert first.figures["augment/replayed"] == 0.0
-    # an all-wrong group: its last rollout becomes the stored correct one
+    first = run.step([[RIGHT], [WRONG]])  # nothing stored yet
+    assert first.figures["augment/replayed"] == first.figures["augment/reflected"] == 0.0
     second = run.step([[WRONG], [WRONG]])
-    assert second.batch.extras["replayed"].tolist() == [False, True]
-    assert second.trajectories[1].answer == "Steven Spielberg"
-    assert second.scores.total.tolist() == [0.0, 1.0]
+    # CCR: the stored correct rollout joins the all-wrong group (G_mix of 3)
+    assert second.batch.extras["replayed"].tolist() == [False, False, True]
+    assert [t.group for t in second.trajectories] == [0, 0, 0]
+    assert second.trajectories[2].answer == "Steven Spielberg"
+    assert second.scores.total.tolist() == [0.0, 0.0, 1.0]
+    adv = second.rollout_advantages()  # SERR ranks the two wrong ones below 0.2
+    assert float(adv[2]) > float(adv[:2].max()) and abs(float(adv.sum())) < 1e-4
+    # earlier mean correctness 1/2 is not below tau = 0.2: no reflection
+    assert second.figures["augment/reflected"] == 0.0
+    third = run.step([[RIGHT], [RIGHT]])  # all right: a stored wrong one joins
+    assert third.batch.extras["replayed"].tolist() == [False, False, True]
+    assert third.scores.total.tolist() == [1.0, 1.0, 0.0]
+    memory = run.parts.augmenter.buffer[0]
+    assert (memory.seen, memory.correct) == (6, 3)
+    assert [t.answer for t in memory.stored[True]] == ["Steven Spielberg"] * 3  # newest first
     # the buffer survives a checkpoint
-    state = run.parts.augmenter.state_dict()
     restored = ReplayReflect(cfg=run.cfg.augment)
-    restored.load_state_dict(state)
-    assert restored.buffer[0][True] == run.parts.augmenter.buffer[0][True]
+    restored.load_state_dict(run.parts.augmenter.state_dict())
+    assert restored.buffer == run.parts.augmenter.buffer and restored.steps == 3
+    with pytest.raises(ValueError, match="older format"):
+        restored.load_state_dict({"buffer": {"0": {"1": {}}}})
 
-    fresh = Run("algorithm=r3")
-    third = fresh.step([[WRONG], [WRONG], [WRONG]], [[RIGHT], [WRONG]], size=3)
-    assert third.batch.extras["reflected"].tolist() == [False, True, True]
-    assert 'A previous attempt answered "Boston"' in fresh.loop.questions[-1][0]
-    assert third.figures["augment/reflected"] == 2.0
+
+def test_r3_reflects_a_hard_question_in_a_group_of_its_own():
+    run = Run("algorithm=r3")
+    run.step([[WRONG], [WRONG], [WRONG]], size=3)
+    result = run.step([[WRONG], [WRONG]], [[RIGHT], [WRONG]])
+    # 0 of 3 earlier rollouts right (< tau = 0.2), none right stored to replay: ISR adds the
+    # reflected prompt's group, as many rollouts as the question's own group
+    assert result.batch.extras["replayed"].tolist() == [False] * 4
+    assert result.batch.extras["reflected"].tolist() == [False, False, True, True]
+    assert [t.group for t in result.trajectories] == [0, 0, 1, 1]
+    assert result.scores.total.tolist() == [0.0, 0.0, 1.0, 0.0]
+    prompt = run.loop.questions[-1][0]
+    assert prompt.startswith(DATASET[0].question) and "Answer: Boston" in prompt
+    assert result.figures["augment/reflected_groups"] == 1.0
+
+
+def test_r3_shows_a_failed_attempt_cut_from_the_front():
+    t = replace(FAILED, think_text="x" * 50 + "the end", answer="Boston")
+    text = attempt_text(t, 30)
+    assert text.endswith("the end\nAnswer: Boston") and len(text) <= 30 and text.startswith("...")
+    assert attempt_text(replace(FAILED, think_text="", answer=None), 30) == "Answer: (none)"
 
 
 def test_hill_puts_a_hinted_group_in_place_of_an_all_wrong_one():
@@ -180,6 +214,8 @@ def test_each_bundle_selects_its_augmenter(algorithm, augment):
         ("augment=hints augment.source=oracle", "augment.source"),
         ("augment=hints augment.rollouts=1", "augment.rollouts"),
         ("augment=replay_reflect augment.prompt=again", "augment.prompt"),
+        ("augment=replay_reflect augment.replays=0", "augment.replays"),
+        ("augment=replay_reflect augment.hard_below=2", "augment.hard_below"),
         ("augment=mc_values augment.continuations=0", "augment.continuations"),
         ("augment=early_exits augment.forced=' '", "augment.forced"),
     ],

@@ -187,8 +187,8 @@ def _advantage_inputs(
     (``d3s``). The inputs augmenters make: Monte-Carlo
     boundary values that are the group's mean before the turn and the reward after it (``spo``,
     ``hiper``: Dr. GRPO here), each group taken as one serial group in sampling order with
-    "correct" = the reward above 1/2 (``s_grpo``), and the reward itself as the failed rollouts'
-    ranking score (``r3``; the toy has no entropy pattern to rank by)."""
+    "correct" = the reward above 1/2 (``s_grpo``), and ``(E_peak, E_global) = (r, -r)``, so that a
+    higher reward dominates in R³'s ranking (``r3``; the toy has no entropy pattern to rank by)."""
     from framework.algorithms.arena import share_equal, single_elimination_rewards
 
     n = len(rewards)
@@ -226,7 +226,7 @@ def _advantage_inputs(
             "switch_flags": torch.zeros((n, 1), dtype=torch.bool),
             "exit_position": order,
             "exit_correct": rewards > 0.5,
-            "entropy_profile": rewards,
+            "entropy_profile": torch.stack([rewards, -rewards], dim=-1),
         },
     )
 
