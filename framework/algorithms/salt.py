@@ -20,6 +20,13 @@ hence "reconstructed":
   over its rollouts, with no mixing weight toward the rollout's own advantage (a step no other
   rollout shares keeps exactly its rollout's advantage);
 - think text is not part of an action; queries are compared exactly (no fuzzy merge).
+
+Checked 2026-11-26: SALT's method section and code are still out of reach, but another paper
+describes the mechanism (GRAFT, arXiv 2609.28963, appendix A.3): GRPO's trajectory advantages
+first, then identical transitions ``(s, a, s')`` across the group's trajectories form a group whose
+members get the mean of their trajectories' advantages. That is this module's rule with the whole
+history as the state ``s``; whether SALT's state is the history or only the latest observation
+(which would merge more steps) is not said there, so this stays reconstructed.
 """
 
 from __future__ import annotations
