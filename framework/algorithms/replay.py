@@ -33,6 +33,8 @@ Choices where the paper is silent or does not fit this setting:
   math solutions cut by the length limit, where no verifiable reward exists). Here a rollout over
   its budget is left out of training by the step (``sample_mask``), so SERR ranks every on-policy
   rollout of an all-wrong group; the ranking order and rewards are the paper's.
+- The buffer stores only rollouts the step trains: one over its budget counts toward its
+  question's mean correctness but is never replayed or shown in a reflection.
 - Ties in ``S`` share the mean of their places; a lone ranked rollout gets 0 (the formula divides
   by ``N - 1``).
 - ``R_max = 0.2``, below a correct rollout's 1, so a ranked failure never reaches a success;

@@ -26,6 +26,7 @@ from framework.rollout.engine import Prefix
 from framework.rollout.records import trajectory_from_state, trajectory_state
 from framework.rollout.types import Trajectory
 from framework.training.tokens import pack, token_logprobs
+from framework.types import STATUS_OVER_BUDGET
 
 
 def groups_of(drawn: Drawn) -> list[list[int]]:
@@ -295,12 +296,15 @@ class ReplayReflect(Augmenter):
         return Augmented(batch, figures)
 
     def _remember(self, drawn: Drawn, right: Sequence[bool]) -> None:
-        """Adds this step's on-policy rollouts to the buffer (Algorithm 1 line 11)."""
+        """Adds this step's on-policy rollouts to the buffer (Algorithm 1 line 11); one over its
+        budget counts toward the question's mean but is not stored."""
         self.steps += 1
         for i, t in enumerate(drawn.trajectories):
             memory = self.buffer.setdefault(t.question, QuestionMemory())
             memory.seen += 1
             memory.correct += int(right[i])
+            if t.status == STATUS_OVER_BUDGET:
+                continue  # counted, not stored: the step never trains it, so nor may a replay
             kept = memory.stored[bool(right[i])]
             kept.insert(0, t)
             del kept[self.cfg.keep :]

@@ -14,12 +14,13 @@ from framework.cli.app import load_config
 from framework.config import ConfigError
 from framework.data.schema import QAItem
 from framework.rl.augmenters import ReplayReflect, attempt_text, chain_hints
+from framework.rl.drawn import Drawn
 from framework.rl.step import StepParts, rl_step
 from framework.rollout.engine import AgentConfig, AgentLoop
 from framework.rollout.records import trajectory_from_state, trajectory_state
 from framework.rollout.types import Trajectory
 from framework.training.schedule import optimizer_and_schedule
-from framework.types import GroupRequest
+from framework.types import STATUS_OVER_BUDGET, GroupRequest
 from tests.unit.rollout.fakes import EOS, FakeBackend, FakeRetriever, FakeTokenizer
 from tests.unit.training.test_step import ANSWER, SEARCH, tiny_lm
 
@@ -159,6 +160,15 @@ def test_r3_reflects_a_hard_question_in_a_group_of_its_own():
     prompt = run.loop.questions[-1][0]
     assert prompt.startswith(DATASET[0].question) and "Answer: Boston" in prompt
     assert result.figures["augment/reflected_groups"] == 1.0
+
+
+def test_r3_counts_an_over_budget_rollout_but_never_stores_it():
+    augmenter = ReplayReflect(cfg=load_config("train", ["algorithm=r3"]).augment)
+    over = replace(FAILED, status=STATUS_OVER_BUDGET)
+    augmenter._remember(Drawn([FAILED, over], list(DATASET), None), [False, False])
+    memory = augmenter.buffer[0]
+    assert (memory.seen, memory.correct) == (2, 0)
+    assert memory.stored[False] == [FAILED] and memory.stored[True] == []
 
 
 def test_r3_shows_a_failed_attempt_cut_from_the_front():
