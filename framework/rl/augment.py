@@ -2,8 +2,8 @@
 
 Some methods need rollouts the sampler's groups do not give: Monte-Carlo continuations from a
 turn boundary to value it (SPO, HiPER without a critic), forced early answers after each turn
-(S-GRPO), a replayed or a reflected rollout in place of one of an all-wrong group (R³), rollouts
-of a hinted question (HiLL). An augmenter is the one place where a component may do that. It is a
+(S-GRPO), stored rollouts of the other outcome added to a one-outcome group and a group for a
+hard question's reflected prompt (R³), rollouts of a hinted question (HiLL). An augmenter is the one place where a component may do that. It is a
 class registered in :data:`~framework.registry.AUGMENTERS` (config section ``augment``; default
 ``none``) and built once per run; after the step has drawn and scored its groups, it receives them
 (:class:`~framework.rl.drawn.Drawn`) and an :class:`AugmentContext` through which it can roll out
