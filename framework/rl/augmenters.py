@@ -201,9 +201,17 @@ class ReplayReflectConfig(AugmenterConfig):
         out += check_range(self.reflection_group, "reflection_group", low=0)
         out += check_range(self.keep, "keep", low=1)
         out += check_range(self.max_attempt_chars, "max_attempt_chars", low=1)
-        ok = "{question}" in self.prompt and "{attempt}" in self.prompt
+        try:
+            self.prompt.format(question="", attempt="")
+            fields = "{question}" in self.prompt and "{attempt}" in self.prompt
+        except (KeyError, IndexError, ValueError):
+            fields = False  # another {field}, or a stray brace
         out += check(
-            ok, "prompt", self.prompt, "text with {question} and {attempt}", "add both fields"
+            fields,
+            "prompt",
+            self.prompt,
+            "text with {question} and {attempt} and no other {field}",
+            "write both fields; double a literal brace ({{ or }})",
         )
         return out
 

@@ -225,6 +225,7 @@ def test_each_bundle_selects_its_augmenter(algorithm, augment):
         ("augment=hints augment.rollouts=1", "augment.rollouts"),
         ("augment=replay_reflect augment.prompt=again", "augment.prompt"),
         ("augment=replay_reflect augment.replays=0", "augment.replays"),
+        ("augment=replay_reflect augment.prompt='{question} {attempt} {answer}'", "augment.prompt"),
         ("augment=replay_reflect augment.hard_below=2", "augment.hard_below"),
         ("augment=mc_values augment.continuations=0", "augment.continuations"),
         ("augment=early_exits augment.forced=' '", "augment.forced"),
