@@ -704,8 +704,10 @@ def report_so_far(cfg: StudyConfig, root: Path, jobs: list[tuple[str, int]]) -> 
 
 def archived_config(saved: dict[str, Any], cfg: StudyConfig) -> StudyConfig:
     """``cfg`` with the settings an archive was made with (arms, seeds, baseline, evaluation,
-    analysis); settings the archive predates keep ``cfg``'s values."""
-    fields = {k: v for k, v in saved.items() if k != "eval"}
+    analysis); settings the archive predates keep ``cfg``'s values, and so does ``publish`` (where
+    a screen's page goes is the command's choice: a copy of a published archive reported
+    elsewhere must not overwrite the committed page)."""
+    fields = {k: v for k, v in saved.items() if k not in ("eval", "publish")}
     return replace(cfg, **fields, eval=replace(cfg.eval, **saved.get("eval", {})))
 
 

@@ -101,7 +101,10 @@ class StudyConfig:
     )
     publish: str = field(
         default="",
-        metadata={"help": "also write the screening table to this file (e.g. docs/benchmarks/...)"},
+        metadata={
+            "help": "also write the screening table to this file (e.g. docs/benchmarks/screen.md) "
+            "and its records to the folder of the same name"
+        },
     )
     prune_checkpoints: bool = field(
         default=True,

@@ -331,8 +331,10 @@ def write_study(root: Path, cfg: Any, states: Sequence[Any]) -> dict[str, Any]:
     return write_report(root, cfg)
 
 
-def write_report(root: Path, cfg: Any) -> dict[str, Any]:
-    """``study.md``, ``study.json`` and ``curves/`` in ``root``, from ``<root>/archive`` only."""
+def write_report(root: Path, cfg: Any, *, publish: bool = True) -> dict[str, Any]:
+    """``study.md``, ``study.json`` and ``curves/`` in ``root``, from ``<root>/archive`` only; a
+    screen with ``cfg.publish`` also publishes (:func:`publish_screen`) unless ``publish`` is
+    off."""
     archive = StudyArchive(root / "archive")
     arms, seeds = list(cfg.arms), list(cfg.seeds)
     summary = summarize_study(archive, arms, seeds, cfg.baseline, cfg.bootstrap, cfg.min_effect)
@@ -366,21 +368,44 @@ def write_report(root: Path, cfg: Any) -> dict[str, Any]:
         for arm, seed in archive.runs(arms)
         if (run := archive.run(arm, seed)) is not None
     ]
+    table = ""
     if getattr(cfg, "screen", False):
         from framework.eval.screen import screen_markdown, screen_rows
 
         summary["screen"] = screen_rows(summary, archive, arms, cfg.baseline)
         table = screen_markdown(cfg, summary["screen"])
-        if cfg.publish:
-            target = Path(cfg.publish)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            head = (
-                f"# {cfg.name}: the screening table\n\nWritten by `seekrl-study` from {root}.\n\n"
-            )
-            target.write_text(head + table)
     (root / "study.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     (root / "study.md").write_text(_markdown(cfg, summary, plots, root))
+    if getattr(cfg, "screen", False) and cfg.publish and publish:
+        publish_screen(root, cfg, table)
     return summary
+
+
+def publish_screen(root: Path, cfg: Any, table: str) -> Path:
+    """Writes the screening ``table`` to ``cfg.publish`` (``docs/benchmarks/screen.md``) with the
+    records it comes from beside it: ``root``'s archive copied to the folder of the same name
+    (``docs/benchmarks/screen/archive``) and the study's report written there from that copy, so
+    that what the page shows is committed with it and regenerates from it. Reporting from that
+    folder itself (``report_only=true out_dir=docs/benchmarks/screen``) rewrites the page only.
+    Returns the records folder."""
+    import shutil
+
+    target = Path(cfg.publish)
+    records = target.with_suffix("")
+    if records.resolve() != root.resolve():
+        if (records / "archive").exists():
+            shutil.rmtree(records / "archive")  # a run that left the screen drops out of it too
+        shutil.copytree(root / "archive", records / "archive")
+        write_report(records, cfg, publish=False)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    head = (
+        f"# {cfg.name}: the screening table\n\nWritten by `seekrl-study` from the records in "
+        f"`{records}/archive` (their full report: `{records}/study.md`); "
+        f"`seekrl-study study={cfg.name} out_dir={records} report_only=true` regenerates both "
+        "from them.\n\n"
+    )
+    target.write_text(head + table)
+    return records
 
 
 def _pct(v: float | None) -> str:

@@ -15,7 +15,7 @@ from framework.cli.study import STUDY_TRAIN_ARGS, screen_arms
 from framework.config import ComponentConfig
 from framework.eval.screen import screen_markdown, screen_rows
 from framework.eval.study_archive import StudyArchive
-from framework.eval.study_report import summarize_study, write_study
+from framework.eval.study_report import summarize_study, write_report, write_study
 from framework.registry import ADVANTAGES, load_components
 
 from .test_study_report import _eval_dir, study_dir  # noqa: F401  (fixture)
@@ -101,6 +101,16 @@ def test_rows_from_the_archive(study_dir, tmp_path):  # noqa: F811
     assert rows["base"]["verdict"] == "baseline" and rows["base"]["minus_baseline"] is None
     md = (tmp_path / "screen.md").read_text()
     assert "| `new` |  | 0.500" in md and "reward_collapse" in md
+    # published with its records: the archive beside the page, and the report made from that copy
+    records = tmp_path / "screen"
+    assert f"records in `{records}/archive`" in md
+    assert (records / "archive" / "study_config.json").is_file()
+    assert (records / "study.md").read_text() == (study_dir / "study.md").read_text()
+    # reporting from the records folder rewrites the page only, and the same
+    stamp = (records / "archive" / "study_config.json").stat().st_mtime_ns
+    write_report(records, cfg)
+    assert (tmp_path / "screen.md").read_text() == md
+    assert (records / "archive" / "study_config.json").stat().st_mtime_ns == stamp
     assert "## Screening table (2 methods evaluated, baseline `base`)" in md
     assert "## Screening table" in (study_dir / "study.md").read_text()
     assert screen_markdown(cfg, list(rows.values())).count("\n| `") == 2
@@ -135,3 +145,14 @@ def test_a_run_records_the_papers_of_its_components(tmp_path):
     got = {m["name"]: m["fidelity"] for m in run_methods(tmp_path)}
     assert got == {"dppo": "reconstructed", "seeupo": "partial"}
     assert run_methods(tmp_path / "missing") == []
+
+
+def test_a_published_archive_reported_elsewhere_leaves_the_page_alone():
+    from dataclasses import replace
+
+    from framework.cli.study import archived_config
+
+    cfg = replace(load_config("study", ["study=screen"]), publish="")
+    saved = {"publish": "docs/benchmarks/screen.md", "seeds": [1]}
+    got = archived_config(saved, cfg)
+    assert got.seeds == [1] and got.publish == ""  # the analysis is the archive's; the page is not
