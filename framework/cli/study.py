@@ -678,7 +678,7 @@ def report_so_far(cfg: StudyConfig, root: Path, jobs: list[tuple[str, int]]) -> 
     regenerate exactly whatever the presets say now.
     """
     from framework.eval.study_archive import ARCHIVE, StudyArchive
-    from framework.eval.study_report import write_report, write_study
+    from framework.eval.study_report import write_report, write_study, write_subset_report
 
     archive = StudyArchive(root / ARCHIVE)
     evaluated = any((root / "eval").glob("*/seed*/samples.jsonl"))
@@ -697,6 +697,12 @@ def report_so_far(cfg: StudyConfig, root: Path, jobs: list[tuple[str, int]]) -> 
             file=sys.stderr,
         )
         raise SystemExit(2)
+    if cfg.only_seeds:
+        try:
+            write_subset_report(root, cfg, cfg.only_seeds)
+        except ValueError as err:
+            print(err, file=sys.stderr)
+            raise SystemExit(2) from None
     print((root / "study.md").read_text())
     print(f"seekrl-study: the report so far, written to {root}")
     return result

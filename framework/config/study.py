@@ -124,6 +124,14 @@ class StudyConfig:
         },
     )
 
+    only_seeds: list[int] = field(
+        default_factory=list,
+        metadata={
+            "help": "with report_only=true: also report these of the study's seeds only (a "
+            "sensitivity analysis), as study_seeds_<s>_<s>.md/.json beside study.md"
+        },
+    )
+
     def problems(self) -> list[Problem]:
         out = check(
             bool(self.arms) or self.screen,
@@ -179,6 +187,13 @@ class StudyConfig:
             "choose settings on eval.split=validation; for the confirmatory study, commit its "
             "pre-registration first (docs/study.md, 'Protocol') and pass "
             "preregistration=docs/study.md#<its section>",
+        )
+        out += check(
+            not self.only_seeds or self.report_only,
+            "only_seeds",
+            self.only_seeds,
+            "[] unless report_only=true",
+            "add report_only=true (a subset report is made from a study's records)",
         )
         out += check(
             not (self.dry_run and self.report_only),

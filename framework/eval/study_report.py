@@ -331,17 +331,49 @@ def write_study(root: Path, cfg: Any, states: Sequence[Any]) -> dict[str, Any]:
     return write_report(root, cfg)
 
 
-def write_report(root: Path, cfg: Any, *, publish: bool = True) -> dict[str, Any]:
-    """``study.md``, ``study.json`` and ``curves/`` in ``root``, from ``<root>/archive`` only; a
-    screen with ``cfg.publish`` also publishes (:func:`publish_screen`) unless ``publish`` is
-    off."""
+def write_subset_report(root: Path, cfg: Any, seeds: Sequence[int]) -> dict[str, Any]:
+    """The report over ``seeds`` only, a subset of the study's (a sensitivity analysis, e.g. the
+    seeds no exploration used), from ``<root>/archive`` beside the main report:
+    ``study_seeds_<s>_<s>.md``, ``.json`` and ``curves_seeds_<s>_<s>/``; the main report and
+    the archive stay as they are.
+
+    Raises:
+        ValueError: a seed the study does not have, or none.
+    """
+    from dataclasses import replace
+
+    extra = [s for s in seeds if s not in cfg.seeds]
+    if not seeds or extra:
+        raise ValueError(
+            f"[only_seeds] got {list(seeds)}; expected some of the study's seeds "
+            f"{list(cfg.seeds)}. Fix: pass only_seeds=[...] from those."
+        )
+    tag = "_seeds_" + "_".join(str(s) for s in seeds)
+    subset = replace(cfg, seeds=list(seeds), only_seeds=[])
+    return write_report(root, subset, publish=False, suffix=tag, subset_of=list(cfg.seeds))
+
+
+def write_report(
+    root: Path,
+    cfg: Any,
+    *,
+    publish: bool = True,
+    suffix: str = "",
+    subset_of: Sequence[int] = (),
+) -> dict[str, Any]:
+    """``study.md``, ``study.json`` and ``curves/`` in ``root`` (each name with ``suffix``), from
+    ``<root>/archive`` only; a screen with ``cfg.publish`` also publishes
+    (:func:`publish_screen`) unless ``publish`` is off. ``subset_of``: the study's seeds, when
+    ``cfg.seeds`` is a subset of them (:func:`write_subset_report`)."""
     archive = StudyArchive(root / "archive")
     arms, seeds = list(cfg.arms), list(cfg.seeds)
     summary = summarize_study(archive, arms, seeds, cfg.baseline, cfg.bootstrap, cfg.min_effect)
     runs = {arm: [archive.curves(arm, s) for s in seeds] for arm in arms}
     runs = {a: [c for c in r if c] for a, r in runs.items()}
     runs = {a: r for a, r in runs.items() if r}
-    plots = plot_arms(runs, list(CURVE_TAGS), root / "curves", title_prefix=f"{cfg.name}: ")
+    plots = plot_arms(
+        runs, list(CURVE_TAGS), root / f"curves{suffix}", title_prefix=f"{cfg.name}: "
+    )
     summary["curves"] = curve_table(runs, list(CURVE_TAGS))
     rates = {
         arm: h
@@ -374,8 +406,18 @@ def write_report(root: Path, cfg: Any, *, publish: bool = True) -> dict[str, Any
 
         summary["screen"] = screen_rows(summary, archive, arms, cfg.baseline)
         table = screen_markdown(cfg, summary["screen"])
-    (root / "study.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
-    (root / "study.md").write_text(_markdown(cfg, summary, plots, root))
+    (root / f"study{suffix}.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    text = _markdown(cfg, summary, plots, root)
+    if subset_of:
+        head, rest = text.split("\n", 1)
+        text = (
+            f"{head} (seeds {list(seeds)} only)\n\n**A sensitivity analysis that decides nothing:** "
+            f"every figure below pools seeds {list(seeds)} of the study's {list(subset_of)}; the "
+            "study's own report (`study.md`) pools them all. `seekrl-study report_only=true "
+            f"only_seeds=[{','.join(str(x) for x in seeds)}]` regenerates this page from "
+            "`archive/`.\n" + rest
+        )
+    (root / f"study{suffix}.md").write_text(text)
     if getattr(cfg, "screen", False) and cfg.publish and publish:
         publish_screen(root, cfg, table)
     return summary

@@ -1,6 +1,7 @@
 """Every study published under docs/benchmarks with its archive regenerates its report exactly:
 the command `seekrl-study report_only=true out_dir=docs/benchmarks/<study>` rebuilds study.md and
-study.json from the committed records alone."""
+study.json from the committed records alone, and `only_seeds=[...]` each published seed-subset
+page (study_seeds_<s>_<s>.md)."""
 
 from __future__ import annotations
 
@@ -30,3 +31,18 @@ def test_a_published_study_regenerates_from_its_archive(study_dir, tmp_path, cap
     assert "reporting from the archive" in capsys.readouterr().out
     for name in ("study.md", "study.json"):
         assert (out / name).read_text() == (study_dir / name).read_text(), name
+    # a published seed subset (a sensitivity analysis: study_seeds_1_2.md) regenerates too
+    for page in sorted(study_dir.glob("study_seeds_*.md")):
+        seeds = page.stem.removeprefix("study_seeds_").replace("_", ",")
+        run_app(
+            "study",
+            study,
+            argv=[
+                f"out_dir={out}",
+                "report_only=true",
+                f"only_seeds=[{seeds}]",
+                f"hydra.run.dir={tmp_path}/h",
+            ],
+        )
+        for name in (page.name, page.with_suffix(".json").name):
+            assert (out / name).read_text() == (study_dir / name).read_text(), name

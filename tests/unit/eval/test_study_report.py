@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -346,6 +347,52 @@ def test_a_committed_archive_regenerates_the_report_exactly(study_dir, tmp_path,
     r = paired_bootstrap(base, new, n_boot=500)
     assert again["versus_baseline"]["new"]["Pass@1"]["ci"] == [r.low, r.high]
     assert first["versus_baseline"]["new"]["Pass@1"]["ci"] == [r.low, r.high]
+
+
+def test_a_seed_subset_is_reported_beside_the_study_and_regenerates(study_dir, tmp_path, capsys):
+    import shutil
+
+    from framework.cli.study import study
+    from framework.config.study import StudyConfig, StudyEvalConfig
+
+    cfg = StudyConfig(
+        name="t",
+        out_dir=str(study_dir),
+        arms={"base": ["algorithm=grpo"], "new": ["algorithm=e_grpo"]},
+        baseline="base",
+        seeds=[0, 1],
+        bootstrap=500,
+        eval=StudyEvalConfig(questions=4, samples_per_question=2),
+        report_only=True,
+    )
+    main = study(cfg)
+    main_md = (study_dir / "study.md").read_text()
+    study(replace(cfg, only_seeds=[1]))
+    assert (study_dir / "study.md").read_text() == main_md  # the study's own report is untouched
+    sub = json.loads((study_dir / "study_seeds_1.json").read_text())
+    # seed 1 alone: base never right, new right on q1 and q2 -> +0.5 (both seeds: +0.375)
+    assert sub["versus_baseline"]["new"]["Pass@1"]["diff"] == pytest.approx(0.5)
+    assert main["versus_baseline"]["new"]["Pass@1"]["diff"] == pytest.approx(0.375)
+    assert set(sub["arms"]["new"]["per_seed"]) == {"1"}
+    md = (study_dir / "study_seeds_1.md").read_text()
+    assert "(seeds [1] only)" in md and "decides nothing" in md and "only_seeds=[1]" in md
+    # from the committed archive alone, the same subset page
+    published = tmp_path / "published"
+    shutil.copytree(study_dir / "archive", published / "archive")
+    study(
+        StudyConfig(
+            arms={"x": []}, baseline="x", out_dir=str(published), report_only=True, only_seeds=[1]
+        )
+    )
+    for name in ("study_seeds_1.md", "study_seeds_1.json"):
+        assert (published / name).read_text() == (study_dir / name).read_text()
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        study(replace(cfg, only_seeds=[7]))
+    assert "[only_seeds] got [7]; expected some of the study's seeds [0, 1]" in (
+        capsys.readouterr().err
+    )
+    assert StudyConfig(arms={"x": []}, baseline="x", only_seeds=[1]).problems()
 
 
 def test_test_split_evaluations_are_counted_and_printed(study_dir):
