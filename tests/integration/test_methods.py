@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from framework.registry import ADVANTAGES, REWARDS, load_components
-from tests.integration.test_train import REPO, tags, train_in_process
+from tests.integration.test_train import REPO, _scalars_by_step, tags, train_in_process
 
 load_components(plugins=False)
 PRESETS = sorted(p.stem for p in (REPO / "conf" / "algorithm").glob("*.yaml"))
@@ -63,6 +63,11 @@ def test_every_method_trains_two_steps_of_the_tiny_policy(tmp_path: Path, overri
     assert (run / "checkpoints" / "step-000002.ckpt").is_file()
     scalars = tags(run)["scalars"]
     assert {"loss/policy_loss", "loss/advantage_abs_mean", "rollout/reward"} <= scalars
+    # and no health monitor fired (a warning that stops nothing counts too)
+    values = _scalars_by_step(run)
+    alarms = [k for k in values if k.startswith("health/") and k.endswith("/alarm")]
+    assert alarms, "the health monitors logged nothing"
+    assert [k for k in alarms if any(values[k].values())] == []
 
 
 def test_every_registered_advantage_and_reward_is_covered():
