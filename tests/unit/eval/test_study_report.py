@@ -311,13 +311,11 @@ def test_answer_clusters_widen_the_interval_and_power_is_reported(tmp_path):
     assert "seeds" not in three  # one seed each
 
 
-def test_a_committed_archive_regenerates_the_report_exactly(study_dir, tmp_path, capsys):
-    import shutil
-
-    from framework.cli.study import study
+def _report_only_cfg(study_dir):
+    """``report_only=true`` over the ``study_dir`` fixture, as the command line would build it."""
     from framework.config.study import StudyConfig, StudyEvalConfig
 
-    cfg = StudyConfig(
+    return StudyConfig(
         name="t",
         out_dir=str(study_dir),
         arms={"base": ["algorithm=grpo"], "new": ["algorithm=e_grpo"]},
@@ -327,6 +325,15 @@ def test_a_committed_archive_regenerates_the_report_exactly(study_dir, tmp_path,
         eval=StudyEvalConfig(questions=4, samples_per_question=2),
         report_only=True,
     )
+
+
+def test_a_committed_archive_regenerates_the_report_exactly(study_dir, tmp_path, capsys):
+    import shutil
+
+    from framework.cli.study import study
+    from framework.config.study import StudyConfig
+
+    cfg = _report_only_cfg(study_dir)
     first = study(cfg)
     published = tmp_path / "published"
     shutil.copytree(study_dir / "archive", published / "archive")  # what gets committed
@@ -353,18 +360,9 @@ def test_a_seed_subset_is_reported_beside_the_study_and_regenerates(study_dir, t
     import shutil
 
     from framework.cli.study import study
-    from framework.config.study import StudyConfig, StudyEvalConfig
+    from framework.config.study import StudyConfig
 
-    cfg = StudyConfig(
-        name="t",
-        out_dir=str(study_dir),
-        arms={"base": ["algorithm=grpo"], "new": ["algorithm=e_grpo"]},
-        baseline="base",
-        seeds=[0, 1],
-        bootstrap=500,
-        eval=StudyEvalConfig(questions=4, samples_per_question=2),
-        report_only=True,
-    )
+    cfg = _report_only_cfg(study_dir)
     main = study(cfg)
     main_md = (study_dir / "study.md").read_text()
     study(replace(cfg, only_seeds=[1]))
