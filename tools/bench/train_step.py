@@ -69,8 +69,15 @@ def bench_items(dataset: str) -> list[Any]:
     return synth_dataset("test", cfg=load_config("train", [f"dataset={dataset}"]).dataset)
 
 
+def first_items(n: int, dataset: str) -> list[Any]:
+    """The first ``n`` questions, going round again when the split has fewer (synth_small's test
+    split has 10; 8 questions x 3 steps need 24)."""
+    items = bench_items(dataset)
+    return [items[i % len(items)] for i in range(n)]
+
+
 def prompts(n: int, dataset: str) -> list[str]:
-    return [f"Answer briefly. {it.question}" for it in bench_items(dataset)[:n]]
+    return [f"Answer briefly. {it.question}" for it in first_items(n, dataset)]
 
 
 def step_prompts(
@@ -296,8 +303,7 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
     opt, sched = optimizer_and_schedule(model, cfg.optim, args.steps + 1)
     loop = SingleTurn(backend, tok, args.completion)
     parts = StepParts.of(cfg, model, loop, tok.pad_token_id, reward=register_bench_reward())
-    items = bench_items(args.dataset)
-    rows = items[: args.questions * (args.steps + 1)]
+    rows = first_items(args.questions * (args.steps + 1), args.dataset)
     dataset = [dataclasses.replace(it, question=f"Answer briefly. {it.question}") for it in rows]
     with precision_context(args):
         steps = timed_steps(parts, dataset, opt, sched, args.steps + 1, args)
@@ -586,7 +592,10 @@ def spawn(
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     if proc.returncode != 0:
         raise RuntimeError(f"{kind} worker exited {proc.returncode}:\n{proc.stderr[-4000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    line = proc.stdout.strip().splitlines()[-1]
+    # the raw figures in the log as they arrive: a run stopped by a time limit keeps what it measured
+    print(f"[bench] {policy} {kind}: {line}", flush=True)
+    return json.loads(line)
 
 
 def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -857,6 +866,7 @@ def main() -> None:
             r["ours"]["rollout_tokens_per_s"] / r["ceiling"]["generate_tokens_per_s"]
         )
         report["policies"][policy] = r
+        write_report(report, args)  # each finished policy is kept if a later one is stopped
     for decoder in args.backends:
         print(f"[bench] rollout backend {decoder}", flush=True)
         try:
@@ -865,6 +875,12 @@ def main() -> None:
         except RuntimeError as err:
             print(err, file=sys.stderr)
             report["backends"][decoder] = {"error": str(err).splitlines()[0]}
+    write_report(report, args)
+    print(render(report))
+
+
+def write_report(report: dict[str, Any], args: argparse.Namespace) -> None:
+    """The Markdown report and its raw JSON, written again as each part finishes."""
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render(report))
@@ -873,7 +889,6 @@ def main() -> None:
         data = REPO / "docs" / "benchmarks" / "train_step.json"
     data.parent.mkdir(parents=True, exist_ok=True)
     data.write_text(json.dumps(report, indent=2) + "\n")
-    print(render(report))
 
 
 if __name__ == "__main__":
