@@ -33,6 +33,7 @@ from typing import Any
 
 from framework.cli.app import run_app
 from framework.config.study import StudyConfig
+from framework.eval.study_archive import BASIS
 
 #: exit status of a train run stopped by SIGINT / SIGTERM after its checkpoint (see cli/train.py)
 INTERRUPTED = 130
@@ -385,7 +386,6 @@ def check_preregistration(root: Path, cfg: StudyConfig) -> None:
 
 
 # -- what every run and evaluation of a study stands on ---------------------------------------------
-BASIS = "basis.json"
 
 
 def study_basis(train_cfg: Any) -> dict[str, Any]:
@@ -404,8 +404,50 @@ def study_basis(train_cfg: Any) -> dict[str, Any]:
     return {"data": data_key(train_cfg.dataset), "warm_start": start}
 
 
+def content_basis(train_cfg: Any, eval_split: str) -> dict[str, Any]:
+    """What :func:`study_basis` names, by content: a digest of the training and evaluation
+    questions and one of the warm start's weights. A config key stays the same on another machine
+    whose index, synthesis or SFT came out differently (other floating-point kernels, say); these
+    do not, so a study resumed elsewhere (``archive_to``) goes on only from the same questions and
+    the same warm start. ``train_cfg`` has the warm start in place (:func:`warm_start`)."""
+    import hashlib
+
+    from framework.registry import DATASETS
+
+    load = DATASETS.bind(train_cfg.dataset)
+    questions = hashlib.sha256()
+    for split in dict.fromkeys(("train", eval_split)):
+        for item in load(split):
+            questions.update(json.dumps(asdict(item), sort_keys=True, default=str).encode())
+            questions.update(b"\n")
+    policy = train_cfg.rollout.policy
+    weights = hashlib.sha256()
+    folder = Path(str(policy.path)).expanduser()
+    files = sorted(folder.glob("*.safetensors")) + sorted(folder.glob("*.bin"))
+    for f in files:
+        weights.update(f.name.encode())
+        with f.open("rb") as fh:
+            while chunk := fh.read(1 << 24):
+                weights.update(chunk)
+    return {
+        "questions_sha256": questions.hexdigest(),
+        "warm_start_sha256": weights.hexdigest() if files else f"{policy.source}:{policy.path}",
+    }
+
+
+def basis_changes(found: dict[str, Any], basis: dict[str, Any]) -> list[str]:
+    """How ``basis`` differs from the ``found`` record, on the keys both have (a key the record
+    predates is no difference: it is recorded from now on)."""
+    return [
+        f"{k}: recorded {found[k]!r}, now {v!r}"
+        for k, v in basis.items()
+        if k in found and found[k] != v
+    ]
+
+
 def check_basis(root: Path, basis: dict[str, Any]) -> None:
-    """Record the basis of a new study; refuse to go on with a study made on another one.
+    """Record the basis of a new study (or keys of it the record lacks); refuse to go on with a
+    study made on another one.
 
     Raises:
         SystemExit: status 2, naming what changed, when ``root`` was made on another basis (or
@@ -415,13 +457,11 @@ def check_basis(root: Path, basis: dict[str, Any]) -> None:
     if path.is_file():
         found = json.loads(path.read_text())
     elif (root / "eval" / "start" / "results.json").is_file():
-        found = {"data": "not recorded", "warm_start": "not recorded"}
+        found = dict.fromkeys(basis, "not recorded")
     else:
         path.write_text(json.dumps(basis, indent=2) + "\n")
         return
-    changed = [
-        f"{k}: recorded {found.get(k)!r}, now {v!r}" for k, v in basis.items() if found.get(k) != v
-    ]
+    changed = basis_changes(found, basis)
     if changed:
         print(
             f"[out_dir] got {root}, whose runs and evaluations were made on another basis:\n  "
@@ -432,11 +472,106 @@ def check_basis(root: Path, basis: dict[str, Any]) -> None:
             file=sys.stderr,
         )
         raise SystemExit(2)
+    if path.is_file() and not basis.keys() <= found.keys():
+        path.write_text(json.dumps({**found, **basis}, indent=2) + "\n")
+
+
+# -- a study longer than one machine's life: its archive kept where it is committed ------------------
+def check_kept_archive(kept: Path, cfg: StudyConfig, basis: dict[str, Any]) -> None:
+    """Refuse to resume from the archive in ``kept`` (``archive_to``) when it was made on another
+    basis (:func:`study_basis`, :func:`content_basis`) or with other eval settings: its records
+    would not pair with new ones. Nothing to check when it holds no archive yet.
+
+    Raises:
+        SystemExit: status 2, naming each difference.
+    """
+    from framework.eval.study_archive import StudyArchive
+
+    archive = StudyArchive(kept)
+    if not archive.exists():
+        return
+    found = json.loads((kept / BASIS).read_text()) if (kept / BASIS).is_file() else None
+    if found is None:
+        changed = [f"{kept / BASIS}: missing (an archive from before the basis was kept)"]
+    else:
+        changed = basis_changes(found, basis)
+    saved_eval = archive.config().get("eval", {})
+    changed += [
+        f"eval.{k}: recorded {v!r}, now {asdict(cfg.eval).get(k)!r}"
+        for k, v in saved_eval.items()
+        if asdict(cfg.eval).get(k) != v
+    ]
+    if changed:
+        print(
+            f"[archive_to] got {kept}, whose records were made on another basis or with other "
+            "eval settings:\n  "
+            + "\n  ".join(changed)
+            + "\nexpected the questions, warm start and evaluation the records were made with. "
+            "Fix: pass archive_to=<a new folder> (or archive_to='' to keep no copy), or run where "
+            "the index, questions and warm start come out the same.",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+
+
+def restore_kept(kept: Path, root: Path, jobs: Sequence[tuple[str, int]]) -> dict[Any, dict]:
+    """Bring into ``<root>/archive`` what the kept archive (``archive_to``) holds and ``root`` does
+    not: the warm start's evaluation and each finished, evaluated (arm, seed). Those are not made
+    again. Returns their training records, keyed by ``(arm, seed)`` (``None`` for the warm start's
+    evaluation, with an empty record)."""
+    from framework.eval.study_archive import ARCHIVE, StudyArchive, eval_dir
+
+    archive = StudyArchive(kept)
+    if not archive.exists():
+        return {}
+    local = root / ARCHIVE
+    restored: dict[Any, dict] = {}
+
+    def copy(rel: Path) -> None:
+        (local / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(kept / rel, local / rel)
+
+    if not (eval_dir(root, None) / "results.json").is_file() and archive.has_eval(None):
+        copy(Path("eval") / "start.jsonl.gz")
+        restored[None] = {}
+    for arm, seed in sorted(_kept_runs(kept, jobs)):
+        here = (
+            train_finished(run_dir_of(root, arm, seed))
+            or (eval_dir(root, arm, seed) / "results.json").is_file()
+        )
+        if here:  # made on this machine: its own records (archive_study) stand
+            continue
+        copy(Path("eval") / arm / f"seed{seed}.jsonl.gz")
+        copy(Path("training") / arm / f"seed{seed}.json")
+        restored[(arm, seed)] = archive.run(arm, seed) or {}
+    return restored
+
+
+def keep_archive(root: Path, cfg: StudyConfig, states: Sequence[RunState]) -> None:
+    """Bring ``<root>/archive`` up to date and copy it to ``archive_to`` (new and changed files;
+    nothing there is deleted): commit that folder and the study survives its machine."""
+    from framework.eval.study_archive import ARCHIVE, archive_study
+
+    if not cfg.archive_to:
+        return
+    archive_study(root, cfg, states)
+    src, dst = root / ARCHIVE, Path(cfg.archive_to)
+    if src.resolve() == dst.resolve():
+        return
+    for f in sorted(p for p in src.rglob("*") if p.is_file()):
+        target = dst / f.relative_to(src)
+        if target.is_file() and target.read_bytes() == f.read_bytes():
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + ".tmp")
+        shutil.copyfile(f, tmp)
+        os.replace(tmp, target)
 
 
 #: config keys a run's saved config.yaml may differ in without being another run: where it lives,
-#: what it resumed from, and the policy the warm start put in place (the basis pins the warm start)
-RUN_LOCAL_KEYS = ("run_dir", "resume", "rollout.policy.")
+#: what it resumed from, and the policy the warm start put in place (the basis pins the warm start);
+#: where it logged (an archived run was made in another study directory)
+RUN_LOCAL_KEYS = ("run_dir", "resume", "rollout.policy.", "logger.save_dir")
 
 
 def _leaves(node: Any, prefix: str = "") -> dict[str, Any]:
@@ -448,19 +583,22 @@ def _leaves(node: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: node}
 
 
-def config_drift(run: Path, arm_cfg: Any) -> list[str]:
+def config_drift(run: Path | dict[str, Any] | None, arm_cfg: Any) -> list[str]:
     """How the config ``run`` was trained (or began) with differs from its arm's config now.
 
-    Compares the leaves of ``<run>/config.yaml`` with those of ``arm_cfg`` that both have, leaving
-    out :data:`RUN_LOCAL_KEYS`; a key only one side has (a field the framework added since) is not
-    a difference. ``[]`` when the run has no saved config yet.
+    Compares the leaves of ``<run>/config.yaml`` (or of ``run`` itself when it is the saved config
+    as a dict: an archived run's) with those of ``arm_cfg`` that both have, leaving out
+    :data:`RUN_LOCAL_KEYS`; a key only one side has (a field the framework added since) is not a
+    difference. ``[]`` when the run has no saved config yet.
     """
     from omegaconf import OmegaConf
 
-    saved = run / "config.yaml"
-    if not saved.is_file():
+    if isinstance(run, dict):
+        old = _leaves(run)
+    elif run is None or not (run / "config.yaml").is_file():
         return []
-    old = _leaves(OmegaConf.to_container(OmegaConf.load(saved)))
+    else:
+        old = _leaves(OmegaConf.to_container(OmegaConf.load(run / "config.yaml")))
     new = _leaves(OmegaConf.to_container(OmegaConf.structured(arm_cfg)))
     return [
         f"{key}: {old[key]!r} -> {new[key]!r}"
@@ -554,9 +692,13 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
         f"seekrl-study: {cfg.name}: {len(cfg.arms)} arm(s) x {len(cfg.seeds)} seed(s) in {root}",
         flush=True,
     )
+    kept = Path(cfg.archive_to) if cfg.archive_to else None
+    kept_runs = _kept_runs(kept, jobs)
     for arm, seed in jobs:
         run = run_dir_of(root, arm, seed)
         state = "finished" if train_finished(run) else "to run"
+        if state == "to run" and (arm, seed) in kept_runs:
+            state = f"archived in {kept}"
         print(f"  {arm:<16} seed {seed}: {state}  (seekrl-train {' '.join(cfg.arms[arm])})")
     if cfg.dry_run:
         print("seekrl-study: dry run; drop dry_run=true to run.")
@@ -574,30 +716,53 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
         f"run_dir={root / 'start'}",
     ]
     first_cfg = load_config("train", first)
-    check_basis(root, study_basis(first_cfg))
+    basis = study_basis(first_cfg)
+    check_basis(root, basis)
+    if kept is not None:
+        check_kept_archive(kept, cfg, basis)  # before a long SFT: the config-level basis
     check_evals_match(root, cfg)
     check_preregistration(root, cfg)
     if needs_sft(first_cfg):
         in_child(_warm_start_child, first_cfg)  # the cold-start SFT, cached for every run
     train_cfg = warm_start(first_cfg)  # now only reads the cached policy's folder
+    content = content_basis(train_cfg, cfg.eval.split)
+    check_basis(root, content)
+    restored: dict[Any, dict] = {}
+    if kept is not None:
+        check_kept_archive(kept, cfg, {**basis, **content})
+        restored = restore_kept(kept, root, jobs)
+        if restored:
+            print(
+                f"seekrl-study: {len(restored)} evaluation(s) restored from {kept}, not made again",
+                flush=True,
+            )
     start_ckpt = train_cfg.rollout.policy.checkpoint_dir()
-    evaluate_once(train_cfg, cfg, start_ckpt, root / "eval" / "start", start=True)
+    if None not in restored:
+        evaluate_once(train_cfg, cfg, start_ckpt, root / "eval" / "start", start=True)
+    states: list[RunState] = []
+    keep_archive(root, cfg, states)
 
     # 2. every (arm, seed): train (or resume, or skip), then evaluate; first, every run already
-    # there must have been made with its arm's config as it is now
+    # there (or archived) must have been made with its arm's config as it is now
     arm_cfgs = {job: _arm_config(cfg, root, *job) for job in jobs}
     check_runs_match_arms(
         root,
         {
-            job: config_drift(run_dir_of(root, *job), c)
+            job: config_drift(
+                restored[job].get("config") if job in restored else run_dir_of(root, *job), c
+            )
             for job, c in arm_cfgs.items()
             if c is not None
         },
     )
-    states: list[RunState] = []
     pace = StudyPace(total=len(jobs))
     for arm, seed in jobs:
         pace.start()
+        if (arm, seed) in restored:
+            states.append(RunState(arm, seed, "done", float(restored[(arm, seed)]["seconds"])))
+            _write_status(root, states, jobs)
+            pace.finish(f"{arm} seed {seed}", "done")
+            continue
         try:
             st = run_train(cfg, arm, seed, root)
         except KeyboardInterrupt:
@@ -618,6 +783,7 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
                 print(
                     f"seekrl-study: deleted {arm} seed {seed}'s checkpoints ({freed / 1e9:.1f} GB)"
                 )
+        keep_archive(root, cfg, states)
         line = pace.finish(f"{arm} seed {seed}", st.status)
         if line:
             print(line, flush=True)
@@ -730,6 +896,20 @@ def _arm_config(cfg: StudyConfig, root: Path, arm: str, seed: int, strict: bool 
         if strict:
             raise
         return None
+
+
+def _kept_runs(kept: Path | None, jobs: Sequence[tuple[str, int]]) -> set[tuple[str, int]]:
+    """The (arm, seed) jobs the kept archive (``archive_to``) holds finished and evaluated."""
+    from framework.eval.study_archive import StudyArchive
+
+    if kept is None or not StudyArchive(kept).exists():
+        return set()
+    archive = StudyArchive(kept)
+    return {
+        (arm, seed)
+        for arm, seed in jobs
+        if archive.has_eval(arm, seed) and (archive.run(arm, seed) or {}).get("status") == "done"
+    }
 
 
 def _write_status(root: Path, states: list[RunState], jobs: list[tuple[str, int]]) -> None:

@@ -106,6 +106,15 @@ class StudyConfig:
             "and its records to the folder of the same name"
         },
     )
+    archive_to: str = field(
+        default="",
+        metadata={
+            "help": "a folder to copy the study's archive (its per-question records, run records "
+            "and basis) to after every evaluation, and to resume from: what it holds is not "
+            "trained or evaluated again, on this machine or another with the same questions and "
+            "warm start. Commit it and a study outlives its machine; '' keeps no copy"
+        },
+    )
     prune_checkpoints: bool = field(
         default=True,
         metadata={
@@ -187,6 +196,13 @@ class StudyConfig:
             "choose settings on eval.split=validation; for the confirmatory study, commit its "
             "pre-registration first (docs/study.md, 'Protocol') and pass "
             "preregistration=docs/study.md#<its section>",
+        )
+        out += check(
+            not self.archive_to or not Path(self.archive_to).expanduser().is_file(),
+            "archive_to",
+            self.archive_to,
+            "a folder (made if missing) or ''",
+            "name a folder, e.g. docs/benchmarks/<study>/archive",
         )
         out += check(
             not self.only_seeds or self.report_only,

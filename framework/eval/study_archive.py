@@ -9,7 +9,10 @@
   the training curves the report draws (the logged scalars of :data:`CURVE_TAGS` only) and the
   histogram of E-GRPO's normalised entity rate over its wrong training rollouts
   (:func:`~framework.eval.entity_credit.run_histogram`, from its saved trajectories);
-* ``test_evaluations.json``: how many times each policy was evaluated on the test split.
+* ``test_evaluations.json``: how many times each policy was evaluated on the test split;
+* ``basis.json``: the questions and warm start the study stands on (``seekrl-study``'s
+  ``study_basis`` and ``content_basis``), so that a study resumed from its archive elsewhere
+  (``archive_to``) can check it stands on the same.
 
 :func:`archive_study` brings the archive up to date from the study directory (it never deletes:
 an archive copied elsewhere without its study directory stays whole), and :class:`StudyArchive`
@@ -34,6 +37,8 @@ ARCHIVE = "archive"
 #: the archive's folder of run records (not ``runs/``, which .gitignore keeps out of commits)
 TRAINING = "training"
 TEST_COUNTS = "test_evaluations.json"
+#: the study's basis (what its runs and evaluations were made on), in the study and its archive
+BASIS = "basis.json"
 #: training curves drawn per arm (mean over seeds, band = min..max)
 CURVE_TAGS = (
     "rollout/reward",
@@ -96,8 +101,9 @@ def archive_study(root: Path, cfg: Any, states: Sequence[Any]) -> Path:
         if not run.is_dir() and target.is_file():
             continue  # archived elsewhere; the run directory is not here
         _write_json(target, _run_record(run, s))
-    if (root / TEST_COUNTS).is_file():
-        (arc / TEST_COUNTS).write_text((root / TEST_COUNTS).read_text())
+    for name in (TEST_COUNTS, BASIS):
+        if (root / name).is_file():
+            (arc / name).write_text((root / name).read_text())
     return arc
 
 
@@ -143,6 +149,9 @@ def _run_record(run: Path, state: Any) -> dict[str, Any]:
         "wrong_entity_rates": run_histogram(run),
         "methods": run_methods(run),
         "versions": {k: versions[k] for k in VERSION_KEYS if k in versions},
+        # the resolved config it trained with: a run restored from the archive is checked against
+        # its arm's config as a run directory's config.yaml is
+        "config": saved_config(run),
         "curves": {
             t: [[int(x), float(y)] for x, y in scalars[t]] for t in CURVE_TAGS if t in scalars
         },

@@ -143,3 +143,45 @@ def test_a_test_split_study_needs_a_preregistration_and_counts_its_evaluations(t
         study_in_process(
             out, *one_arm[:-2], "seeds=[0,1]", "eval.split=test", f"preregistration='{doc}#tiny'"
         )
+
+
+@pytest.mark.slow  # two tiny train runs and their evaluations, then one more: about 30 s
+def test_a_study_resumes_from_its_kept_archive_on_a_machine_without_its_runs(tmp_path, capsys):
+    """archive_to: what a committed archive holds is not made again where out_dir is empty (a new
+    checkout with an empty cache), and the report comes out the same."""
+    kept = tmp_path / "docs" / "archive"
+    first = study_in_process(tmp_path / "first", "seeds=[0]", f"archive_to={kept}")
+    for rel in ("eval/start.jsonl.gz", "eval/e_grpo/seed0.jsonl.gz", "training/grpo/seed0.json"):
+        assert (kept / rel).is_file()
+    basis = json.loads((kept / "basis.json").read_text())
+    assert {"data", "warm_start", "questions_sha256", "warm_start_sha256"} <= basis.keys()
+    assert json.loads((kept / "training" / "grpo" / "seed0.json").read_text())["config"]
+
+    capsys.readouterr()
+    again = study_in_process(tmp_path / "second", "seeds=[0]", f"archive_to={kept}")
+    out = capsys.readouterr().out
+    assert "3 evaluation(s) restored" in out and "training grpo" not in out
+    assert not (tmp_path / "second" / "runs").exists()  # nothing trained
+    assert not (tmp_path / "second" / "eval").exists()  # nothing evaluated
+    assert again["versus_baseline"] == first["versus_baseline"]
+    assert again["versus_start"] == first["versus_start"]
+
+    # the kept archive lacks one run (say the session ended first): only that one is made
+    import shutil
+
+    shutil.rmtree(kept / "eval" / "e_grpo")
+    study_in_process(tmp_path / "third", "seeds=[0]", f"archive_to={kept}")
+    assert not (tmp_path / "third" / "runs" / "grpo").exists()
+    assert (tmp_path / "third" / "runs" / "e_grpo" / "seed0" / "summary.json").is_file()
+    assert (kept / "eval" / "e_grpo" / "seed0.jsonl.gz").is_file()  # and kept again
+
+    # another basis (here: other questions) is refused rather than mixed in
+    with pytest.raises(SystemExit) as exc:
+        study_in_process(
+            tmp_path / "fourth",
+            "seeds=[0]",
+            f"archive_to={kept}",
+            train=[*TRAIN, "dataset.seed=7"],
+        )
+    assert exc.value.code == 2
+    assert "[archive_to] got" in capsys.readouterr().err

@@ -219,3 +219,125 @@ def test_a_test_split_study_needs_its_preregistration_and_is_frozen(tmp_path, ca
     with pytest.raises(SystemExit):
         check_preregistration(tmp_path, replace(cfg, seeds=[0, 1]))
     assert "seeds: pre-registered [0, 1, 2], now [0, 1]" in capsys.readouterr().err
+
+
+# -- a study that outlives its machine: its archive kept where it is committed (archive_to) --------
+def _kept(folder, cfg, basis, runs=(("a", 0, "done"),)) -> None:
+    """An archive as keep_archive leaves it: config, basis, the start's and each run's records."""
+    from framework.eval.records import write_records
+
+    folder.mkdir(parents=True)
+    (folder / "study_config.json").write_text(
+        json.dumps({"arms": cfg.arms, "eval": asdict(cfg.eval)})
+    )
+    (folder / BASIS).write_text(json.dumps(basis))
+    row = {"qid": "q1", "sample": 0, "correct": 1.0}
+    write_records(folder / "eval" / "start.jsonl.gz", [row])
+    for arm, seed, status in runs:
+        write_records(folder / "eval" / arm / f"seed{seed}.jsonl.gz", [row])
+        rec = {"status": status, "seconds": 12.5, "config": {"optim": {"lr": 1e-5}}}
+        (folder / "training" / arm).mkdir(parents=True, exist_ok=True)
+        (folder / "training" / arm / f"seed{seed}.json").write_text(json.dumps(rec))
+
+
+def test_a_basis_key_the_record_predates_is_recorded_not_refused(tmp_path):
+    check_basis(tmp_path, {"data": "abc", "warm_start": "/cache/sft/1"})
+    check_basis(tmp_path, {"questions_sha256": "q1"})  # added since: recorded from now on
+    assert json.loads((tmp_path / BASIS).read_text()) == {
+        "data": "abc",
+        "warm_start": "/cache/sft/1",
+        "questions_sha256": "q1",
+    }
+    with pytest.raises(SystemExit):
+        check_basis(tmp_path, {"questions_sha256": "q2"})  # and checked
+
+
+def test_a_kept_archive_on_another_basis_or_eval_is_refused(tmp_path, capsys):
+    from framework.cli.study import check_kept_archive
+
+    cfg = StudyConfig(arms={"a": []}, seeds=[0], eval=StudyEvalConfig(questions=100))
+    basis = {"data": "abc", "warm_start_sha256": "w1"}
+    check_kept_archive(tmp_path / "none", cfg, basis)  # nothing kept yet: nothing to check
+    _kept(tmp_path / "kept", cfg, basis)
+    check_kept_archive(tmp_path / "kept", cfg, basis)  # the same basis and eval: go on
+    check_kept_archive(tmp_path / "kept", cfg, {"data": "abc"})  # before the SFT: config keys
+    with pytest.raises(SystemExit) as exc:  # e.g. another machine's SFT came out differently
+        check_kept_archive(tmp_path / "kept", cfg, {**basis, "warm_start_sha256": "w2"})
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"[archive_to] got {tmp_path / 'kept'}")
+    assert "warm_start_sha256: recorded 'w1', now 'w2'" in err and "Fix: pass archive_to=" in err
+    with pytest.raises(SystemExit):
+        check_kept_archive(
+            tmp_path / "kept", replace(cfg, eval=StudyEvalConfig(questions=50)), basis
+        )
+    assert "eval.questions: recorded 100, now 50" in capsys.readouterr().err
+    (tmp_path / "kept" / BASIS).unlink()
+    with pytest.raises(SystemExit):  # an archive without its basis cannot be trusted
+        check_kept_archive(tmp_path / "kept", cfg, basis)
+
+
+def test_what_the_kept_archive_holds_is_restored_and_not_made_again(tmp_path):
+    from framework.cli.study import restore_kept
+
+    cfg = StudyConfig(arms={"a": [], "b": [], "c": []}, seeds=[0])
+    kept = tmp_path / "kept"
+    _kept(kept, cfg, {}, runs=(("a", 0, "done"), ("b", 0, "failed")))
+    root = tmp_path / "study"
+    jobs = [("a", 0), ("b", 0), ("c", 0)]
+    restored = restore_kept(kept, root, jobs)
+    # the start's evaluation and the finished run; a failed run or one never run is made here
+    assert set(restored) == {None, ("a", 0)}
+    assert restored[("a", 0)]["seconds"] == 12.5
+    for rel in ("eval/start.jsonl.gz", "eval/a/seed0.jsonl.gz", "training/a/seed0.json"):
+        assert (root / "archive" / rel).read_bytes() == (kept / rel).read_bytes()
+    assert not (root / "archive" / "eval" / "b").exists()
+    # a run evaluated on this machine keeps its own records
+    (root / "eval" / "a" / "seed0").mkdir(parents=True)
+    (root / "eval" / "a" / "seed0" / "results.json").write_text("{}")
+    assert ("a", 0) not in restore_kept(kept, root, jobs)
+    assert restore_kept(tmp_path / "nothing", root, jobs) == {}
+
+
+def test_the_archive_is_kept_after_each_evaluation_without_deleting_there(tmp_path):
+    from framework.cli.study import RunState, keep_archive
+    from framework.eval.records import write_records
+
+    root = tmp_path / "study"
+    kept = tmp_path / "docs" / "archive"
+    cfg = StudyConfig(arms={"a": [], "b": []}, seeds=[0], archive_to=str(kept))
+    write_records(root / "eval" / "start" / "records.jsonl.gz", [{"qid": "q", "sample": 0}])
+    (root / BASIS).write_text(json.dumps({"data": "abc"}))
+    (kept / "eval" / "b").mkdir(parents=True)
+    (kept / "eval" / "b" / "seed0.jsonl.gz").write_bytes(b"from another machine")
+    keep_archive(root, cfg, [])
+    assert (kept / "eval" / "start.jsonl.gz").is_file()
+    assert json.loads((kept / BASIS).read_text()) == {"data": "abc"}
+    assert json.loads((kept / "study_config.json").read_text())["arms"] == {"a": [], "b": []}
+    assert (kept / "eval" / "b" / "seed0.jsonl.gz").read_bytes() == b"from another machine"
+    # a run trained and evaluated here: its records and run record follow
+    run = root / "runs" / "a" / "seed0"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps({"stages": [{"peak_gb": 3.0}]}))
+    (run / "config.yaml").write_text("optim:\n  lr: 1.0e-05\n")
+    write_records(root / "eval" / "a" / "seed0" / "records.jsonl.gz", [{"qid": "q", "sample": 0}])
+    keep_archive(root, cfg, [RunState("a", 0, "done", 30.0)])
+    record = json.loads((kept / "training" / "a" / "seed0.json").read_text())
+    assert record["status"] == "done" and record["peak_gb"] == 3.0
+    assert record["config"] == {"optim": {"lr": 1e-05}}
+    assert (kept / "eval" / "a" / "seed0.jsonl.gz").is_file()
+    keep_archive(root, replace(cfg, archive_to=""), [])  # '' keeps no copy: nothing happens
+
+
+def test_an_archived_run_is_checked_against_its_arm_like_a_run_directory():
+    assert config_drift({"optim": {"lr": 1e-5}}, _Train()) == []
+    assert config_drift({"optim": {"lr": 3e-5}}, _Train()) == ["optim.lr: 3e-05 -> 1e-05"]
+    assert config_drift(None, _Train()) == []  # an archive from before configs were kept
+
+
+def test_archive_to_must_be_a_folder(tmp_path):
+    f = tmp_path / "file.txt"
+    f.write_text("x")
+    problems = StudyConfig(arms={"a": []}, archive_to=str(f)).problems()
+    assert any("archive_to" in str(p) for p in problems)
+    assert not StudyConfig(arms={"a": []}, archive_to=str(tmp_path / "new")).problems()
