@@ -13,8 +13,8 @@ Each arm trains from the same cached warm start on the same questions for the sa
 rollouts (the study's shared overrides), and is evaluated on the study's split (validation for a
 screen). :func:`screen_rows` turns the study's summary and archive into one row per method:
 Pass@1 with its interval, the paired difference from the baseline with its interval, tool calls,
-response tokens per rollout, seconds per training step, peak memory, and the health monitors that
-fired. A method whose difference from the baseline excludes 0 upwards is a *candidate* for a
+response tokens per rollout, seconds per training step, peak memory, the CPU it trained on (a
+screen may span machines; its times compare only within one), and the health monitors that fired. A method whose difference from the baseline excludes 0 upwards is a *candidate* for a
 confirmatory study, not a winner: a screen runs one seed per method and many comparisons.
 """
 
@@ -63,6 +63,7 @@ def screen_rows(
             continue
         diff = summary["versus_baseline"].get(arm, {}).get("Pass@1")
         tokens, steps, seconds, peaks, alarms, stopped = [], 0, 0.0, [], set(), []
+        cpus: list[str] = []
         methods: list[Mapping[str, str]] = []
         for seed in figures["seeds"]:
             recs = archive.records(arm, seed)
@@ -74,6 +75,9 @@ def screen_rows(
             if run.get("peak_gb") is not None:
                 peaks.append(float(run["peak_gb"]))
             alarms |= set(run.get("alarms", []))
+            cpu = (run.get("versions") or {}).get("cpu")
+            if cpu and cpu not in cpus:
+                cpus.append(cpu)
             methods += [m for m in run.get("methods", []) if m not in methods]
             if run.get("stopped_by"):
                 stopped.append(str(run["stopped_by"].get("monitor", "a monitor")))
@@ -88,6 +92,7 @@ def screen_rows(
                 "response_tokens": sum(tokens) / len(tokens) if tokens else None,
                 "seconds_per_step": seconds / steps if steps else None,
                 "peak_gb": max(peaks) if peaks else None,
+                "machines": cpus,
                 "monitors_fired": sorted(alarms),
                 "stopped_by": stopped,
                 "verdict": _verdict(diff) if arm != baseline else "baseline",
@@ -117,9 +122,21 @@ def screen_markdown(cfg: Any, rows: Sequence[Mapping[str, Any]]) -> str:
         "blank: the formulas of docs/algorithms.md). A RECONSTRUCTED method's row measures our "
         "reading of its abstract, not the paper's method.",
         "",
+    ]
+    # the CPUs the runs trained on (a screen longer than one machine's life spans several):
+    # seconds per step and peak memory compare only between rows of one machine
+    machines = list(dict.fromkeys(m for r in rows for m in r.get("machines", [])))
+    letter = {m: chr(ord("A") + i) for i, m in enumerate(machines)}
+    if machines:
+        lines += [
+            "Machines (the CPU each run trained on; s / step and peak GB compare only between "
+            "rows of one machine): " + "; ".join(f"{letter[m]} = {m}" for m in machines) + ".",
+            "",
+        ]
+    lines += [
         "| method | fidelity | Pass@1 [95% CI] | minus baseline [95% CI] | tool calls "
-        "| tokens / rollout | s / step | peak GB | monitors fired | reading |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| tokens / rollout | s / step | peak GB | machine | monitors fired | reading |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         low, high = r["pass@1_ci"]
@@ -132,7 +149,8 @@ def screen_markdown(cfg: Any, rows: Sequence[Mapping[str, Any]]) -> str:
             f"| `{r['arm']}` | {r.get('fidelity', '')} | {r['pass@1']:.3f} [{low:.3f}, {high:.3f}] "
             f"| {diff} "
             f"| {_num(r['tool_calls'], '.2f')} | {_num(r['response_tokens'], '.0f')} "
-            f"| {_num(r['seconds_per_step'], '.1f')} | {_num(r['peak_gb'], '.1f')} | {fired} "
+            f"| {_num(r['seconds_per_step'], '.1f')} | {_num(r['peak_gb'], '.1f')} "
+            f"| {', '.join(letter[m] for m in r.get('machines', []))} | {fired} "
             f"| {r['verdict']} |"
         )
     return "\n".join(lines) + "\n"

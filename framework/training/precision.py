@@ -56,8 +56,13 @@ def cpu_flags() -> frozenset[str]:
 
 @functools.lru_cache(maxsize=1)
 def cpu_name() -> str:
-    """A short description of this CPU: model name (or architecture) and torch's kernel level."""
-    name = _cpuinfo_fields().get("model name") or platform.processor() or platform.machine()
+    """A short description of this CPU: model name (or architecture), its family and model numbers
+    where /proc/cpuinfo gives them (a virtual machine's name is often just "AMD EPYC", which
+    covers CPUs as different as Zen 4 and Zen 5), and torch's kernel level."""
+    info = _cpuinfo_fields()
+    name = info.get("model name") or platform.processor() or platform.machine()
+    if info.get("cpu family") and info.get("model"):
+        name = f"{name} (family {info['cpu family']}, model {info['model']})"
     try:
         import torch
 

@@ -97,6 +97,11 @@ def test_rows_from_the_archive(study_dir, tmp_path):  # noqa: F811
     new = rows["new"]
     assert new["seconds_per_step"] == pytest.approx(30.0) and new["peak_gb"] == 6.4
     assert new["monitors_fired"] == ["reward_collapse"]
+    assert new["machines"] == []  # the fixture's runs recorded no versions
+    two = [{**new, "machines": ["cpu X"]}, {**rows["base"], "machines": ["cpu Y", "cpu X"]}]
+    table = screen_markdown(cfg, two)
+    assert "Machines (the CPU each run trained on" in table and "A = cpu X; B = cpu Y." in table
+    assert "| 30.0 | 6.4 | A |" in table and "| B, A |" in table
     assert new["minus_baseline"]["diff"] == pytest.approx(0.375)
     assert rows["base"]["verdict"] == "baseline" and rows["base"]["minus_baseline"] is None
     md = (tmp_path / "screen.md").read_text()
