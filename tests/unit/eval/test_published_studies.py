@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-PUBLISHED = sorted(p.parent for p in (ROOT / "docs" / "benchmarks").glob("*/archive"))
+#: a study is published with its report beside its archive; a kept archive still filling
+#: (``archive_to``: a long study's records committed as they arrive) has no report yet
+PUBLISHED = sorted(
+    p.parent
+    for p in (ROOT / "docs" / "benchmarks").glob("*/archive")
+    if (p.parent / "study.md").is_file()
+)
 
 
 def test_at_least_one_study_is_published_with_its_archive():
