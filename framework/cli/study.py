@@ -495,11 +495,11 @@ def check_kept_archive(kept: Path, cfg: StudyConfig, basis: dict[str, Any]) -> N
         changed = [f"{kept / BASIS}: missing (an archive from before the basis was kept)"]
     else:
         changed = basis_changes(found, basis)
-    saved_eval = archive.config().get("eval", {})
+    now = asdict(cfg.eval)
     changed += [
-        f"eval.{k}: recorded {v!r}, now {asdict(cfg.eval).get(k)!r}"
-        for k, v in saved_eval.items()
-        if asdict(cfg.eval).get(k) != v
+        f"eval.{k}: recorded {v!r}, now {now.get(k)!r}"
+        for k, v in archive.config().get("eval", {}).items()
+        if now.get(k) != v
     ]
     if changed:
         print(
@@ -548,8 +548,9 @@ def restore_kept(kept: Path, root: Path, jobs: Sequence[tuple[str, int]]) -> dic
 
 
 def keep_archive(root: Path, cfg: StudyConfig, states: Sequence[RunState]) -> None:
-    """Bring ``<root>/archive`` up to date and copy it to ``archive_to`` (new and changed files;
-    nothing there is deleted): commit that folder and the study survives its machine."""
+    """Bring ``<root>/archive`` up to date with the runs of ``states`` (the one just evaluated:
+    the records of earlier runs are already there) and copy it to ``archive_to`` (new and changed
+    files; nothing there is deleted): commit that folder and the study survives its machine."""
     from framework.eval.study_archive import ARCHIVE, archive_study
 
     if not cfg.archive_to:
@@ -740,7 +741,7 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
     if None not in restored:
         evaluate_once(train_cfg, cfg, start_ckpt, root / "eval" / "start", start=True)
     states: list[RunState] = []
-    keep_archive(root, cfg, states)
+    keep_archive(root, cfg, [])
 
     # 2. every (arm, seed): train (or resume, or skip), then evaluate; first, every run already
     # there (or archived) must have been made with its arm's config as it is now
@@ -783,7 +784,7 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
                 print(
                     f"seekrl-study: deleted {arm} seed {seed}'s checkpoints ({freed / 1e9:.1f} GB)"
                 )
-        keep_archive(root, cfg, states)
+        keep_archive(root, cfg, [st])  # its record only: each run is read once, not once per run
         line = pace.finish(f"{arm} seed {seed}", st.status)
         if line:
             print(line, flush=True)
@@ -902,9 +903,9 @@ def _kept_runs(kept: Path | None, jobs: Sequence[tuple[str, int]]) -> set[tuple[
     """The (arm, seed) jobs the kept archive (``archive_to``) holds finished and evaluated."""
     from framework.eval.study_archive import StudyArchive
 
-    if kept is None or not StudyArchive(kept).exists():
+    archive = StudyArchive(kept) if kept is not None else None
+    if archive is None or not archive.exists():
         return set()
-    archive = StudyArchive(kept)
     return {
         (arm, seed)
         for arm, seed in jobs

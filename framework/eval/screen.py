@@ -14,7 +14,8 @@ rollouts (the study's shared overrides), and is evaluated on the study's split (
 screen). :func:`screen_rows` turns the study's summary and archive into one row per method:
 Pass@1 with its interval, the paired difference from the baseline with its interval, tool calls,
 response tokens per rollout, seconds per training step, peak memory, the CPU it trained on (a
-screen may span machines; its times compare only within one), and the health monitors that fired. A method whose difference from the baseline excludes 0 upwards is a *candidate* for a
+screen may span machines; its times compare only within one), and the health monitors that
+fired. A method whose difference from the baseline excludes 0 upwards is a *candidate* for a
 confirmatory study, not a winner: a screen runs one seed per method and many comparisons.
 """
 
