@@ -123,7 +123,7 @@ def run_train(cfg: StudyConfig, arm: str, seed: int, root: Path) -> RunState:
         failed.write_text(f"exit status {code}\n{tail}")
         print(f"seekrl-study: {arm} seed {seed} FAILED (exit {code}); see {failed}", flush=True)
         return RunState(arm, seed, "failed", seconds, error=tail[-2000:])
-    return RunState(arm, seed, "done", seconds)
+    return state_on_disk(root, arm, seed)  # its time as its summary gives it, as on a later start
 
 
 def wait_forwarding_sigterm(send: Callable[[int], Any], wait: Callable[[], Any]) -> None:

@@ -341,3 +341,33 @@ def test_archive_to_must_be_a_folder(tmp_path):
     problems = StudyConfig(arms={"a": []}, archive_to=str(f)).problems()
     assert any("archive_to" in str(p) for p in problems)
     assert not StudyConfig(arms={"a": []}, archive_to=str(tmp_path / "new")).problems()
+
+
+def test_a_finished_run_has_the_time_its_summary_gives_now_and_on_a_later_start(
+    tmp_path, monkeypatch
+):
+    """The archived record of a run must not change when the study restarts and finds it done."""
+    import subprocess
+
+    from framework.cli import study
+
+    root = tmp_path / "study"
+    run = study.run_dir_of(root, "a", 0)
+
+    class FinishedChild:  # stands in for seekrl-train: writes its summary and policy, exits 0
+        def __init__(self, *args, **kwargs):
+            (run / "policy").mkdir(parents=True)
+            (run / "policy" / "config.json").write_text("{}")
+            (run / "summary.json").write_text(json.dumps({"seconds": 12.3}))
+            self.returncode = 0
+
+        def wait(self):
+            return 0
+
+        def send_signal(self, signum):
+            pass
+
+    monkeypatch.setattr(subprocess, "Popen", FinishedChild)
+    now = study.run_train(StudyConfig(arms={"a": []}), "a", 0, root)
+    assert (now.status, now.seconds) == ("done", 12.3)  # not the study's own clock around it
+    assert study.state_on_disk(root, "a", 0) == now
