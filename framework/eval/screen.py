@@ -154,4 +154,26 @@ def screen_markdown(cfg: Any, rows: Sequence[Mapping[str, Any]]) -> str:
             f"| {', '.join(letter[m] for m in r.get('machines', []))} | {fired} "
             f"| {r['verdict']} |"
         )
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, *_monitor_lines(rows, cfg.baseline)]) + "\n"
+
+
+def _monitor_lines(rows: Sequence[Mapping[str, Any]], baseline: str) -> list[str]:
+    """How often each monitor fired across the table, and whether on the baseline too: a monitor
+    that fires on most methods and on the baseline (a warning on a noisy curve, say) does not set
+    one method apart; the run's curves (its TensorBoard) say what happened."""
+    fired: dict[str, list[str]] = {}
+    for r in rows:
+        for name in r["monitors_fired"]:
+            fired.setdefault(name, []).append(r["arm"])
+    if not fired:
+        return []
+    parts = [
+        f"`{name}` on {len(arms)} of {len(rows)}"
+        + (" (the baseline among them)" if baseline in arms else " (not the baseline)")
+        for name, arms in sorted(fired.items())
+    ]
+    return [
+        "",
+        "Monitors fired: " + "; ".join(parts) + ". A monitor that fired on the baseline too "
+        "does not set a method apart; a run's TensorBoard curves show what it saw.",
+    ]

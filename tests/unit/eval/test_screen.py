@@ -102,6 +102,14 @@ def test_rows_from_the_archive(study_dir, tmp_path):  # noqa: F811
     table = screen_markdown(cfg, two)
     assert "Machines (the CPU each run trained on" in table and "A = cpu X; B = cpu Y." in table
     assert "| 30.0 | 6.4 | A |" in table and "| B, A |" in table
+    # how often each monitor fired, and whether the baseline raised it too
+    assert "Monitors fired: `reward_collapse` on 1 of 2 (not the baseline)." in table
+    both = [two[0], {**two[1], "monitors_fired": ["entropy", "reward_collapse"]}]
+    assert (
+        "Monitors fired: `entropy` on 1 of 2 (the baseline among them); "
+        "`reward_collapse` on 2 of 2 (the baseline among them)."
+    ) in screen_markdown(cfg, both)
+    assert "Monitors fired" not in screen_markdown(cfg, [{**two[1], "monitors_fired": []}])
     assert new["minus_baseline"]["diff"] == pytest.approx(0.375)
     assert rows["base"]["verdict"] == "baseline" and rows["base"]["minus_baseline"] is None
     md = (tmp_path / "screen.md").read_text()
