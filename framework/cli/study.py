@@ -49,6 +49,7 @@ class RunState:
     status: str  # done | failed | interrupted | unfinished (checkpoints on disk) | pending
     seconds: float = 0.0
     error: str = ""
+    resumed: bool = False  # this invocation went on from a checkpoint of an earlier one
 
 
 def run_dir_of(root: Path, arm: str, seed: int) -> Path:
@@ -117,13 +118,14 @@ def run_train(cfg: StudyConfig, arm: str, seed: int, root: Path) -> RunState:
         code = proc.returncode
     seconds = time.perf_counter() - clock
     if code == INTERRUPTED or code == -signal.SIGINT:
-        return RunState(arm, seed, "interrupted", seconds)
+        return RunState(arm, seed, "interrupted", seconds, resumed=resumed)
     if code != 0 or not train_finished(run):
         tail = _tail(run / "train.log", 40)
         failed.write_text(f"exit status {code}\n{tail}")
         print(f"seekrl-study: {arm} seed {seed} FAILED (exit {code}); see {failed}", flush=True)
-        return RunState(arm, seed, "failed", seconds, error=tail[-2000:])
-    return state_on_disk(root, arm, seed)  # its time as its summary gives it, as on a later start
+        return RunState(arm, seed, "failed", seconds, error=tail[-2000:], resumed=resumed)
+    # its time as its summary gives it, as on a later start
+    return replace(state_on_disk(root, arm, seed), resumed=resumed)
 
 
 def wait_forwarding_sigterm(send: Callable[[int], Any], wait: Callable[[], Any]) -> None:
@@ -785,7 +787,7 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
                     f"seekrl-study: deleted {arm} seed {seed}'s checkpoints ({freed / 1e9:.1f} GB)"
                 )
         keep_archive(root, cfg, [st])  # its record only: each run is read once, not once per run
-        line = pace.finish(f"{arm} seed {seed}", st.status)
+        line = pace.finish(f"{arm} seed {seed}", st.status, resumed=st.resumed)
         if line:
             print(line, flush=True)
 
@@ -802,7 +804,9 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
 class StudyPace:
     """The study's progress over its (arm, seed) runs: after each, a line with how many are through
     and, from the runs this invocation trained or evaluated, about how long the rest will take.
-    Runs finished by an earlier invocation take no time here and do not set the pace."""
+    Runs finished by an earlier invocation take no time here and do not set the pace; nor does a
+    run resumed from a checkpoint, whose time here is only its remainder (the first run of a
+    restarted study made the rest look twice as quick)."""
 
     total: int
     through: int = 0
@@ -814,20 +818,28 @@ class StudyPace:
     def start(self) -> None:
         self._mark = self.clock()
 
-    def finish(self, what: str, status: str, *, idle_below: float = 5.0) -> str | None:
-        """Count one run; the progress line, or None for a run that was already finished."""
+    def finish(
+        self, what: str, status: str, *, resumed: bool = False, idle_below: float = 5.0
+    ) -> str | None:
+        """Count one run; the progress line, or None for a run that was already finished.
+        ``resumed``: the run went on from a checkpoint, so its time here is not a run's."""
         seconds = self.clock() - self._mark
         self.through += 1
         if seconds < idle_below and status == "done":  # finished before: skipped, nothing to say
             return None
-        self.worked += seconds
-        self.runs_worked += 1
+        if not resumed:
+            self.worked += seconds
+            self.runs_worked += 1
         left = self.total - self.through
         eta = ""
-        if left:
+        if left and self.runs_worked:
             eta = f"; about {_hours(left * self.worked / self.runs_worked)} left at this pace"
+        elif left:
+            eta = "; the pace comes with the first run trained from its start"
+        how = " (resumed from a checkpoint)" if resumed else ""
         return (
-            f"seekrl-study: [{self.through}/{self.total}] {what} {status} in {_hours(seconds)}{eta}"
+            f"seekrl-study: [{self.through}/{self.total}] {what} {status}{how} in "
+            f"{_hours(seconds)}{eta}"
         )
 
 

@@ -371,3 +371,36 @@ def test_a_finished_run_has_the_time_its_summary_gives_now_and_on_a_later_start(
     now = study.run_train(StudyConfig(arms={"a": []}), "a", 0, root)
     assert (now.status, now.seconds) == ("done", 12.3)  # not the study's own clock around it
     assert study.state_on_disk(root, "a", 0) == now
+    assert not now.resumed  # trained from its start: it sets the study's pace
+
+
+def test_a_run_that_went_on_from_a_checkpoint_says_so(tmp_path, monkeypatch):
+    """Its time here is only its remainder, so the study's pace must not count it as a run."""
+    import subprocess
+
+    from framework.cli import study
+
+    root = tmp_path / "study"
+    run = study.run_dir_of(root, "a", 0)
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "step-4.ckpt").write_text("x")
+    commands = []
+
+    class FinishedChild:
+        def __init__(self, cmd, *args, **kwargs):
+            commands.append(cmd)
+            (run / "policy").mkdir(parents=True)
+            (run / "policy" / "config.json").write_text("{}")
+            (run / "summary.json").write_text(json.dumps({"seconds": 40.0}))
+            self.returncode = 0
+
+        def wait(self):
+            return 0
+
+        def send_signal(self, signum):
+            pass
+
+    monkeypatch.setattr(subprocess, "Popen", FinishedChild)
+    st = study.run_train(StudyConfig(arms={"a": []}), "a", 0, root)
+    assert any(a == f"resume={run}" for a in commands[0])
+    assert (st.status, st.seconds, st.resumed) == ("done", 40.0, True)

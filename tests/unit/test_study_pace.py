@@ -27,3 +27,21 @@ def test_the_pace_comes_from_the_runs_that_did_work_now():
     pace.start()
     now[0] += 600.0
     assert pace.finish("grpo seed 1", "done") == "seekrl-study: [5/5] grpo seed 1 done in 10 min"
+
+
+def test_a_resumed_run_is_reported_but_does_not_set_the_pace():
+    """A restarted study's first run is often the remainder of one cut off: 19 minutes of a
+    45-minute run made the rest look twice as quick."""
+    now = [0.0]
+    pace = StudyPace(total=4, clock=lambda: now[0])
+    pace.start()
+    now[0] += 1140.0
+    assert pace.finish("dagrpo seed 0", "done", resumed=True) == (
+        "seekrl-study: [1/4] dagrpo seed 0 done (resumed from a checkpoint) in 19 min; "
+        "the pace comes with the first run trained from its start"
+    )
+    pace.start()
+    now[0] += 2700.0
+    assert pace.finish("dppo seed 0", "done") == (
+        "seekrl-study: [2/4] dppo seed 0 done in 45 min; about 1.5 h left at this pace"
+    )
