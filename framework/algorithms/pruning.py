@@ -19,6 +19,14 @@ threshold * max_j |A_j|`` over the batch and is kept with ``q = keep_prob``, eve
 with ``q = 1``; prompts are not pruned separately (a group whose advantages are all 0 is skipped
 anyway); the paper's dense prompt packing is what the planner's token-bounded micro-batches do
 already. The draws are seeded by ``seed`` and the batch itself, so a run repeats exactly.
+
+When it prunes nothing: with a binary reward and groups of ``G`` rollouts, the smallest nonzero
+GRPO advantage is ``1 / (G - 1)`` of the largest (one correct rollout of ``G``: ``|A|`` is ``1/G``
+against ``(G-1)/G`` before the shared scaling), so the default threshold 0.1 catches no rollout
+with a signal unless ``G >= 12``. At the screen's groups of 4 (a third) DPPO is GRPO, and its
+screen run was GRPO's to the bit (``docs/benchmarks/screen.md`` marks it so); the rule acts on
+graded rewards (``reward=e_grpo``, ``f1``) or large groups, or with a threshold above
+``1 / (G - 1)``.
 """
 
 from __future__ import annotations

@@ -17,6 +17,12 @@ response tokens per rollout, seconds per training step, peak memory, the CPU it 
 screen may span machines; its times compare only within one), and the health monitors that
 fired. A method whose difference from the baseline excludes 0 upwards is a *candidate* for a
 confirmatory study, not a winner: a screen runs one seed per method and many comparisons.
+
+A method whose runs are the baseline's exactly (every training curve and every evaluation sample
+the same, seed for seed) is marked *identical to the baseline*: its components never changed an
+update at the screen's settings (a pruning rule no binary-reward advantage falls under, a mask
+no pair of rollouts met), so its row measures nothing about the method, and "no difference
+shown" would misread it.
 """
 
 from __future__ import annotations
@@ -25,6 +31,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from framework.eval.paired import interval_side
+
+#: the reading of a method whose runs are the baseline's exactly (module docstring)
+IDENTICAL = "identical to the baseline (the method changed no update here)"
 
 
 def _verdict(diff: Mapping[str, Any] | None) -> str:
@@ -50,6 +59,21 @@ def arm_fidelity(methods: Sequence[Mapping[str, str]]) -> str:
             label = "RECONSTRUCTED" if level == "reconstructed" else level
             return f"{label} ({', '.join(names)})"
     return ""
+
+
+def same_as_baseline(archive: Any, arm: str, baseline: str, seeds: Sequence[int]) -> bool:
+    """Whether every run of ``arm`` is the baseline's of its seed exactly: the same training
+    curves (every logged figure at every step) and the same evaluation records, sample for
+    sample. False when a run, its curves or the baseline's are missing: nothing is assumed."""
+    for seed in seeds:
+        ours, theirs = archive.run(arm, seed) or {}, archive.run(baseline, seed) or {}
+        if not ours.get("curves") or ours.get("curves") != theirs.get("curves"):
+            return False
+        if not archive.has_eval(baseline, seed):
+            return False
+        if archive.records(arm, seed) != archive.records(baseline, seed):
+            return False
+    return bool(seeds)
 
 
 def screen_rows(
@@ -82,6 +106,7 @@ def screen_rows(
             methods += [m for m in run.get("methods", []) if m not in methods]
             if run.get("stopped_by"):
                 stopped.append(str(run["stopped_by"].get("monitor", "a monitor")))
+        identical = arm != baseline and same_as_baseline(archive, arm, baseline, figures["seeds"])
         rows.append(
             {
                 "arm": arm,
@@ -96,7 +121,10 @@ def screen_rows(
                 "machines": cpus,
                 "monitors_fired": sorted(alarms),
                 "stopped_by": stopped,
-                "verdict": _verdict(diff) if arm != baseline else "baseline",
+                "identical_to_baseline": identical,
+                "verdict": "baseline"
+                if arm == baseline
+                else (IDENTICAL if identical else _verdict(diff)),
                 "fidelity": arm_fidelity(methods),
             }
         )
@@ -154,6 +182,16 @@ def screen_markdown(cfg: Any, rows: Sequence[Mapping[str, Any]]) -> str:
             f"| {', '.join(letter[m] for m in r.get('machines', []))} | {fired} "
             f"| {r['verdict']} |"
         )
+    same = [r["arm"] for r in rows if r.get("identical_to_baseline")]
+    if same:
+        lines += [
+            "",
+            f"Identical to the baseline: {', '.join(f'`{a}`' for a in same)}. Every training "
+            "curve and every evaluation sample of these runs is the baseline's: their components "
+            "never changed an update at these settings, so their rows say nothing about the "
+            "methods (the module of each component, linked from docs/algorithms.md, says why "
+            "where it is known).",
+        ]
     return "\n".join([*lines, *_monitor_lines(rows, cfg.baseline)]) + "\n"
 
 

@@ -169,3 +169,63 @@ def test_a_published_archive_reported_elsewhere_leaves_the_page_alone():
     saved = {"publish": "docs/benchmarks/screen.md", "seeds": [1]}
     got = archived_config(saved, cfg)
     assert got.seeds == [1] and got.publish == ""  # the analysis is the archive's; the page is not
+
+
+class _Archive:
+    """An archive's reading side: each (arm, seed) run's record and its evaluation records."""
+
+    def __init__(self, runs, records):
+        self._runs, self._records = runs, records
+
+    def run(self, arm, seed):
+        return self._runs.get((arm, seed))
+
+    def has_eval(self, arm, seed=None):
+        return (arm, seed) in self._records
+
+    def records(self, arm, seed=None):
+        return self._records[(arm, seed)]
+
+
+def test_a_method_whose_runs_are_the_baselines_exactly_is_marked_so():
+    """DPPO's pruning never acts on binary GRPO advantages of groups of 4: its screen run was
+    GRPO's to the bit, and "no difference shown" would have misread it."""
+    from framework.eval.screen import IDENTICAL, same_as_baseline
+
+    curves = {"rollout/reward": [[1, 0.25], [2, 0.5]], "loss/entropy": [[1, 0.1], [2, 0.2]]}
+    recs = [{"question_id": "q1", "sample": "0", "correct": "True", "response_tokens": "40"}]
+    other = {**curves, "loss/entropy": [[1, 0.1], [2, 0.21]]}  # one figure at one step
+    runs = {(a, 0): {"curves": c, "steps": 2} for a, c in [("base", curves), ("same", curves)]}
+    runs[("curve", 0)] = {"curves": other, "steps": 2}
+    runs[("sample", 0)] = {"curves": curves, "steps": 2}
+    runs[("bare", 0)] = {"steps": 2}  # no curves recorded: nothing is assumed
+    changed = [{**recs[0], "response_tokens": "41"}]
+    archive = _Archive(
+        runs,
+        {(a, 0): changed if a == "sample" else recs for a in ("base", "same", "curve", "sample")}
+        | {("bare", 0): recs},
+    )
+    assert same_as_baseline(archive, "same", "base", [0])
+    assert not same_as_baseline(archive, "curve", "base", [0])
+    assert not same_as_baseline(archive, "sample", "base", [0])
+    assert not same_as_baseline(archive, "bare", "base", [0])
+    assert not same_as_baseline(archive, "same", "base", [])
+
+    arms = ["base", "same", "curve"]
+    diff = {"diff": 0.0, "ci": [0.0, 0.0]}
+    figures = {"seeds": [0], "pass@1": 1.0, "pass@1_ci": [1.0, 1.0], "tool_calls": 1.0}
+    summary = {
+        "arms": {a: figures for a in arms},
+        "versus_baseline": {a: {"Pass@1": diff} for a in arms[1:]},
+    }
+    rows = {r["arm"]: r for r in screen_rows(summary, archive, arms, "base")}
+    assert rows["same"]["verdict"] == IDENTICAL and rows["same"]["identical_to_baseline"]
+    assert rows["curve"]["verdict"] == "no difference shown"
+    assert not rows["base"]["identical_to_baseline"] and rows["base"]["verdict"] == "baseline"
+    cfg = SimpleNamespace(
+        baseline="base",
+        eval=SimpleNamespace(questions=1, split="validation", samples_per_question=1),
+    )
+    table = screen_markdown(cfg, list(rows.values()))
+    assert "Identical to the baseline: `same`. Every training curve" in table
+    assert "Identical to the baseline" not in screen_markdown(cfg, [rows["base"], rows["curve"]])
