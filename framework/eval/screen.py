@@ -88,6 +88,7 @@ def screen_rows(
             continue
         diff = summary["versus_baseline"].get(arm, {}).get("Pass@1")
         tokens, steps, seconds, peaks, alarms, stopped = [], 0, 0.0, [], set(), []
+        resumed = False
         cpus: list[str] = []
         methods: list[Mapping[str, str]] = []
         for seed in figures["seeds"]:
@@ -99,6 +100,8 @@ def screen_rows(
                 steps += int(run["steps"])
             if run.get("peak_gb") is not None:
                 peaks.append(float(run["peak_gb"]))
+            # resumed from a checkpoint: its summary, hence its peak, is its last launch's only
+            resumed |= bool((run.get("config") or {}).get("resume"))
             alarms |= set(run.get("alarms", []))
             cpu = (run.get("versions") or {}).get("cpu")
             if cpu and cpu not in cpus:
@@ -118,6 +121,7 @@ def screen_rows(
                 "response_tokens": sum(tokens) / len(tokens) if tokens else None,
                 "seconds_per_step": seconds / steps if steps else None,
                 "peak_gb": max(peaks) if peaks else None,
+                "peak_last_launch": resumed,
                 "machines": cpus,
                 "monitors_fired": sorted(alarms),
                 "stopped_by": stopped,
@@ -178,10 +182,18 @@ def screen_markdown(cfg: Any, rows: Sequence[Mapping[str, Any]]) -> str:
             f"| `{r['arm']}` | {r.get('fidelity', '')} | {r['pass@1']:.3f} [{low:.3f}, {high:.3f}] "
             f"| {diff} "
             f"| {_num(r['tool_calls'], '.2f')} | {_num(r['response_tokens'], '.0f')} "
-            f"| {_num(r['seconds_per_step'], '.1f')} | {_num(r['peak_gb'], '.1f')} "
+            f"| {_num(r['seconds_per_step'], '.1f')} | {_num(r['peak_gb'], '.1f')}"
+            f"{' (last launch)' if r.get('peak_last_launch') else ''} "
             f"| {', '.join(letter[m] for m in r.get('machines', []))} | {fired} "
             f"| {r['verdict']} |"
         )
+    if any(r.get("peak_last_launch") for r in rows):
+        lines += [
+            "",
+            "Peak GB (last launch): the run was resumed from a checkpoint (a session ended "
+            "while it trained), and its peak is that of its last launch only; s / step counts "
+            "every step of every launch.",
+        ]
     same = [r["arm"] for r in rows if r.get("identical_to_baseline")]
     if same:
         lines += [

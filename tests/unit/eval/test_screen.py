@@ -196,7 +196,7 @@ def test_a_method_whose_runs_are_the_baselines_exactly_is_marked_so():
     recs = [{"question_id": "q1", "sample": "0", "correct": "True", "response_tokens": "40"}]
     other = {**curves, "loss/entropy": [[1, 0.1], [2, 0.21]]}  # one figure at one step
     runs = {(a, 0): {"curves": c, "steps": 2} for a, c in [("base", curves), ("same", curves)]}
-    runs[("curve", 0)] = {"curves": other, "steps": 2}
+    runs[("curve", 0)] = {"curves": other, "steps": 2, "peak_gb": 7.0, "config": {"resume": "r"}}
     runs[("sample", 0)] = {"curves": curves, "steps": 2}
     runs[("bare", 0)] = {"steps": 2}  # no curves recorded: nothing is assumed
     changed = [{**recs[0], "response_tokens": "41"}]
@@ -229,3 +229,7 @@ def test_a_method_whose_runs_are_the_baselines_exactly_is_marked_so():
     table = screen_markdown(cfg, list(rows.values()))
     assert "Identical to the baseline: `same`. Every training curve" in table
     assert "Identical to the baseline" not in screen_markdown(cfg, [rows["base"], rows["curve"]])
+    # a run resumed from a checkpoint: its peak is its last launch's, and the table says so
+    assert rows["curve"]["peak_last_launch"] and not rows["same"]["peak_last_launch"]
+    assert "| 7.0 (last launch) |" in table and "Peak GB (last launch): the run was" in table
+    assert "(last launch)" not in screen_markdown(cfg, [rows["base"], rows["same"]])
