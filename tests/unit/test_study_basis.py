@@ -343,6 +343,27 @@ def test_archive_to_must_be_a_folder(tmp_path):
     assert not StudyConfig(arms={"a": []}, archive_to=str(tmp_path / "new")).problems()
 
 
+def _finished_child(run, seconds, commands):
+    """A stand-in for seekrl-train's process: it notes its command in ``commands``, writes the
+    run's summary (``seconds``) and policy, and exits 0."""
+
+    class FinishedChild:
+        def __init__(self, cmd, *args, **kwargs):
+            commands.append(cmd)
+            (run / "policy").mkdir(parents=True)
+            (run / "policy" / "config.json").write_text("{}")
+            (run / "summary.json").write_text(json.dumps({"seconds": seconds}))
+            self.returncode = 0
+
+        def wait(self):
+            return 0
+
+        def send_signal(self, signum):
+            pass
+
+    return FinishedChild
+
+
 def test_a_finished_run_has_the_time_its_summary_gives_now_and_on_a_later_start(
     tmp_path, monkeypatch
 ):
@@ -353,21 +374,7 @@ def test_a_finished_run_has_the_time_its_summary_gives_now_and_on_a_later_start(
 
     root = tmp_path / "study"
     run = study.run_dir_of(root, "a", 0)
-
-    class FinishedChild:  # stands in for seekrl-train: writes its summary and policy, exits 0
-        def __init__(self, *args, **kwargs):
-            (run / "policy").mkdir(parents=True)
-            (run / "policy" / "config.json").write_text("{}")
-            (run / "summary.json").write_text(json.dumps({"seconds": 12.3}))
-            self.returncode = 0
-
-        def wait(self):
-            return 0
-
-        def send_signal(self, signum):
-            pass
-
-    monkeypatch.setattr(subprocess, "Popen", FinishedChild)
+    monkeypatch.setattr(subprocess, "Popen", _finished_child(run, 12.3, []))
     now = study.run_train(StudyConfig(arms={"a": []}), "a", 0, root)
     assert (now.status, now.seconds) == ("done", 12.3)  # not the study's own clock around it
     assert study.state_on_disk(root, "a", 0) == now
@@ -384,23 +391,8 @@ def test_a_run_that_went_on_from_a_checkpoint_says_so(tmp_path, monkeypatch):
     run = study.run_dir_of(root, "a", 0)
     (run / "checkpoints").mkdir(parents=True)
     (run / "checkpoints" / "step-4.ckpt").write_text("x")
-    commands = []
-
-    class FinishedChild:
-        def __init__(self, cmd, *args, **kwargs):
-            commands.append(cmd)
-            (run / "policy").mkdir(parents=True)
-            (run / "policy" / "config.json").write_text("{}")
-            (run / "summary.json").write_text(json.dumps({"seconds": 40.0}))
-            self.returncode = 0
-
-        def wait(self):
-            return 0
-
-        def send_signal(self, signum):
-            pass
-
-    monkeypatch.setattr(subprocess, "Popen", FinishedChild)
+    commands: list[list[str]] = []
+    monkeypatch.setattr(subprocess, "Popen", _finished_child(run, 40.0, commands))
     st = study.run_train(StudyConfig(arms={"a": []}), "a", 0, root)
     assert any(a == f"resume={run}" for a in commands[0])
     assert (st.status, st.seconds, st.resumed) == ("done", 40.0, True)
