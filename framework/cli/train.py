@@ -185,6 +185,11 @@ def train(cfg: TrainConfig) -> float | None:
             "metrics": metrics,
             "final": final,
             "stages": job.summary(),
+            # a run resumed from a checkpoint: the peak of the launches before this one (up to
+            # their last checkpoint); the stages' peaks are this launch's only
+            "earlier_launches_peak_gb": None
+            if module.earlier_peak_bytes is None
+            else round(module.earlier_peak_bytes / 1e9, 2),
         }
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         record_sweep_job(cfg, run_dir, summary)

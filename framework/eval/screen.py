@@ -100,8 +100,11 @@ def screen_rows(
                 steps += int(run["steps"])
             if run.get("peak_gb") is not None:
                 peaks.append(float(run["peak_gb"]))
-            # resumed from a checkpoint: its summary, hence its peak, is its last launch's only
-            resumed |= bool((run.get("config") or {}).get("resume"))
+            # resumed from a checkpoint written before checkpoints kept the peak: its summary,
+            # hence its peak, is its last launch's only
+            resumed |= bool((run.get("config") or {}).get("resume")) and (
+                run.get("earlier_launches_peak_gb") is None
+            )
             alarms |= set(run.get("alarms", []))
             cpu = (run.get("versions") or {}).get("cpu")
             if cpu and cpu not in cpus:

@@ -131,6 +131,9 @@ def _run_record(run: Path, state: Any) -> dict[str, Any]:
     versions = _read_json(run / "versions.json") or {}
     summary = _read_json(run / "summary.json") or {}
     peaks = [float(s["peak_gb"]) for s in summary.get("stages", []) if "peak_gb" in s]
+    earlier = summary.get("earlier_launches_peak_gb")  # resumed: the killed launches' peak
+    if earlier is not None:
+        peaks.append(float(earlier))
     alarms = sorted(
         tag.split("/")[1]
         for tag, values in scalars.items()
@@ -144,6 +147,7 @@ def _run_record(run: Path, state: Any) -> dict[str, Any]:
         "train_seconds": round(sum(v for _, v in steps), 1) if steps else None,
         "steps": len(steps),
         "peak_gb": max(peaks) if peaks else None,
+        "earlier_launches_peak_gb": earlier,
         "alarms": alarms,
         "stopped_by": summary.get("stopped_by"),
         "wrong_entity_rates": run_histogram(run),

@@ -18,6 +18,7 @@ import lightning as L
 import torch
 
 from framework.data.schema import QAItem
+from framework.memory import peak_rss_bytes
 from framework.progress import Progress
 from framework.rl.config import TrainConfig
 from framework.rl.data import QuestionDataModule, StepBatch
@@ -64,6 +65,10 @@ class SearchAgentRL(L.LightningModule):
         self.backend: Any = None
         self.rl_step = 0
         self._restored_calls: int | None = None
+        #: the largest resident set of the launches before this one, as far as their last
+        #: checkpoint saw (None for a run trained from its start): a resumed run's summary holds
+        #: it, since a killed launch writes none of its own
+        self.earlier_peak_bytes: int | None = None
         self.last_rollout: dict[str, float] = {}
         self.last_figures: dict[str, float] = {}  # every figure of the last step (health monitors)
 
@@ -238,6 +243,8 @@ class SearchAgentRL(L.LightningModule):
             "backend_calls": getattr(self.backend, "calls", 0),
             "policy": self.policy_identity(),
             "rng": random_state(),
+            # this process's peak so far, and the earlier launches' (see earlier_peak_bytes)
+            "peak_bytes": max(self.earlier_peak_bytes or 0, peak_rss_bytes()),
         }
         if self.parts.augmenter is not None:
             checkpoint["seekrl"]["augmenter"] = self.parts.augmenter.state_dict()
@@ -259,4 +266,6 @@ class SearchAgentRL(L.LightningModule):
         if self.parts.augmenter is not None and "augmenter" in state:
             self.parts.augmenter.load_state_dict(state["augmenter"])
         self._restored_calls = int(state["backend_calls"])
+        if "peak_bytes" in state:  # absent from checkpoints written before it was kept
+            self.earlier_peak_bytes = int(state["peak_bytes"])
         set_random_state(state["rng"])

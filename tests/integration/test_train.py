@@ -241,7 +241,14 @@ def test_resumed_run_equals_the_uninterrupted_one(tmp_path):
     step2 = "trajectories/step-000002.jsonl"
     assert (full / step2).read_text() == (resumed / step2).read_text()
     assert not (resumed / "trajectories" / "step-000001.jsonl").exists()
-    assert json.loads((resumed / "summary.json").read_text())["steps"] == 2
+    summary = json.loads((resumed / "summary.json").read_text())
+    assert summary["steps"] == 2
+    # the checkpoint keeps the peak of the launch that wrote it; the resumed run's summary holds it
+    # (a killed launch writes no summary of its own)
+    saved = torch.load(first, map_location="cpu", weights_only=False)["seekrl"]["peak_bytes"]
+    assert saved > 10_000_000  # a process that trained a model: far above 10 MB
+    assert summary["earlier_launches_peak_gb"] == round(saved / 1e9, 2)
+    assert json.loads((full / "summary.json").read_text())["earlier_launches_peak_gb"] is None
 
 
 #: a sampler with state beyond the uniform walk (reserve draws, observation logs, curriculum stage)

@@ -326,6 +326,14 @@ def test_the_archive_is_kept_after_each_evaluation_without_deleting_there(tmp_pa
     assert record["status"] == "done" and record["peak_gb"] == 3.0
     assert record["config"] == {"optim": {"lr": 1e-05}}
     assert (kept / "eval" / "a" / "seed0.jsonl.gz").is_file()
+    # resumed from a checkpoint: its summary's stages are its last launch's, and the killed
+    # launches' peak (kept in the checkpoint) counts too
+    (run / "summary.json").write_text(
+        json.dumps({"stages": [{"peak_gb": 3.0}], "earlier_launches_peak_gb": 4.5})
+    )
+    keep_archive(root, cfg, [RunState("a", 0, "done", 30.0)])
+    record = json.loads((kept / "training" / "a" / "seed0.json").read_text())
+    assert record["peak_gb"] == 4.5 and record["earlier_launches_peak_gb"] == 4.5
     keep_archive(root, replace(cfg, archive_to=""), [])  # '' keeps no copy: nothing happens
 
 

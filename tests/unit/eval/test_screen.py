@@ -198,6 +198,8 @@ def test_a_method_whose_runs_are_the_baselines_exactly_is_marked_so():
     runs = {(a, 0): {"curves": c, "steps": 2} for a, c in [("base", curves), ("same", curves)]}
     runs[("curve", 0)] = {"curves": other, "steps": 2, "peak_gb": 7.0, "config": {"resume": "r"}}
     runs[("sample", 0)] = {"curves": curves, "steps": 2}
+    # resumed from a checkpoint that kept the earlier launches' peak: its peak covers them all
+    runs[("same", 0)] |= {"config": {"resume": "r"}, "earlier_launches_peak_gb": 6.0}
     runs[("bare", 0)] = {"steps": 2}  # no curves recorded: nothing is assumed
     changed = [{**recs[0], "response_tokens": "41"}]
     archive = _Archive(
