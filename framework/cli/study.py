@@ -49,7 +49,15 @@ class RunState:
     status: str  # done | failed | interrupted | unfinished (checkpoints on disk) | pending
     seconds: float = 0.0
     error: str = ""
-    resumed: bool = False  # this invocation went on from a checkpoint of an earlier one
+    #: what an earlier invocation had done of this run, when this one did not train it from its
+    #: start ('': nothing): its time here is then not a run's, and must not set the study's pace
+    earlier: str = ""
+
+
+#: RunState.earlier of a run this invocation went on with from an earlier one's checkpoint
+RESUMED = "resumed from a checkpoint"
+#: RunState.earlier of a run an earlier invocation trained to its end (cut off while evaluating)
+TRAINED_BEFORE = "trained before; evaluated now"
 
 
 def run_dir_of(root: Path, arm: str, seed: int) -> Path:
@@ -96,16 +104,18 @@ def state_on_disk(root: Path, arm: str, seed: int) -> RunState:
 def run_train(cfg: StudyConfig, arm: str, seed: int, root: Path) -> RunState:
     """Train one (arm, seed) in a child process unless it is finished; never raises for a crash."""
     known = state_on_disk(root, arm, seed)  # done: finished by an earlier invocation, its time
-    if known.status == "done" or (known.status == "failed" and not cfg.retry_failed):
+    if known.status == "done":
+        return replace(known, earlier=TRAINED_BEFORE)
+    if known.status == "failed" and not cfg.retry_failed:
         return known
     run = run_dir_of(root, arm, seed)
     failed = run / STUDY_ERROR
     run.mkdir(parents=True, exist_ok=True)
     failed.unlink(missing_ok=True)
     cmd = train_command(cfg, arm, seed, run)
-    resumed = any(a.startswith("resume=") for a in cmd)
+    earlier = RESUMED if any(a.startswith("resume=") for a in cmd) else ""
     print(
-        f"seekrl-study: {'resuming' if resumed else 'training'} {arm} seed {seed} "
+        f"seekrl-study: {'resuming' if earlier else 'training'} {arm} seed {seed} "
         f"(log: {run / 'train.log'})",
         flush=True,
     )
@@ -118,14 +128,14 @@ def run_train(cfg: StudyConfig, arm: str, seed: int, root: Path) -> RunState:
         code = proc.returncode
     seconds = time.perf_counter() - clock
     if code == INTERRUPTED or code == -signal.SIGINT:
-        return RunState(arm, seed, "interrupted", seconds, resumed=resumed)
+        return RunState(arm, seed, "interrupted", seconds, earlier=earlier)
     if code != 0 or not train_finished(run):
         tail = _tail(run / "train.log", 40)
         failed.write_text(f"exit status {code}\n{tail}")
         print(f"seekrl-study: {arm} seed {seed} FAILED (exit {code}); see {failed}", flush=True)
-        return RunState(arm, seed, "failed", seconds, error=tail[-2000:], resumed=resumed)
+        return RunState(arm, seed, "failed", seconds, error=tail[-2000:], earlier=earlier)
     # its time as its summary gives it, as on a later start
-    return replace(state_on_disk(root, arm, seed), resumed=resumed)
+    return replace(state_on_disk(root, arm, seed), earlier=earlier)
 
 
 def wait_forwarding_sigterm(send: Callable[[int], Any], wait: Callable[[], Any]) -> None:
@@ -787,7 +797,7 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
                     f"seekrl-study: deleted {arm} seed {seed}'s checkpoints ({freed / 1e9:.1f} GB)"
                 )
         keep_archive(root, cfg, [st])  # its record only: each run is read once, not once per run
-        line = pace.finish(f"{arm} seed {seed}", st.status, resumed=st.resumed)
+        line = pace.finish(f"{arm} seed {seed}", st.status, earlier=st.earlier)
         if line:
             print(line, flush=True)
 
@@ -805,8 +815,9 @@ class StudyPace:
     """The study's progress over its (arm, seed) runs: after each, a line with how many are through
     and, from the runs this invocation trained or evaluated, about how long the rest will take.
     Runs finished by an earlier invocation take no time here and do not set the pace; nor does a
-    run resumed from a checkpoint, whose time here is only its remainder (the first run of a
-    restarted study made the rest look twice as quick)."""
+    run an earlier invocation had begun (resumed from a checkpoint, or trained and only evaluated
+    now), whose time here is only its remainder: the first run of a restarted study made the rest
+    look twice as quick, and an evaluation alone five times as quick."""
 
     total: int
     through: int = 0
@@ -819,15 +830,16 @@ class StudyPace:
         self._mark = self.clock()
 
     def finish(
-        self, what: str, status: str, *, resumed: bool = False, idle_below: float = 5.0
+        self, what: str, status: str, *, earlier: str = "", idle_below: float = 5.0
     ) -> str | None:
         """Count one run; the progress line, or None for a run that was already finished.
-        ``resumed``: the run went on from a checkpoint, so its time here is not a run's."""
+        ``earlier``: what an earlier invocation had done of it (:attr:`RunState.earlier`), so
+        that its time here is not a run's."""
         seconds = self.clock() - self._mark
         self.through += 1
         if seconds < idle_below and status == "done":  # finished before: skipped, nothing to say
             return None
-        if not resumed:
+        if not earlier:
             self.worked += seconds
             self.runs_worked += 1
         left = self.total - self.through
@@ -836,7 +848,7 @@ class StudyPace:
             eta = f"; about {_hours(left * self.worked / self.runs_worked)} left at this pace"
         elif left:
             eta = "; the pace comes with the first run trained from its start"
-        how = " (resumed from a checkpoint)" if resumed else ""
+        how = f" ({earlier})" if earlier else ""
         return (
             f"seekrl-study: [{self.through}/{self.total}] {what} {status}{how} in "
             f"{_hours(seconds)}{eta}"

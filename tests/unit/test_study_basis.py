@@ -386,7 +386,10 @@ def test_a_finished_run_has_the_time_its_summary_gives_now_and_on_a_later_start(
     now = study.run_train(StudyConfig(arms={"a": []}), "a", 0, root)
     assert (now.status, now.seconds) == ("done", 12.3)  # not the study's own clock around it
     assert study.state_on_disk(root, "a", 0) == now
-    assert not now.resumed  # trained from its start: it sets the study's pace
+    assert now.earlier == ""  # trained from its start: it sets the study's pace
+    # a later start finds it trained (cut off while evaluating, say): said so, no pace from it
+    again = study.run_train(StudyConfig(arms={"a": []}), "a", 0, root)
+    assert (again.status, again.seconds, again.earlier) == ("done", 12.3, study.TRAINED_BEFORE)
 
 
 def test_a_run_that_went_on_from_a_checkpoint_says_so(tmp_path, monkeypatch):
@@ -403,4 +406,4 @@ def test_a_run_that_went_on_from_a_checkpoint_says_so(tmp_path, monkeypatch):
     monkeypatch.setattr(subprocess, "Popen", _finished_child(run, 40.0, commands))
     st = study.run_train(StudyConfig(arms={"a": []}), "a", 0, root)
     assert any(a == f"resume={run}" for a in commands[0])
-    assert (st.status, st.seconds, st.resumed) == ("done", 40.0, True)
+    assert (st.status, st.seconds, st.earlier) == ("done", 40.0, study.RESUMED)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from framework.cli.study import StudyPace
+from framework.cli.study import RESUMED, TRAINED_BEFORE, StudyPace
 
 
 def test_the_pace_comes_from_the_runs_that_did_work_now():
@@ -36,7 +36,7 @@ def test_a_resumed_run_is_reported_but_does_not_set_the_pace():
     pace = StudyPace(total=4, clock=lambda: now[0])
     pace.start()
     now[0] += 1140.0
-    assert pace.finish("dagrpo seed 0", "done", resumed=True) == (
+    assert pace.finish("dagrpo seed 0", "done", earlier=RESUMED) == (
         "seekrl-study: [1/4] dagrpo seed 0 done (resumed from a checkpoint) in 19 min; "
         "the pace comes with the first run trained from its start"
     )
@@ -44,4 +44,22 @@ def test_a_resumed_run_is_reported_but_does_not_set_the_pace():
     now[0] += 2700.0
     assert pace.finish("dppo seed 0", "done") == (
         "seekrl-study: [2/4] dppo seed 0 done in 45 min; about 1.5 h left at this pace"
+    )
+
+
+def test_a_run_trained_before_and_only_evaluated_now_does_not_set_the_pace():
+    """A study cut off while it evaluated an arm finds that arm trained on its next start: its 9
+    minutes of evaluation made the 32 methods left read 5.0 h, not about 24 h."""
+    now = [0.0]
+    pace = StudyPace(total=42, through=9, clock=lambda: now[0])
+    pace.start()
+    now[0] += 540.0
+    assert pace.finish("e_grpo seed 0", "done", earlier=TRAINED_BEFORE) == (
+        "seekrl-study: [10/42] e_grpo seed 0 done (trained before; evaluated now) in 9 min; "
+        "the pace comes with the first run trained from its start"
+    )
+    pace.start()
+    now[0] += 2700.0
+    assert pace.finish("gigpo seed 0", "done") == (
+        "seekrl-study: [11/42] gigpo seed 0 done in 45 min; about 23.2 h left at this pace"
     )
