@@ -16,7 +16,9 @@ Pass@1 with its interval, the paired difference from the baseline with its inter
 response tokens per rollout, seconds per training step, peak memory, the CPU it trained on (a
 screen may span machines; its times compare only within one), and the health monitors that
 fired. A method whose difference from the baseline excludes 0 upwards is a *candidate* for a
-confirmatory study, not a winner: a screen runs one seed per method and many comparisons.
+confirmatory study, not a winner: a screen runs one seed per method and many comparisons. Below
+the table, :func:`screen_markdown` says what the comparisons could detect (the true difference
+each finds with 80% power) and how many candidates chance alone would give.
 
 A method whose runs are the baseline's exactly (every training curve and every evaluation sample
 the same, seed for seed) is marked *identical to the baseline*: its components never changed an
@@ -120,6 +122,8 @@ def screen_rows(
                 "pass@1": figures["pass@1"],
                 "pass@1_ci": figures["pass@1_ci"],
                 "minus_baseline": None if arm == baseline else diff,
+                # the true difference this comparison finds with 80% power (paired.py)
+                "detectable": None if arm == baseline or not diff else diff.get("detectable"),
                 "tool_calls": figures["tool_calls"],
                 "response_tokens": sum(tokens) / len(tokens) if tokens else None,
                 "seconds_per_step": seconds / steps if steps else None,
@@ -207,7 +211,44 @@ def screen_markdown(cfg: Any, rows: Sequence[Mapping[str, Any]]) -> str:
             "methods (the module of each component, linked from docs/algorithms.md, says why "
             "where it is known).",
         ]
-    return "\n".join([*lines, *_monitor_lines(rows, cfg.baseline)]) + "\n"
+    return "\n".join([*lines, *_power_lines(rows), *_monitor_lines(rows, cfg.baseline)]) + "\n"
+
+
+#: the chance that one comparison's two-sided 95% interval excludes 0 upwards when the method
+#: is the baseline's equal
+CHANCE_UPWARDS = 0.025
+
+
+def _power_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What the screen could detect, and how many candidates chance alone would give: the median
+    (and range) over the comparisons of the true difference each finds with 80% power, and the
+    expected number of intervals excluding 0 upwards if no method differed (``CHANCE_UPWARDS``
+    each; the expectation holds however the comparisons, which share the baseline, correlate).
+    Arms identical to the baseline are not comparisons and are left out."""
+    found = sorted(
+        float(r["detectable"])
+        for r in rows
+        if r.get("minus_baseline") is not None
+        and not r.get("identical_to_baseline")
+        and r.get("detectable") is not None
+        and r["detectable"] == r["detectable"]  # not nan
+    )
+    if not found:
+        return []
+    n = len(found)
+    mid = found[n // 2] if n % 2 else (found[n // 2 - 1] + found[n // 2]) / 2
+    return [
+        "",
+        f"What the screen can detect: a comparison's interval excludes 0 with 80% probability "
+        f"when the true Pass@1 difference is {mid:.3f} or more either way (the median of the "
+        f"{n} comparison{'s' if n > 1 else ''}; {found[0]:.3f} to {found[-1]:.3f}), from the "
+        "spread of its per-question differences (normal approximation, "
+        "`framework.eval.paired.detectable_difference`). A smaller true difference mostly reads "
+        f'"no difference shown". If no method differed from the baseline, chance alone would '
+        f"still put about {n * CHANCE_UPWARDS:.1f} of the {n} intervals above 0 "
+        f"({CHANCE_UPWARDS:.1%} each): a candidate is a lead for a confirmatory study, not a "
+        "finding.",
+    ]
 
 
 def _monitor_lines(rows: Sequence[Mapping[str, Any]], baseline: str) -> list[str]:

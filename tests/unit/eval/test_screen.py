@@ -111,6 +111,8 @@ def test_rows_from_the_archive(study_dir, tmp_path):  # noqa: F811
     ) in screen_markdown(cfg, both)
     assert "Monitors fired" not in screen_markdown(cfg, [{**two[1], "monitors_fired": []}])
     assert new["minus_baseline"]["diff"] == pytest.approx(0.375)
+    assert new["detectable"] == new["minus_baseline"]["detectable"] > 0
+    assert rows["base"]["detectable"] is None
     assert rows["base"]["verdict"] == "baseline" and rows["base"]["minus_baseline"] is None
     md = (tmp_path / "screen.md").read_text()
     assert "| `new` |  | 0.500" in md and "reward_collapse" in md
@@ -235,3 +237,35 @@ def test_a_method_whose_runs_are_the_baselines_exactly_is_marked_so():
     assert rows["curve"]["peak_last_launch"] and not rows["same"]["peak_last_launch"]
     assert "| 7.0 (last launch) |" in table and "Peak GB (last launch): the run was" in table
     assert "(last launch)" not in screen_markdown(cfg, [rows["base"], rows["same"]])
+
+
+def test_the_table_says_what_the_screen_can_detect_and_what_chance_alone_gives():
+    """The median and range of the differences the comparisons find with 80% power, and the
+    candidates expected by chance if no method differed: 4 comparisons x 2.5% = 0.1. An arm
+    identical to the baseline, or without a figure, is no comparison."""
+    cfg = SimpleNamespace(
+        baseline="base",
+        eval=SimpleNamespace(questions=1, split="validation", samples_per_question=1),
+    )
+    base = {
+        "arm": "base", "seeds": [0], "pass@1": 0.1, "pass@1_ci": [0.0, 0.2], "minus_baseline": None,
+        "detectable": None, "tool_calls": 1.0, "response_tokens": None, "seconds_per_step": None,
+        "peak_gb": None, "monitors_fired": [], "stopped_by": [], "verdict": "baseline",
+    }  # fmt: skip
+    diff = {"diff": 0.0, "ci": [-0.1, 0.1]}
+
+    def arm(name, detectable, **extra):
+        return {**base, "arm": name, "minus_baseline": diff, "detectable": detectable, **extra}
+
+    rows = [base, arm("a", 0.07), arm("b", 0.04), arm("c", 0.06), arm("d", 0.05)]
+    rows += [arm("same", 0.0, identical_to_baseline=True), arm("nan", float("nan"))]
+    table = screen_markdown(cfg, rows)
+    assert (
+        "when the true Pass@1 difference is 0.055 or more either way (the median of the "
+        "4 comparisons; 0.040 to 0.070)"
+    ) in table
+    assert "chance alone would still put about 0.1 of the 4 intervals above 0 (2.5% each)" in table
+    assert "(the median of the 1 comparison; 0.050 to 0.050)" in screen_markdown(
+        cfg, [base, arm("d", 0.05)]
+    )
+    assert "What the screen can detect" not in screen_markdown(cfg, [base, rows[5], rows[6]])
