@@ -29,6 +29,8 @@ shown" would misread it.
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -123,7 +125,7 @@ def screen_rows(
                 "pass@1_ci": figures["pass@1_ci"],
                 "minus_baseline": None if arm == baseline else diff,
                 # the true difference this comparison finds with 80% power (paired.py)
-                "detectable": None if arm == baseline or not diff else diff.get("detectable"),
+                "detectable": diff.get("detectable") if diff and arm != baseline else None,
                 "tool_calls": figures["tool_calls"],
                 "response_tokens": sum(tokens) / len(tokens) if tokens else None,
                 "seconds_per_step": seconds / steps if steps else None,
@@ -228,15 +230,13 @@ def _power_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     found = sorted(
         float(r["detectable"])
         for r in rows
-        if r.get("minus_baseline") is not None
+        if r.get("detectable") is not None
+        and not math.isnan(r["detectable"])
         and not r.get("identical_to_baseline")
-        and r.get("detectable") is not None
-        and r["detectable"] == r["detectable"]  # not nan
     )
     if not found:
         return []
-    n = len(found)
-    mid = found[n // 2] if n % 2 else (found[n // 2 - 1] + found[n // 2]) / 2
+    n, mid = len(found), statistics.median(found)
     return [
         "",
         f"What the screen can detect: a comparison's interval excludes 0 with 80% probability "
