@@ -18,7 +18,10 @@ screen may span machines; its times compare only within one), and the health mon
 fired. A method whose difference from the baseline excludes 0 upwards is a *candidate* for a
 confirmatory study, not a winner: a screen runs one seed per method and many comparisons. Below
 the table, :func:`screen_markdown` says what the comparisons could detect (the true difference
-each finds with 80% power) and how many candidates chance alone would give.
+each finds with 80% power) and how many candidates chance alone would give; when
+``reward_collapse`` fired, :func:`shared_fall` says how closely the methods' per-step training
+accuracy moves together (the arms share the question order, so a batch of hard questions lowers
+every curve at once) and whether the mean of the curves trips the monitor's rule by itself.
 
 A method whose runs are the baseline's exactly (every training curve and every evaluation sample
 the same, seed for seed) is marked *identical to the baseline*: its components never changed an
@@ -35,6 +38,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from framework.eval.paired import interval_side
+
+#: the training figure compared across methods under the table (:func:`shared_fall`): accuracy,
+#: not reward, because rewards differ in scale between methods
+SHARED_METRIC = "rollout/accuracy"
 
 #: the reading of a method whose runs are the baseline's exactly (module docstring)
 IDENTICAL = "identical to the baseline (the method changed no update here)"
@@ -117,6 +124,8 @@ def screen_rows(
             if run.get("stopped_by"):
                 stopped.append(str(run["stopped_by"].get("monitor", "a monitor")))
         identical = arm != baseline and same_as_baseline(archive, arm, baseline, figures["seeds"])
+        first = (archive.run(arm, figures["seeds"][0]) or {}) if figures["seeds"] else {}
+        curve = (first.get("curves") or {}).get(SHARED_METRIC)
         rows.append(
             {
                 "arm": arm,
@@ -139,6 +148,8 @@ def screen_rows(
                 if arm == baseline
                 else (IDENTICAL if identical else _verdict(diff)),
                 "fidelity": arm_fidelity(methods),
+                # the first seed's per-step training accuracy, [[step, value], ...]
+                "accuracy_curve": sorted(curve) if curve else None,
             }
         )
     return rows
@@ -270,4 +281,91 @@ def _monitor_lines(rows: Sequence[Mapping[str, Any]], baseline: str) -> list[str
         "",
         "Monitors fired: " + "; ".join(parts) + ". A monitor that fired on the baseline too "
         "does not set a method apart; a run's TensorBoard curves show what it saw.",
+        *_shared_lines(rows, "reward_collapse" in fired),
     ]
+
+
+def _pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
+    mx, my = statistics.fmean(x), statistics.fmean(y)
+    sxy = sum((a - mx) * (b - my) for a, b in zip(x, y, strict=True))
+    sxx, syy = sum((a - mx) ** 2 for a in x), sum((b - my) ** 2 for b in y)
+    return sxy / math.sqrt(sxx * syy) if sxx > 0 and syy > 0 else None
+
+
+def shared_fall(
+    rows: Sequence[Mapping[str, Any]], window: int, drop: float
+) -> dict[str, Any] | None:
+    """How much the methods' training curves move together, and whether their mean falls by the
+    ``reward_collapse`` rule on its own.
+
+    The arms of a screen draw the same questions in the same order, so a batch of hard questions
+    lowers every method's training accuracy at the same step. Over the rows' first-seed
+    ``accuracy_curve`` (arms identical to the baseline left out; the steps all curves have):
+    ``correlation``, the mean Pearson r over pairs of methods; ``mean``, the mean curve; and
+    ``fall``, the first point where the mean curve's ``window``-step moving mean is ``drop`` (a
+    share) or more below its best so far (:class:`framework.health.monitors.CollapseMonitor`'s
+    rule), as ``{"best": (first step, last step, mean), "low": (...), "drop": share}``, or None.
+    None overall when fewer than three curves share ``window`` or more steps."""
+    curves = [
+        {int(step): float(v) for step, v in r["accuracy_curve"]}
+        for r in rows
+        if r.get("accuracy_curve") and not r.get("identical_to_baseline")
+    ]
+    steps = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
+    if len(curves) < 3 or len(steps) < window:
+        return None
+    series = [[c[s] for s in steps] for c in curves]
+    pairs = [
+        r
+        for i, a in enumerate(series)
+        for b in series[i + 1 :]
+        if (r := _pearson(a, b)) is not None
+    ]
+    mean = [statistics.fmean(col) for col in zip(*series, strict=True)]
+    fall, best = None, None
+    for end in range(window, len(steps) + 1):
+        now = (steps[end - window], steps[end - 1], statistics.fmean(mean[end - window : end]))
+        if best is None or now[2] > best[2]:
+            best = now
+        share = 1.0 - now[2] / best[2] if best[2] > 0 else 0.0
+        if share >= drop:
+            fall = {"best": best, "low": now, "drop": share}
+            break
+    return {
+        "methods": len(series),
+        "correlation": statistics.fmean(pairs) if pairs else None,
+        "mean": mean,
+        "fall": fall,
+    }
+
+
+def _shared_lines(rows: Sequence[Mapping[str, Any]], collapse_fired: bool) -> list[str]:
+    """Under the monitor line, when ``reward_collapse`` fired: whether the methods' shared
+    questions alone explain it (:func:`shared_fall`, with the monitor's default rule)."""
+    from framework.health.monitors import CollapseConfig
+
+    rule = CollapseConfig()
+    shared = shared_fall(rows, rule.window, rule.drop) if collapse_fired else None
+    if shared is None or shared["correlation"] is None:
+        return []
+    text = (
+        f"Training curves: the per-step training accuracy of two methods correlates "
+        f"r = {shared['correlation']:.2f} on average ({shared['methods']} methods, their first "
+        "seed; the arms share the question order unless a sampler changes it), so a training "
+        "curve moves with the questions its batch holds. "
+    )
+    fall = shared["fall"]
+    if fall:
+        (b0, b1, bm), (l0, l1, lm) = fall["best"], fall["low"]
+        text += (
+            f"The mean of their curves falls from a {rule.window}-step mean of {bm:.2f} "
+            f"(steps {b0}-{b1}) to {lm:.2f} (steps {l0}-{l1}), {fall['drop']:.0%} down: "
+            f"`reward_collapse`'s rule ({rule.drop:.0%} below the best) trips on the shared "
+            "questions alone, so its alarm here does not say that a method's policy collapsed."
+        )
+    else:
+        text += (
+            f"The mean of their curves does not trip `reward_collapse`'s rule ({rule.drop:.0%} "
+            f"below the best {rule.window}-step mean): an alarm here is the method's own."
+        )
+    return ["", text]

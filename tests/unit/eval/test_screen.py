@@ -13,7 +13,7 @@ import torch
 from framework.cli.app import load_config
 from framework.cli.study import STUDY_TRAIN_ARGS, screen_arms
 from framework.config import ComponentConfig
-from framework.eval.screen import screen_markdown, screen_rows
+from framework.eval.screen import screen_markdown, screen_rows, shared_fall
 from framework.eval.study_archive import StudyArchive
 from framework.eval.study_report import summarize_study, write_report, write_study
 from framework.registry import ADVANTAGES, load_components
@@ -269,3 +269,50 @@ def test_the_table_says_what_the_screen_can_detect_and_what_chance_alone_gives()
         cfg, [base, arm("d", 0.05)]
     )
     assert "What the screen can detect" not in screen_markdown(cfg, [base, rows[5], rows[6]])
+
+
+def test_the_table_says_when_the_shared_questions_alone_trip_reward_collapse():
+    """Three curves over steps 1-4 (worked by hand): A = .4 .6 .2 0, B = .6 .4 0 .2,
+    C = .5 .5 .1 .1. Pearson r: A-B .12 / .2 = 0.6, A-C and B-C .16 / sqrt(.2 x .16) = 0.8944;
+    mean 0.7963. Mean curve .5 .5 .1 .1; 2-step means .5 (steps 1-2), .3 (40% down), .1 (steps
+    3-4, 80% down): a 50% rule trips at steps 3-4. An arm identical to the baseline is left
+    out (its curve is the baseline's), and so is one without a curve."""
+
+    def row(arm, values, **extra):
+        return {"arm": arm, "accuracy_curve": [[i + 1, v] for i, v in enumerate(values)], **extra}
+
+    a, b, c = [0.4, 0.6, 0.2, 0.0], [0.6, 0.4, 0.0, 0.2], [0.5, 0.5, 0.1, 0.1]
+    rows = [row("a", a), row("b", b), row("c", c), row("same", a, identical_to_baseline=True)]
+    rows.append({"arm": "none", "accuracy_curve": None})
+    shared = shared_fall(rows, window=2, drop=0.5)
+    assert shared["methods"] == 3
+    assert shared["correlation"] == pytest.approx((0.6 + 2 * 0.16 / (0.2 * 0.16) ** 0.5) / 3)
+    assert shared["mean"] == pytest.approx([0.5, 0.5, 0.1, 0.1])
+    fall = shared["fall"]
+    assert fall["best"][:2] == (1, 2) and fall["best"][2] == pytest.approx(0.5)
+    assert fall["low"][:2] == (3, 4) and fall["low"][2] == pytest.approx(0.1)
+    assert fall["drop"] == pytest.approx(0.8)
+    assert shared_fall(rows, window=2, drop=0.9)["fall"] is None
+    assert shared_fall(rows[:2], window=2, drop=0.5) is None  # two curves: nothing shared to say
+    assert shared_fall(rows, window=5, drop=0.5) is None  # fewer steps than the window
+
+    # under the table, with the monitor's own rule (4 steps, 50%), when reward_collapse fired
+    cfg = SimpleNamespace(
+        baseline="a", eval=SimpleNamespace(questions=1, split="validation", samples_per_question=1)
+    )
+    base = {
+        "seeds": [0], "pass@1": 0.1, "pass@1_ci": [0.0, 0.2], "minus_baseline": None,
+        "detectable": None, "tool_calls": 1.0, "response_tokens": None, "seconds_per_step": None,
+        "peak_gb": None, "monitors_fired": ["reward_collapse"], "stopped_by": [], "verdict": "",
+    }  # fmt: skip
+    # mean curve .8 .8 .6 .4 .2 .2 .2 .2; 4-step means .65 (steps 1-4, the best), .5, .35 (46%
+    # down), .25 (steps 4-7, 62% down: trips)
+    falling = [[0.8, 0.8, 0.8, 0.8, 0.2, 0.2, 0.2, 0.2][i:] + [0.2] * i for i in range(3)]
+    table = screen_markdown(cfg, [{**base, **row(f"m{i}", v)} for i, v in enumerate(falling)])
+    assert "Training curves: the per-step training accuracy of two methods correlates" in table
+    assert "from a 4-step mean of 0.65 (steps 1-4) to 0.25 (steps 4-7), 62% down" in table
+    steady = [[0.3, 0.2, 0.3, 0.2, 0.3, 0.2], [0.2, 0.3, 0.2, 0.3, 0.2, 0.3], [0.3] * 5 + [0.2]]
+    table = screen_markdown(cfg, [{**base, **row(f"m{i}", v)} for i, v in enumerate(steady)])
+    assert "does not trip `reward_collapse`'s rule (50% below the best 4-step mean)" in table
+    quiet = [{**base, **row(f"m{i}", v), "monitors_fired": []} for i, v in enumerate(falling)]
+    assert "Training curves" not in screen_markdown(cfg, quiet)
