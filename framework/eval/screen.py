@@ -13,7 +13,7 @@ Each arm trains from the same cached warm start on the same questions for the sa
 rollouts (the study's shared overrides), and is evaluated on the study's split (validation for a
 screen). :func:`screen_rows` turns the study's summary and archive into one row per method:
 Pass@1 with its interval, the paired difference from the baseline with its interval, tool calls,
-response tokens per rollout, seconds per training step, peak memory, the CPU it trained on (a
+the share of format errors, response tokens per rollout, seconds per training step, peak memory, the CPU it trained on (a
 screen may span machines; its times compare only within one), and the health monitors that
 fired. A method whose difference from the baseline excludes 0 upwards is a *candidate* for a
 confirmatory study, not a winner: a screen runs one seed per method and many comparisons. Below
@@ -136,6 +136,9 @@ def screen_rows(
                 # the true difference this comparison finds with 80% power (paired.py)
                 "detectable": diff.get("detectable") if diff and arm != baseline else None,
                 "tool_calls": figures["tool_calls"],
+                # the share of evaluation samples whose output broke the tool-call format
+                "format_errors": figures.get("format_error_rate"),
+                "questions": figures.get("questions"),
                 "response_tokens": sum(tokens) / len(tokens) if tokens else None,
                 "seconds_per_step": seconds / steps if steps else None,
                 "peak_gb": max(peaks) if peaks else None,
@@ -162,18 +165,29 @@ def _num(v: float | None, fmt: str) -> str:
 def screen_markdown(cfg: Any, rows: Sequence[Mapping[str, Any]]) -> str:
     """The screening table as a Markdown section."""
     seeds = sorted({s for r in rows for s in r["seeds"]})
+    # the questions the records hold, which a split smaller than ``eval.questions`` caps
+    counts = sorted({int(r["questions"]) for r in rows if r.get("questions")})
+    asked = cfg.eval.questions
+    if not counts:
+        held = f"{asked} {cfg.eval.split} questions"
+    else:
+        held = f"{counts[0]}" + (f" to {counts[-1]}" if len(counts) > 1 else "")
+        held += f" {cfg.eval.split} questions"
+        if counts != [asked]:
+            held += f" (the evaluated records; `eval.questions` asks for up to {asked})"
     lines = [
         f"## Screening table ({len(rows)} methods evaluated, baseline `{cfg.baseline}`)",
         "",
         f"Seeds {seeds}, one per method: each interval below is one run's, so a difference says "
         "how this run differed on these questions, not how the method compares in general. "
-        f"{cfg.eval.questions} {cfg.eval.split} questions x {cfg.eval.samples_per_question} "
+        f"{held} x {cfg.eval.samples_per_question} "
         "samples; minus the baseline: paired bootstrap over questions. A candidate is a method "
         "whose difference excludes 0 upwards; it needs a confirmatory study with seeds.",
         "",
         "Fidelity: how closely the arm's components follow their papers (the weakest of them; "
         "blank: the formulas of docs/algorithms.md). A RECONSTRUCTED method's row measures our "
-        "reading of its abstract, not the paper's method.",
+        "reading of its abstract, not the paper's method. Format errors: the share of evaluation "
+        "samples whose output broke the answer or tool-call format.",
         "",
     ]
     # the CPUs the runs trained on (a screen longer than one machine's life spans several):
@@ -188,8 +202,9 @@ def screen_markdown(cfg: Any, rows: Sequence[Mapping[str, Any]]) -> str:
         ]
     lines += [
         "| method | fidelity | Pass@1 [95% CI] | minus baseline [95% CI] | tool calls "
-        "| tokens / rollout | s / step | peak GB | machine | monitors fired | reading |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| format errors | tokens / rollout | s / step | peak GB | machine | monitors fired "
+        "| reading |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         low, high = r["pass@1_ci"]
@@ -201,7 +216,8 @@ def screen_markdown(cfg: Any, rows: Sequence[Mapping[str, Any]]) -> str:
         lines.append(
             f"| `{r['arm']}` | {r.get('fidelity', '')} | {r['pass@1']:.3f} [{low:.3f}, {high:.3f}] "
             f"| {diff} "
-            f"| {_num(r['tool_calls'], '.2f')} | {_num(r['response_tokens'], '.0f')} "
+            f"| {_num(r['tool_calls'], '.2f')} | {_num(r.get('format_errors'), '.3f')} "
+            f"| {_num(r['response_tokens'], '.0f')} "
             f"| {_num(r['seconds_per_step'], '.1f')} | {_num(r['peak_gb'], '.1f')}"
             f"{' (last launch)' if r.get('peak_last_launch') else ''} "
             f"| {', '.join(letter[m] for m in r.get('machines', []))} | {fired} "
