@@ -13,9 +13,9 @@ Each arm trains from the same cached warm start on the same questions for the sa
 rollouts (the study's shared overrides), and is evaluated on the study's split (validation for a
 screen). :func:`screen_rows` turns the study's summary and archive into one row per method:
 Pass@1 with its interval, the paired difference from the baseline with its interval, tool calls,
-the share of format errors, response tokens per rollout, seconds per training step, peak memory, the CPU it trained on (a
-screen may span machines; its times compare only within one), and the health monitors that
-fired. A method whose difference from the baseline excludes 0 upwards is a *candidate* for a
+the share of format errors, response tokens per rollout, seconds per training step, peak memory,
+the CPU it trained on (a screen may span machines; its times compare only within one), and the
+health monitors that fired. A method whose difference from the baseline excludes 0 upwards is a *candidate* for a
 confirmatory study, not a winner: a screen runs one seed per method and many comparisons. Below
 the table, :func:`screen_markdown` says what the comparisons could detect (the true difference
 each finds with 80% power) and how many candidates chance alone would give; when
@@ -102,10 +102,13 @@ def screen_rows(
         resumed = False
         cpus: list[str] = []
         methods: list[Mapping[str, str]] = []
+        curve = None  # the first seed's per-step training accuracy
         for seed in figures["seeds"]:
             recs = archive.records(arm, seed)
             tokens += [float(r["response_tokens"]) for r in recs if r.get("response_tokens")]
             run = archive.run(arm, seed) or {}
+            if seed == figures["seeds"][0]:
+                curve = (run.get("curves") or {}).get(SHARED_METRIC)
             if run.get("train_seconds") and run.get("steps"):
                 seconds += float(run["train_seconds"])
                 steps += int(run["steps"])
@@ -124,8 +127,6 @@ def screen_rows(
             if run.get("stopped_by"):
                 stopped.append(str(run["stopped_by"].get("monitor", "a monitor")))
         identical = arm != baseline and same_as_baseline(archive, arm, baseline, figures["seeds"])
-        first = (archive.run(arm, figures["seeds"][0]) or {}) if figures["seeds"] else {}
-        curve = (first.get("curves") or {}).get(SHARED_METRIC)
         rows.append(
             {
                 "arm": arm,
@@ -302,10 +303,11 @@ def _monitor_lines(rows: Sequence[Mapping[str, Any]], baseline: str) -> list[str
 
 
 def _pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
-    mx, my = statistics.fmean(x), statistics.fmean(y)
-    sxy = sum((a - mx) * (b - my) for a, b in zip(x, y, strict=True))
-    sxx, syy = sum((a - mx) ** 2 for a in x), sum((b - my) ** 2 for b in y)
-    return sxy / math.sqrt(sxx * syy) if sxx > 0 and syy > 0 else None
+    """Pearson's r, or None for a constant curve (no correlation to give)."""
+    try:
+        return statistics.correlation(x, y)
+    except statistics.StatisticsError:
+        return None
 
 
 def shared_fall(
@@ -318,9 +320,9 @@ def shared_fall(
     lowers every method's training accuracy at the same step. Over the rows' first-seed
     ``accuracy_curve`` (arms identical to the baseline left out; the steps all curves have):
     ``correlation``, the mean Pearson r over pairs of methods; ``mean``, the mean curve; and
-    ``fall``, the first point where the mean curve's ``window``-step moving mean is ``drop`` (a
-    share) or more below its best so far (:class:`framework.health.monitors.CollapseMonitor`'s
-    rule), as ``{"best": (first step, last step, mean), "low": (...), "drop": share}``, or None.
+    ``fall``, the step where the registered ``reward_collapse`` monitor, fed the mean curve with
+    ``window`` and ``drop`` (its other fields at their defaults), trips, as ``{"best": (first
+    step, last step, mean), "low": (...), "drop": share}`` of its moving means, or None.
     None overall when fewer than three curves share ``window`` or more steps."""
     curves = [
         {int(step): float(v) for step, v in r["accuracy_curve"]}
@@ -338,14 +340,21 @@ def shared_fall(
         if (r := _pearson(a, b)) is not None
     ]
     mean = [statistics.fmean(col) for col in zip(*series, strict=True)]
+    from framework.health.config import monitor_config
+    from framework.registry.kinds import HEALTH_MONITORS
+
+    fields = {"metric": SHARED_METRIC, "window": window, "drop": drop}
+    monitor = HEALTH_MONITORS.bind(monitor_config("reward_collapse", fields))()
     fall, best = None, None
-    for end in range(window, len(steps) + 1):
-        now = (steps[end - window], steps[end - 1], statistics.fmean(mean[end - window : end]))
+    for end, (step, value) in enumerate(zip(steps, mean, strict=True), 1):
+        reading = monitor.check(step, {SHARED_METRIC: value}, {})
+        if end < window:
+            continue
+        now = (steps[end - window], step, reading.values["mean"])
         if best is None or now[2] > best[2]:
             best = now
-        share = 1.0 - now[2] / best[2] if best[2] > 0 else 0.0
-        if share >= drop:
-            fall = {"best": best, "low": now, "drop": share}
+        if reading.alarm:
+            fall = {"best": best, "low": now, "drop": reading.values["drop"]}
             break
     return {
         "methods": len(series),
