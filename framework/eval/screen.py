@@ -15,13 +15,14 @@ screen). :func:`screen_rows` turns the study's summary and archive into one row 
 Pass@1 with its interval, the paired difference from the baseline with its interval, tool calls,
 the share of format errors, response tokens per rollout, seconds per training step, peak memory,
 the CPU it trained on (a screen may span machines; its times compare only within one), and the
-health monitors that fired. A method whose difference from the baseline excludes 0 upwards is a *candidate* for a
-confirmatory study, not a winner: a screen runs one seed per method and many comparisons. Below
-the table, :func:`screen_markdown` says what the comparisons could detect (the true difference
-each finds with 80% power) and how many candidates chance alone would give; when
-``reward_collapse`` fired, :func:`shared_fall` says how closely the methods' per-step training
-accuracy moves together (the arms share the question order, so a batch of hard questions lowers
-every curve at once) and whether the mean of the curves trips the monitor's rule by itself.
+health monitors that fired. A method whose difference from the baseline excludes 0 upwards is a
+*candidate* for a confirmatory study, not a winner: a screen runs one seed per method and many
+comparisons. Below the table, :func:`screen_markdown` says what the comparisons could detect
+(the true difference each finds with 80% power) and how many candidates chance alone would give;
+when ``reward_collapse`` fired, :func:`shared_fall` says how closely the methods' per-step
+training accuracy moves together (the arms share the question order, so a batch of hard
+questions lowers every curve at once) and whether the mean of the curves trips the monitor's
+rule by itself.
 
 A method whose runs are the baseline's exactly (every training curve and every evaluation sample
 the same, seed for seed) is marked *identical to the baseline*: its components never changed an
@@ -38,6 +39,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from framework.eval.paired import interval_side
+from framework.health.config import monitor_config
+from framework.registry.kinds import HEALTH_MONITORS
 
 #: the training figure compared across methods under the table (:func:`shared_fall`): accuracy,
 #: not reward, because rewards differ in scale between methods
@@ -340,9 +343,6 @@ def shared_fall(
         if (r := _pearson(a, b)) is not None
     ]
     mean = [statistics.fmean(col) for col in zip(*series, strict=True)]
-    from framework.health.config import monitor_config
-    from framework.registry.kinds import HEALTH_MONITORS
-
     fields = {"metric": SHARED_METRIC, "window": window, "drop": drop}
     monitor = HEALTH_MONITORS.bind(monitor_config("reward_collapse", fields))()
     fall, best = None, None
