@@ -216,7 +216,9 @@ def gspo_loss(inputs: PolicyLossInputs, *, cfg: GSPOLossConfig) -> LossOutput:
     Zheng et al. 2025 (arXiv 2507.18071). Implemented token-wise as
     ``s_{i,t} = sg[s_i] · π(y_t) / sg[π(y_t)]``: its value is ``s_i`` on every token, and with
     ``agg=seq_mean_token_mean`` the gradient equals that of the sequence objective
-    ``-min(s_i A_i, clip(s_i) A_i)`` averaged over rollouts.
+    ``-min(s_i A_i, clip(s_i) A_i)`` averaged over rollouts. On policy (``s_i = ρ_t = 1``, one
+    update per rollout batch) no bound is active and the gradient equals PPO-clip's under the same
+    aggregation, so a run with ``optim.policy_epochs=1`` trains exactly as ``ppo_clip`` does.
 
     Args:
         inputs: as :func:`ppo_clip_loss`; advantages should be per rollout.

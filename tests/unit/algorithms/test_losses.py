@@ -388,6 +388,27 @@ def test_gspo_gradient_matches_explicit_sequence_objective():
     assert n_clipped > 0 and n_free > 0  # both regimes were exercised
 
 
+@pytest.mark.parametrize("agg", MODES)
+def test_gspo_on_policy_gradient_is_ppo_clip_gradient(agg):
+    # s_i = rho_t = 1: no bound of either loss is active and both gradients are -A_i times the
+    # aggregation weight of each token (why the screen's GSPO run trained exactly as GRPO's)
+    gen = torch.Generator().manual_seed(11)
+    nc = 6.0 if agg == "token_sum_norm" else None
+    logp, _, adv, mask, _ = _random_inputs(gen, 5, 4)
+    mask[:, 0] = True
+    old = logp.detach().clone()
+    grads = []
+    for fn, cfg in (
+        (gspo_loss, gspo_cfg(agg, norm_constant=nc)),
+        (ppo_clip_loss, ppo_cfg(agg, norm_constant=nc)),
+    ):
+        lp = logp.clone().requires_grad_(True)
+        fn(PolicyLossInputs(lp, old, adv, mask), cfg=cfg).loss.backward()
+        grads.append(lp.grad)
+    assert_close(grads[0], grads[1])
+    assert (grads[0][mask] != 0).all()  # every trained token has a gradient to compare
+
+
 # --------------------------------------------------------------------------- aggregate()
 
 
