@@ -27,6 +27,20 @@ def training_step(trainer: L.Trainer, pl_module: L.LightningModule) -> int:
     return int(getattr(pl_module, "rl_step", trainer.global_step))
 
 
+def end_fit_after_this_step(trainer: L.Trainer) -> None:
+    """End ``trainer.fit`` after the current batch, without a validation pass.
+
+    Lightning validates whenever ``should_stop`` is set (its early-stopping convention), whatever
+    ``val_check_interval`` says: an interrupted run spent a whole validation pass before it exited,
+    and a run with ``val_every_n_steps=0`` and ``val_at_end=false`` validated at its last step all
+    the same. A stage validates at its end itself (:func:`framework.rl.recipe.fit`); validation
+    stays off for the rest of this fit, so a later ``trainer.validate`` sets
+    ``limit_val_batches`` back first.
+    """
+    trainer.should_stop = True
+    trainer.limit_val_batches = 0
+
+
 class StepCheckpoint(L.Callback):
     """Saves ``checkpoints/step-NNNNNN.ckpt`` and keeps the newest ``keep``.
 
@@ -97,7 +111,7 @@ class StepCheckpoint(L.Callback):
         if due or (self.final and step >= self.max_steps) or self.interrupted:
             self.save(trainer, step, full=self.interrupted)
         if self.interrupted:
-            trainer.should_stop = True
+            end_fit_after_this_step(trainer)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         step = training_step(trainer, pl_module)

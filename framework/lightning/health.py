@@ -17,7 +17,7 @@ from typing import Any
 import lightning as L
 
 from framework.health.monitors import Alarm
-from framework.lightning.callbacks import StepCheckpoint, training_step
+from framework.lightning.callbacks import StepCheckpoint, end_fit_after_this_step, training_step
 
 #: exit status of a run that a health monitor stopped (after its checkpoint)
 HEALTH_STOPPED = 3
@@ -73,7 +73,7 @@ class HealthCallback(L.Callback):
         """Save a checkpoint of this step and end training after it."""
         self.stopped = alarm or Alarm("other process", "a monitor on another process tripped", "")
         path = self.checkpoint.save(trainer, step, full=True)
-        trainer.should_stop = True
+        end_fit_after_this_step(trainer)
         if trainer.is_global_zero:
             print(
                 f"seekrl-train: stopped by a health monitor after step {step}: {self.stopped}\n"

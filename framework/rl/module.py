@@ -18,6 +18,7 @@ import lightning as L
 import torch
 
 from framework.data.schema import QAItem
+from framework.lightning.callbacks import end_fit_after_this_step
 from framework.memory import peak_rss_bytes
 from framework.progress import Progress
 from framework.rl.config import TrainConfig
@@ -165,8 +166,9 @@ class SearchAgentRL(L.LightningModule):
         self.last_figures = figures
         self.record(result)
         if self.rl_step >= self.cfg.trainer.max_steps:
-            # Lightning's own limit counts optimiser steps, of which a step may make several
-            self.trainer.should_stop = True
+            # Lightning's own limit counts optimiser steps, of which a step may make several;
+            # fit() then validates once if the run asks for it
+            end_fit_after_this_step(self.trainer)
 
     @property
     def data(self) -> QuestionDataModule:

@@ -34,6 +34,8 @@ from framework.rl.module import SearchAgentRL
 
 #: figures on the plain progress lines of an RL run
 RL_PROGRESS_KEYS = ("rollout/reward", "rollout/accuracy", "rollout/format_valid", "loss/entropy")
+#: a validation pass is one batch: the module's validation_step rolls out all its questions
+VAL_BATCHES = 1
 
 
 @dataclass
@@ -98,15 +100,17 @@ def build(
         * (cfg.agent.max_turns if cfg.loss.stages_per_turn else cfg.optim.policy_epochs),
         callbacks=[health, checkpoints, *log_progress("rl", t.max_steps, RL_PROGRESS_KEYS)],
         val_check_interval=t.val_every_n_steps or 10**9,
-        limit_val_batches=1,
+        limit_val_batches=VAL_BATCHES,
     )
     return RLRun(module, data, trainer, checkpoints, health)
 
 
 def fit(run: RLRun, cfg: TrainConfig, ckpt: str | None) -> dict[str, float]:
-    """Train from ``ckpt`` (a checkpoint path, or None to start fresh), validate once more at the
-    end unless the last step just did (or the run was interrupted or stopped), and return the
-    trainer's last figures. The module's rollout resources are closed whatever happens.
+    """Train from ``ckpt`` (a checkpoint path, or None to start fresh), then validate once if the
+    run asks for it (``val_at_end``, or a periodic validation due at the last step, which the fit
+    itself skips: :func:`~framework.lightning.callbacks.end_fit_after_this_step`) and it was not
+    interrupted or stopped by a monitor; return the trainer's last figures. The module's rollout
+    resources are closed whatever happens.
 
     Raises:
         CheckpointMismatch, CheckpointWriteError, RetrievalError, PolicyError: what a user can fix.
@@ -115,9 +119,10 @@ def fit(run: RLRun, cfg: TrainConfig, ckpt: str | None) -> dict[str, float]:
     try:
         trainer.fit(module, datamodule=run.data, ckpt_path=ckpt, weights_only=True)
         t = cfg.trainer
-        just_validated = t.val_every_n_steps and module.rl_step % t.val_every_n_steps == 0
-        validate = t.val_at_end and run.data.val_rows and not run.checkpoints.interrupted
-        if validate and not just_validated and run.health.stopped is None:
+        due = bool(t.val_every_n_steps) and module.rl_step % t.val_every_n_steps == 0
+        stopped = run.checkpoints.interrupted or run.health.stopped is not None
+        if (t.val_at_end or due) and run.data.val_rows and not stopped:
+            trainer.limit_val_batches = VAL_BATCHES  # the last step turned the fit's validation off
             trainer.validate(module, datamodule=run.data, verbose=False)
     finally:
         module.close()

@@ -116,6 +116,7 @@ def test_a_retriever_returning_nothing_stops_the_run_with_a_checkpoint_naming_it
         "retrieval/empty",
     ):
         assert name in scalars, (name, sorted(scalars))
+    assert not [n for n in scalars if n.startswith("val/")]  # a stopped run does not validate
 
 
 def test_the_same_run_with_the_monitor_warning_only_trains_every_step(tmp_path, capsys):

@@ -86,6 +86,19 @@ def tags(run_dir: Path) -> dict[str, set[str]]:
     return out
 
 
+def validation_steps(run_dir: Path) -> list[int]:
+    """The step of every validation pass the run logged (``val/accuracy`` events, in order)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    steps: list[int] = []
+    for f in sorted((run_dir / "tensorboard").glob("events.out.tfevents.*")):
+        ea = EventAccumulator(str(f), size_guidance={"scalars": 0})
+        ea.Reload()
+        if "val/accuracy" in ea.Tags()["scalars"]:
+            steps += [e.step for e in ea.Scalars("val/accuracy")]
+    return steps
+
+
 def initial_tiny_weights() -> dict[str, torch.Tensor]:
     from framework.rollout.policy import PolicyConfig, load_policy
 
@@ -162,6 +175,28 @@ def test_training_changes_the_policy_and_logs_every_metric(tmp_path):
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-000002.ckpt"]
     assert "lightning" in json.loads((run / "versions.json").read_text())
     assert "reward:\n  name: test_length_mod" in (run / "config.yaml").read_text()
+
+
+@pytest.mark.slow  # three tiny runs: about 40 s on 2 cores
+@pytest.mark.parametrize(
+    ("every", "at_end", "passes"),
+    [
+        (0, False, 0),  # Lightning used to validate at the last step all the same
+        (2, True, 2),  # step 2, then once at the end (not twice)
+        (3, False, 1),  # due at the last step: validated once although val_at_end is off
+    ],
+)
+def test_validation_runs_exactly_when_the_config_asks(tmp_path, every, at_end, passes):
+    run = tmp_path / "run"
+    train_in_process(
+        run,
+        "trainer.max_steps=3",
+        f"trainer.val_every_n_steps={every}",
+        f"trainer.val_at_end={str(at_end).lower()}",
+    )
+    steps = validation_steps(run)
+    assert len(steps) == passes, steps
+    assert len(set(steps)) == len(steps)  # never two passes at one step
 
 
 @pytest.mark.slow  # over 10 s on 2 cores (subprocess apps or several tiny runs)
@@ -437,6 +472,7 @@ def test_ctrl_c_saves_a_checkpoint_and_the_run_resumes(tmp_path):
     assert summary["interrupted"] and 1 <= summary["steps"] < 50
     saved = sorted((run / "checkpoints").glob("step-*.ckpt"))
     assert [p.name for p in saved] == [f"step-{summary['steps']:06d}.ckpt"]
+    assert validation_steps(run) == []  # it stops at once: no validation pass after the step
 
     done = cli(
         f"resume={run}",
