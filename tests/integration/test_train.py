@@ -15,6 +15,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -73,13 +74,21 @@ def cli(*args: str, timeout: int = 240) -> subprocess.CompletedProcess:
     )
 
 
-def tags(run_dir: Path) -> dict[str, set[str]]:
+def event_files(run_dir: Path) -> list[Any]:
+    """The run's TensorBoard event files, each read whole (in file-name order)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    out: dict[str, set[str]] = {}
-    for f in (run_dir / "tensorboard").glob("events.out.tfevents.*"):
+    out = []
+    for f in sorted((run_dir / "tensorboard").glob("events.out.tfevents.*")):
         ea = EventAccumulator(str(f), size_guidance={"scalars": 0, "histograms": 0, "tensors": 0})
         ea.Reload()
+        out.append(ea)
+    return out
+
+
+def tags(run_dir: Path) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for ea in event_files(run_dir):
         for kind, names in ea.Tags().items():
             if isinstance(names, list):
                 out.setdefault(kind, set()).update(names)
@@ -88,15 +97,12 @@ def tags(run_dir: Path) -> dict[str, set[str]]:
 
 def validation_steps(run_dir: Path) -> list[int]:
     """The step of every validation pass the run logged (``val/accuracy`` events, in order)."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    steps: list[int] = []
-    for f in sorted((run_dir / "tensorboard").glob("events.out.tfevents.*")):
-        ea = EventAccumulator(str(f), size_guidance={"scalars": 0})
-        ea.Reload()
-        if "val/accuracy" in ea.Tags()["scalars"]:
-            steps += [e.step for e in ea.Scalars("val/accuracy")]
-    return steps
+    return [
+        e.step
+        for ea in event_files(run_dir)
+        if "val/accuracy" in ea.Tags()["scalars"]
+        for e in ea.Scalars("val/accuracy")
+    ]
 
 
 def initial_tiny_weights() -> dict[str, torch.Tensor]:
@@ -250,12 +256,8 @@ def _scalars(run_dir: Path) -> dict[str, list[float]]:
 
 
 def _scalars_by_step(run_dir: Path) -> dict[str, dict[int, float]]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
     out: dict[str, dict[int, float]] = {}
-    for f in sorted((run_dir / "tensorboard").glob("events.out.tfevents.*")):
-        ea = EventAccumulator(str(f), size_guidance={"scalars": 0})
-        ea.Reload()
+    for ea in event_files(run_dir):
         for name in ea.Tags()["scalars"]:
             out.setdefault(name, {}).update({e.step: e.value for e in ea.Scalars(name)})
     return out
