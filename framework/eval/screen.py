@@ -102,6 +102,7 @@ def screen_rows(
             continue
         diff = summary["versus_baseline"].get(arm, {}).get("Pass@1")
         tokens, steps, seconds, peaks, alarms, stopped = [], 0, 0.0, [], set(), []
+        trained = 0.0  # training wall seconds of every seed, every launch
         resumed = False
         cpus: list[str] = []
         methods: list[Mapping[str, str]] = []
@@ -112,9 +113,11 @@ def screen_rows(
             run = archive.run(arm, seed) or {}
             if seed == figures["seeds"][0]:
                 curve = (run.get("curves") or {}).get(SHARED_METRIC)
-            if run.get("train_seconds") and run.get("steps"):
-                seconds += float(run["train_seconds"])
-                steps += int(run["steps"])
+            if run.get("train_seconds"):
+                trained += float(run["train_seconds"])
+                if run.get("steps"):
+                    seconds += float(run["train_seconds"])
+                    steps += int(run["steps"])
             if run.get("peak_gb") is not None:
                 peaks.append(float(run["peak_gb"]))
             # resumed from a checkpoint written before checkpoints kept the peak: its summary,
@@ -145,6 +148,7 @@ def screen_rows(
                 "questions": figures.get("questions"),
                 "response_tokens": sum(tokens) / len(tokens) if tokens else None,
                 "seconds_per_step": seconds / steps if steps else None,
+                "train_seconds": trained or None,
                 "peak_gb": max(peaks) if peaks else None,
                 "peak_last_launch": resumed,
                 "machines": cpus,
@@ -244,7 +248,27 @@ def screen_markdown(cfg: Any, rows: Sequence[Mapping[str, Any]]) -> str:
             "methods (the module of each component, linked from docs/algorithms.md, says why "
             "where it is known).",
         ]
+    lines += _cost_lines(rows, letter)
     return "\n".join([*lines, *_power_lines(rows), *_monitor_lines(rows, cfg.baseline)]) + "\n"
+
+
+def _cost_lines(rows: Sequence[Mapping[str, Any]], letter: Mapping[str, str]) -> list[str]:
+    """What the screen's training cost: the runs' training wall time, in all and per machine
+    (a run resumed on another machine counts under each of its machines' letters together)."""
+    timed = [r for r in rows if r.get("train_seconds")]
+    if not timed:
+        return []
+    by_machine: dict[str, float] = {}
+    for r in timed:
+        key = ", ".join(letter[m] for m in r.get("machines", [])) or "unrecorded"
+        by_machine[key] = by_machine.get(key, 0.0) + float(r["train_seconds"])
+    total = sum(by_machine.values())
+    where = "; ".join(f"{k}: {v / 3600:.1f} h" for k, v in by_machine.items())
+    return [
+        "",
+        f"Training time: {total / 3600:.1f} h for the {len(timed)} methods' runs ({where}; every "
+        "launch of every seed, from the runs' records; evaluation not counted).",
+    ]
 
 
 #: the chance that one comparison's two-sided 95% interval excludes 0 upwards when the method

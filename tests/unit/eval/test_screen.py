@@ -102,6 +102,13 @@ def test_rows_from_the_archive(study_dir, tmp_path):  # noqa: F811
     table = screen_markdown(cfg, two)
     assert "Machines (the CPU each run trained on" in table and "A = cpu X; B = cpu Y." in table
     assert "| 30.0 | 6.4 | A |" in table and "| B, A |" in table
+    # the training time in all and per machine: 2 steps x 30 s here, a made-up hour for the base
+    assert new["train_seconds"] == pytest.approx(60.0)
+    timed = [two[0], {**two[1], "train_seconds": 3600.0}]
+    assert (
+        "Training time: 1.0 h for the 2 methods' runs (A: 0.0 h; B, A: 1.0 h; every launch"
+    ) in screen_markdown(cfg, timed)
+    assert "Training time" not in screen_markdown(cfg, [{**two[1], "train_seconds": None}])
     # how often each monitor fired, and whether the baseline raised it too
     assert "Monitors fired: `reward_collapse` on 1 of 2 (not the baseline)." in table
     both = [two[0], {**two[1], "monitors_fired": ["entropy", "reward_collapse"]}]
