@@ -13,7 +13,7 @@ Each arm trains from the same cached warm start on the same questions for the sa
 rollouts (the study's shared overrides), and is evaluated on the study's split (validation for a
 screen). :func:`screen_rows` turns the study's summary and archive into one row per method:
 Pass@1 with its interval, the paired difference from the baseline with its interval, tool calls,
-the share of format errors, response tokens per rollout, seconds per training step, peak memory,
+the shares of format errors and of answers lost to the budget, response tokens per rollout, seconds per training step, peak memory,
 the CPU it trained on (a screen may span machines; its times compare only within one), and the
 health monitors that fired. A method whose difference from the baseline excludes 0 upwards is a
 *candidate* for a confirmatory study, not a winner: a screen runs one seed per method and many
@@ -145,6 +145,8 @@ def screen_rows(
                 "tool_calls": figures["tool_calls"],
                 # the share of evaluation samples whose output broke the tool-call format
                 "format_errors": figures.get("format_error_rate"),
+                # the share that ran out of turns, tool calls or tokens without an answer
+                "over_budget": figures.get("over_budget_rate"),
                 "questions": figures.get("questions"),
                 "response_tokens": sum(tokens) / len(tokens) if tokens else None,
                 "seconds_per_step": seconds / steps if steps else None,
@@ -195,7 +197,8 @@ def screen_markdown(cfg: Any, rows: Sequence[Mapping[str, Any]]) -> str:
         "Fidelity: how closely the arm's components follow their papers (the weakest of them; "
         "blank: the formulas of docs/algorithms.md). A RECONSTRUCTED method's row measures our "
         "reading of its abstract, not the paper's method. Format errors: the share of evaluation "
-        "samples whose output broke the answer or tool-call format.",
+        "samples whose output broke the answer or tool-call format; over budget: the share that "
+        "ran out of turns, tool calls or tokens without an answer.",
         "",
     ]
     # the CPUs the runs trained on (a screen longer than one machine's life spans several):
@@ -210,9 +213,9 @@ def screen_markdown(cfg: Any, rows: Sequence[Mapping[str, Any]]) -> str:
         ]
     lines += [
         "| method | fidelity | Pass@1 [95% CI] | minus baseline [95% CI] | tool calls "
-        "| format errors | tokens / rollout | s / step | peak GB | machine | monitors fired "
+        "| format errors | over budget | tokens / rollout | s / step | peak GB | machine | monitors fired "
         "| reading |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         low, high = r["pass@1_ci"]
@@ -225,6 +228,7 @@ def screen_markdown(cfg: Any, rows: Sequence[Mapping[str, Any]]) -> str:
             f"| `{r['arm']}` | {r.get('fidelity', '')} | {r['pass@1']:.3f} [{low:.3f}, {high:.3f}] "
             f"| {diff} "
             f"| {_num(r['tool_calls'], '.2f')} | {_num(r.get('format_errors'), '.3f')} "
+            f"| {_num(r.get('over_budget'), '.3f')} "
             f"| {_num(r['response_tokens'], '.0f')} "
             f"| {_num(r['seconds_per_step'], '.1f')} | {_num(r['peak_gb'], '.1f')}"
             f"{' (last launch)' if r.get('peak_last_launch') else ''} "

@@ -32,6 +32,7 @@ from typing import Any
 from framework.eval.curves import Series, read_scalars
 from framework.eval.entity_credit import run_histogram
 from framework.eval.records import RECORDS, read_records, write_records
+from framework.types import STATUS_FORMAT_ERROR, STATUS_OVER_BUDGET
 
 ARCHIVE = "archive"
 #: the archive's folder of run records (not ``runs/``, which .gitignore keeps out of commits)
@@ -242,7 +243,8 @@ class StudyArchive:
         """The records of the warm start (``arm`` None) or of one run's evaluation."""
         rows = read_records(self._eval_file(arm, seed))
         for r in rows:
-            r["format_error"] = float(r.get("status") == "format_error")
+            r["format_error"] = float(r.get("status") == STATUS_FORMAT_ERROR)
+            r["over_budget"] = float(r.get("status") == STATUS_OVER_BUDGET)
         return rows
 
     def run(self, arm: str, seed: int) -> dict[str, Any] | None:

@@ -58,7 +58,7 @@ def _mean_ci(values: Mapping[Any, float], n_boot: int) -> PairedResult:
 def overall(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """One evaluation's headline figures from its records: Pass@1 (normal interval over
     questions), Pass@k at the smallest number of samples any question has, tool use, format
-    errors, and the bridge-entity analysis."""
+    errors, samples that ran out of budget unanswered, and the bridge-entity analysis."""
     groups = _grouped(rows)
     k = min(len(g) for g in groups)
     sampling = summarize_samples([[bool(r["correct"]) for r in g] for g in groups], k)
@@ -72,6 +72,7 @@ def overall(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "tool_calls": _mean([r["tool_calls"] for r in rows]),
         "turns": _mean([r["turns"] for r in rows]),
         "format_error_rate": _mean([r["format_error"] for r in rows]),
+        "over_budget_rate": _mean([r["over_budget"] for r in rows]),
         "entity": bridge_analysis(groups),
     }
 
@@ -235,7 +236,7 @@ def summarize_study(
             o = overall(rows)
             results.append(o)
             per_seed[s] = {k: o[k] for k in ("pass@1", "pass@1_ci", "pass@k", "tool_calls")}
-            per_seed[s] |= {k: o[k] for k in ("turns", "format_error_rate")}
+            per_seed[s] |= {k: o[k] for k in ("turns", "format_error_rate", "over_budget_rate")}
             for key in FIGURES:
                 figures[key].append(per_question(rows, key))
         all_rows[arm] = [r for rows in seed_rows for r in rows]
@@ -252,6 +253,7 @@ def summarize_study(
             "tool_calls": sum(r["tool_calls"] for r in results) / len(results),
             "turns": sum(r["turns"] for r in results) / len(results),
             "format_error_rate": sum(r["format_error_rate"] for r in results) / len(results),
+            "over_budget_rate": sum(r["over_budget_rate"] for r in results) / len(results),
             "per_seed": per_seed,
             "entity": bridge_analysis(_grouped(all_rows[arm])),
         }

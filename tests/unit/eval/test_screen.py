@@ -117,16 +117,20 @@ def test_rows_from_the_archive(study_dir, tmp_path):  # noqa: F811
         "`reward_collapse` on 2 of 2 (the baseline among them)."
     ) in screen_markdown(cfg, both)
     assert "Monitors fired" not in screen_markdown(cfg, [{**two[1], "monitors_fired": []}])
-    # the questions the records hold, and the share of samples with a format error
-    assert new["questions"] == 4 and new["format_errors"] == 0.0
-    assert "4 validation questions x 2 samples;" in table and "| 2.00 | 0.000 | " in table
-    fewer = [{**two[0], "questions": 3, "format_errors": 72 / 392}, {**two[1], "questions": 3}]
+    # the questions the records hold, and the shares of samples with a format error and over
+    # budget
+    assert new["questions"] == 4 and new["format_errors"] == 0.0 and new["over_budget"] == 0.0
+    assert "4 validation questions x 2 samples;" in table and "| 2.00 | 0.000 | 0.000 | " in table
+    fewer = [
+        {**two[0], "questions": 3, "format_errors": 72 / 392, "over_budget": 343 / 392},
+        {**two[1], "questions": 3},
+    ]
     table = screen_markdown(cfg, fewer)
     assert (
         "3 validation questions (the evaluated records; `eval.questions` asks for up to 4) "
         "x 2 samples;"
     ) in table
-    assert "| 2.00 | 0.184 | " in table
+    assert "| 2.00 | 0.184 | 0.875 | " in table
     assert new["minus_baseline"]["diff"] == pytest.approx(0.375)
     assert new["detectable"] == new["minus_baseline"]["detectable"] > 0
     assert rows["base"]["detectable"] is None

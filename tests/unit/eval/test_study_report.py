@@ -453,3 +453,22 @@ def test_the_decision_rule():
         "| 0.90 | b beats a |"
     )
     assert lines[-1].startswith("| c - a | questions |") and "no difference shown" in lines[-1]
+
+
+def test_an_evaluation_counts_its_format_errors_and_its_samples_lost_to_the_budget(tmp_path):
+    """Of 4 samples of one question, one broke the format and two ran out of budget: the
+    records read back from the archive give shares 1/4 and 2/4, and Pass@1 counts only the
+    answered sample that was right (1/4)."""
+    from framework.eval.records import write_records
+    from framework.eval.study_report import overall
+
+    statuses = ["ok", "format_error", "over_budget", "over_budget"]
+    rows = [
+        {"dataset": "synth/validation", "question_id": "q", "sample": i, "correct": i == 0,
+         "tool_calls": 1, "turns": 2, "status": status}
+        for i, status in enumerate(statuses)
+    ]  # fmt: skip
+    write_records(tmp_path / "eval" / "a" / "seed0.jsonl.gz", rows)
+    o = overall(StudyArchive(tmp_path).records("a", 0))
+    assert o["format_error_rate"] == 0.25 and o["over_budget_rate"] == 0.5
+    assert o["pass@1"] == 0.25
