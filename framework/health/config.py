@@ -26,6 +26,7 @@ DEFAULT_MONITORS = (
     "entropy_collapse",
     "length_blowup",
     "tool_calls_vanish",
+    "answers_vanish",
     "retrieval_empty",
     "gradient",
     "zero_variance",

@@ -1,6 +1,7 @@
 """Training-health monitors: each watches the figures a training step logged and says when the run
-has gone wrong (reward collapse, entropy collapse, length blow-up, the agent giving up on its tools,
-a retriever that returns nothing, non-finite or exploding gradients, groups with no signal).
+has gone wrong (reward collapse, entropy collapse, length blow-up, the agent giving up on its tools
+or on answering, a retriever that returns nothing, non-finite or exploding gradients, groups with no
+signal).
 
 A monitor is registered in ``HEALTH_MONITORS`` and built as ``cls(*, cfg)``. After every training
 step the trainer calls ``check(step, figures, run)`` with that step's flat figures
@@ -103,7 +104,7 @@ def _window_problems(cfg: Any) -> list[Problem]:
 
 
 #: the configs of the monitors that compare a moving mean with the run's first steps
-W = TypeVar("W", "LengthConfig", "ToolCallsConfig")
+W = TypeVar("W", "LengthConfig", "ToolCallsConfig", "AnswersConfig")
 
 
 class BaselineMonitor(Monitor[W]):
@@ -312,6 +313,62 @@ class ToolCallsMonitor(BaselineMonitor[ToolCallsConfig]):
                 f"{cfg.window} steps, after {base:.2f} over the first {cfg.window} at step {step}",
                 "check that searches return useful passages (retrieval/empty), lower optim.lr, or "
                 "reward tool use (E-GRPO's entity reward, reward.alpha)",
+            )
+        return reading
+
+
+# -- the agent stops answering ------------------------------------------------------------------------
+@dataclass
+class AnswersConfig(MonitorConfig):
+    metric: str = field(
+        default="rollout/format_valid",
+        metadata={"help": "share of rollouts that ended in a valid answer within budget"},
+    )
+    window: int = field(default=3, metadata={"help": "steps of the baseline and the moving mean"})
+    min_baseline: float = field(
+        default=0.25, metadata={"help": "no verdict unless the first steps answered this much"}
+    )
+    share: float = field(
+        default=0.5,
+        metadata={"help": "trip when the moving mean falls to this share of the baseline"},
+    )
+
+    def problems(self) -> list[Problem]:
+        out = _window_problems(self)
+        out += check_range(self.share, "share", low=0.0, high=1.0, low_inclusive=False)
+        out += check_range(self.min_baseline, "min_baseline", low=0.0, high=1.0)
+        return out + super().problems()
+
+
+@HEALTH_MONITORS.register("answers_vanish", config=AnswersConfig)
+class AnswersMonitor(BaselineMonitor[AnswersConfig]):
+    """Trips when an agent that answered (a share of rollouts ending in a valid answer within
+    budget of at least ``min_baseline`` over the first ``window`` steps) stops answering: the
+    moving mean over the last ``window`` steps falls to ``share`` of that baseline.
+
+    Its rollouts then break the format or run out of turns, tool calls or tokens, and reward
+    collapse may not show it where the questions of a batch set the reward's level (the screen's
+    arms share their question order). Logged: ``mean``, ``baseline`` and ``ratio``.
+    """
+
+    def check(self, step: int, figures: Mapping[str, float], run: Mapping[str, str]) -> Reading:
+        cfg = self.cfg
+        if cfg.metric not in figures:
+            return Reading()
+        now, base = self.observe(figures[cfg.metric])
+        ratio = now / base if base > 0 else 1.0
+        reading = Reading({"mean": now, "baseline": base, "ratio": ratio})
+        fell = self.settled and base >= cfg.min_baseline and now <= cfg.share * base
+        if self.may_trip(step) and fell:
+            reading.alarm = self.alarm(
+                f"the agent stopped answering: {cfg.metric} averages {now:.2f} over the last "
+                f"{cfg.window} steps, {ratio:.0%} of the first {cfg.window} steps' {base:.2f} (the "
+                f"limit is {cfg.share:.0%}) at step {step}",
+                "read the rollouts' statuses (format_error or over_budget: raise agent.max_turns "
+                "or agent.max_total_tokens), lower optim.lr, or resume from a checkpoint before "
+                "the fall; a loss that only pushes wrong answers down (loss=nsr) can teach the "
+                "policy not to answer: give right answers a weight (loss.positive_weight, "
+                "W-REINFORCE)",
             )
         return reading
 

@@ -82,6 +82,27 @@ def test_tool_calls_vanish_only_for_an_agent_that_used_its_tools():
     assert first_alarm(drive(never, [{"rollout/tool_calls": 0.0}] * 5)) is None
 
 
+def test_answers_vanish_trips_when_the_answer_share_halves_and_only_after_answering():
+    """Baseline over steps 1-2: (0.9 + 0.7) / 2 = 0.8; the limit is half of it, 0.4. Moving means
+    of 2 steps: step 3 (0.7 + 0.5) / 2 = 0.6, step 4 (0.5 + 0.3) / 2 = 0.4 <= 0.4: trips at 4,
+    with ratio 0.4 / 0.8 = 0.5."""
+    mon = monitor("answers_vanish", window=2, share=0.5)
+    readings = drive(mon, [{"rollout/format_valid": v} for v in [0.9, 0.7, 0.5, 0.3]])
+    assert [r.values["mean"] for r in readings] == pytest.approx([0.9, 0.8, 0.6, 0.4])
+    assert readings[3].values["baseline"] == pytest.approx(0.8)
+    assert readings[3].values["ratio"] == pytest.approx(0.5)
+    assert first_alarm(readings) == 4
+    assert "stopped answering" in readings[3].alarm.message and "50%" in readings[3].alarm.message
+    # an agent that hardly answered from the start (baseline 0.1 < min_baseline 0.25): no verdict
+    never = monitor("answers_vanish", window=2)
+    series = [{"rollout/format_valid": v} for v in [0.1, 0.1, 0.0, 0.0]]
+    assert first_alarm(drive(never, series)) is None
+    # a step without the figure is skipped, and the run's first window never trips
+    skipped = monitor("answers_vanish", window=2)
+    readings = drive(skipped, [{"rollout/format_valid": 1.0}, {}, {"rollout/format_valid": 0.0}])
+    assert readings[1].values == {} and first_alarm(readings) is None
+
+
 def test_retrieval_empty_trips_above_the_rate_and_names_the_retriever():
     mon = monitor("retrieval_empty", max_rate=0.5, window=2, min_queries=4)
     series = [
@@ -130,6 +151,11 @@ def test_zero_variance_trips_after_patience_steps_above_the_share():
         ("length_blowup", {"window": 2}, [{"rollout/response_length": n} for n in [9, 9, 50, 60]]),
         ("tool_calls_vanish", {"window": 2}, [{"rollout/tool_calls": c} for c in [1, 1, 0, 0]]),
         (
+            "answers_vanish",
+            {"window": 2},
+            [{"rollout/format_valid": v} for v in [1.0, 0.8, 0.2, 0.0]],
+        ),
+        (
             "retrieval_empty",
             {"window": 2, "max_rate": 0.6},
             [{"retrieval/queries": 2, "retrieval/empty": e} for e in [0, 1, 2, 2]],
@@ -174,7 +200,9 @@ def test_the_health_section_builds_every_default_monitor_and_reports_bad_entries
         "monitors.nope",
         "monitors.reward_collapse",
     }
-    assert "a registered health monitor: entropy_collapse" in problems["monitors.nope"]
+    assert (
+        "a registered health monitor: answers_vanish, entropy_collapse" in problems["monitors.nope"]
+    )
     assert "bogus" in problems["monitors.reward_collapse"]
     assert "zero_variance" not in build_monitors(
         HealthConfig(monitors={"zero_variance": None, "gradient": {}})
