@@ -11,18 +11,18 @@ too, appears without editing the study:
 
 Each arm trains from the same cached warm start on the same questions for the same steps and
 rollouts (the study's shared overrides), and is evaluated on the study's split (validation for a
-screen). :func:`screen_rows` turns the study's summary and archive into one row per method:
-Pass@1 with its interval, the paired difference from the baseline with its interval, tool calls,
-the shares of format errors and of answers lost to the budget, response tokens per rollout, seconds per training step, peak memory,
-the CPU it trained on (a screen may span machines; its times compare only within one), and the
-health monitors that fired. A method whose difference from the baseline excludes 0 upwards is a
-*candidate* for a confirmatory study, not a winner: a screen runs one seed per method and many
-comparisons. Below the table, :func:`screen_markdown` says what the comparisons could detect
-(the true difference each finds with 80% power) and how many candidates chance alone would give;
-when ``reward_collapse`` fired, :func:`shared_fall` says how closely the methods' per-step
-training accuracy moves together (the arms share the question order, so a batch of hard
-questions lowers every curve at once) and whether the mean of the curves trips the monitor's
-rule by itself.
+screen). :func:`screen_rows` turns the study's summary and archive into one row per method: Pass@1
+with its interval, the paired difference from the baseline with its interval, tool calls, the shares
+of format errors and of answers lost to the budget, response tokens per rollout, seconds per
+training step, peak memory, the CPU it trained on (a screen may span machines; its times compare
+only within one), and the health monitors that fired. A method whose difference from the baseline
+excludes 0 upwards is a *candidate* for a confirmatory study, not a winner: a screen runs one seed
+per method and many comparisons. Below the table, :func:`screen_markdown` says what the comparisons
+could detect (the true difference each finds with 80% power) and how many candidates chance alone
+would give; when ``reward_collapse`` fired, :func:`shared_fall` says how closely the methods'
+per-step training accuracy moves together (the arms share the question order, so a batch of hard
+questions lowers every curve at once) and whether the mean of the curves trips the monitor's rule by
+itself.
 
 A method whose runs are the baseline's exactly (every training curve and every evaluation sample
 the same, seed for seed) is marked *identical to the baseline*: its components never changed an
@@ -213,8 +213,8 @@ def screen_markdown(cfg: Any, rows: Sequence[Mapping[str, Any]]) -> str:
         ]
     lines += [
         "| method | fidelity | Pass@1 [95% CI] | minus baseline [95% CI] | tool calls "
-        "| format errors | over budget | tokens / rollout | s / step | peak GB | machine | monitors fired "
-        "| reading |",
+        "| format errors | over budget | tokens / rollout | s / step | peak GB | machine "
+        "| monitors fired | reading |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
