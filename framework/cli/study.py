@@ -489,10 +489,16 @@ def check_basis(root: Path, basis: dict[str, Any]) -> None:
 
 
 # -- a study longer than one machine's life: its archive kept where it is committed ------------------
-def check_kept_archive(kept: Path, cfg: StudyConfig, basis: dict[str, Any]) -> None:
+def check_kept_archive(
+    kept: Path, cfg: StudyConfig, basis: dict[str, Any], precision: Any = None
+) -> None:
     """Refuse to resume from the archive in ``kept`` (``archive_to``) when it was made on another
     basis (:func:`study_basis`, :func:`content_basis`) or with other eval settings: its records
     would not pair with new ones. Nothing to check when it holds no archive yet.
+
+    ``precision`` (a :class:`~framework.training.precision.PrecisionChoice`, what this machine runs)
+    explains a refusal whose cause is the machine: where the archived runs trained in another
+    precision, the message says so (:func:`precision_mismatch`).
 
     Raises:
         SystemExit: status 2, naming each difference.
@@ -514,16 +520,43 @@ def check_kept_archive(kept: Path, cfg: StudyConfig, basis: dict[str, Any]) -> N
         if now.get(k) != v
     ]
     if changed:
+        cause = precision_mismatch(archive, precision) if precision is not None else None
         print(
             f"[archive_to] got {kept}, whose records were made on another basis or with other "
             "eval settings:\n  "
-            + "\n  ".join(changed)
+            + "\n  ".join(changed + ([cause[0]] if cause else []))
             + "\nexpected the questions, warm start and evaluation the records were made with. "
-            "Fix: pass archive_to=<a new folder> (or archive_to='' to keep no copy), or run where "
+            "Fix: "
+            + (cause[1] + " Or pass" if cause else "pass")
+            + " archive_to=<a new folder> (or archive_to='' to keep no copy), or run where "
             "the index, questions and warm start come out the same.",
             file=sys.stderr,
         )
         raise SystemExit(2)
+
+
+def precision_mismatch(archive: Any, here: Any) -> tuple[str, str] | None:
+    """Whether the archived runs trained in a precision other than ``here`` (this machine's
+    :class:`~framework.training.precision.PrecisionChoice`): then the machine is the cause of a
+    changed basis, since ``auto`` settings (trainer precision, the encoders' dtype) follow the CPU's
+    bf16 support and the index, the questions' answerability check and the warm start's cache key
+    follow them. Returns the difference and its fix, or None (no run records say, or they agree).
+    """
+    recorded: dict[str, str] = {}
+    for record in sorted((archive.path / "training").glob("*/seed*.json")):
+        versions = json.loads(record.read_text()).get("versions") or {}
+        if versions.get("precision"):
+            recorded.setdefault(str(versions["precision"]), str(versions.get("cpu", "?")))
+    if not recorded or here.precision in recorded:
+        return None
+    was = "; ".join(f"{p} (on {cpu})" for p, cpu in recorded.items())
+    return (
+        f"precision: the archived runs trained in {was}, this machine runs {here.precision} "
+        f"({here.reason})",
+        "resume on a machine that runs the archived runs' precision (for bf16-mixed, a CPU with "
+        "native bf16: avx512_bf16 or amx_bf16); forcing it here would run bf16 emulated, many "
+        "times slower (tools/bench/precision.py measures by how much).",
+    )
 
 
 def restore_kept(kept: Path, root: Path, jobs: Sequence[tuple[str, int]]) -> dict[Any, dict]:
@@ -732,7 +765,8 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
     basis = study_basis(first_cfg)
     check_basis(root, basis)
     if kept is not None:
-        check_kept_archive(kept, cfg, basis)  # before a long SFT: the config-level basis
+        # before a long SFT: the config-level basis
+        check_kept_archive(kept, cfg, basis, first_cfg.trainer.precision_choice())
     check_evals_match(root, cfg)
     check_preregistration(root, cfg)
     if needs_sft(first_cfg):
@@ -742,7 +776,7 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
     check_basis(root, content)
     restored: dict[Any, dict] = {}
     if kept is not None:
-        check_kept_archive(kept, cfg, {**basis, **content})
+        check_kept_archive(kept, cfg, {**basis, **content}, first_cfg.trainer.precision_choice())
         restored = restore_kept(kept, root, jobs)
         if restored:
             print(

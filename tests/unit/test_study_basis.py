@@ -277,6 +277,38 @@ def test_a_kept_archive_on_another_basis_or_eval_is_refused(tmp_path, capsys):
         check_kept_archive(tmp_path / "kept", cfg, basis)
 
 
+def test_a_refusal_caused_by_the_machine_says_so(tmp_path, capsys):
+    # the archived runs trained in bf16 on a CPU with native bf16; here auto chose fp32, so the
+    # auto-following keys (questions, warm start) differ: the message names the precision as the
+    # cause and its fix, and a machine of the same precision gets the plain message
+    from framework.cli.study import check_kept_archive
+    from framework.training.precision import PrecisionChoice
+
+    cfg = StudyConfig(arms={"a": []}, seeds=[0])
+    basis = {"data": "abc", "warm_start": "/cache/sft/1"}
+    _kept(tmp_path / "kept", cfg, basis)
+    rec_path = tmp_path / "kept" / "training" / "a" / "seed0.json"
+    rec = json.loads(rec_path.read_text())
+    rec["versions"] = {"precision": "bf16-mixed", "cpu": "CPU Z4"}
+    rec_path.write_text(json.dumps(rec))
+    fp32 = PrecisionChoice("32-true", "auto: this CPU has no native bf16")
+    bf16 = PrecisionChoice("bf16-mixed", "auto: this CPU has native bf16 (avx512_bf16)")
+    check_kept_archive(tmp_path / "kept", cfg, basis, fp32)  # same basis: no refusal
+    with pytest.raises(SystemExit):
+        check_kept_archive(tmp_path / "kept", cfg, {**basis, "data": "def"}, fp32)
+    err = capsys.readouterr().err
+    assert (
+        "\n  precision: the archived runs trained in bf16-mixed (on CPU Z4), this machine runs "
+        "32-true (auto: this CPU has no native bf16)\n" in err
+    )
+    assert "Fix: resume on a machine that runs the archived runs' precision" in err
+    assert "Or pass archive_to=<a new folder>" in err
+    with pytest.raises(SystemExit):
+        check_kept_archive(tmp_path / "kept", cfg, {**basis, "data": "def"}, bf16)
+    err = capsys.readouterr().err
+    assert "precision:" not in err and "Fix: pass archive_to=<a new folder>" in err
+
+
 def test_what_the_kept_archive_holds_is_restored_and_not_made_again(tmp_path):
     from framework.cli.study import restore_kept
 
