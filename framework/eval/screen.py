@@ -201,6 +201,17 @@ def screen_markdown(cfg: Any, rows: Sequence[Mapping[str, Any]]) -> str:
         "ran out of turns, tool calls or tokens without an answer.",
         "",
     ]
+    # a screen part way (longer than one machine's life): which methods the table lacks yet
+    done = {r["arm"] for r in rows}
+    missing = [arm for arm in getattr(cfg, "arms", {}) if arm not in done]
+    if missing:
+        lines += [
+            f"Not evaluated yet ({len(missing)} of {len(done) + len(missing)} methods): "
+            + ", ".join(f"`{arm}`" for arm in missing)
+            + f". `seekrl-study study={cfg.name}` trains and evaluates them, skipping what is "
+            "archived; until then the table is partial.",
+            "",
+        ]
     # the CPUs the runs trained on (a screen longer than one machine's life spans several):
     # seconds per step and peak memory compare only between rows of one machine
     machines = list(dict.fromkeys(m for r in rows for m in r.get("machines", [])))

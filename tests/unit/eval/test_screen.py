@@ -117,6 +117,12 @@ def test_rows_from_the_archive(study_dir, tmp_path):  # noqa: F811
         "`reward_collapse` on 2 of 2 (the baseline among them)."
     ) in screen_markdown(cfg, both)
     assert "Monitors fired" not in screen_markdown(cfg, [{**two[1], "monitors_fired": []}])
+    # a screen part way names the methods its table lacks yet; a whole one says nothing
+    assert "Not evaluated yet" not in table
+    assert (
+        "Not evaluated yet (1 of 2 methods): `base`. `seekrl-study study=s` trains and evaluates "
+        "them, skipping what is archived; until then the table is partial."
+    ) in screen_markdown(cfg, [two[0]])
     # the questions the records hold, and the shares of samples with a format error and over
     # budget
     assert new["questions"] == 4 and new["format_errors"] == 0.0 and new["over_budget"] == 0.0
