@@ -29,11 +29,15 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from framework.cli.app import run_app
 from framework.config.study import StudyConfig
 from framework.eval.study_archive import BASIS
+
+if TYPE_CHECKING:
+    from framework.eval.study_archive import StudyArchive
+    from framework.training.precision import PrecisionChoice
 
 #: exit status of a train run stopped by SIGINT / SIGTERM after its checkpoint (see cli/train.py)
 INTERRUPTED = 130
@@ -490,7 +494,10 @@ def check_basis(root: Path, basis: dict[str, Any]) -> None:
 
 # -- a study longer than one machine's life: its archive kept where it is committed ------------------
 def check_kept_archive(
-    kept: Path, cfg: StudyConfig, basis: dict[str, Any], precision: Any = None
+    kept: Path,
+    cfg: StudyConfig,
+    basis: dict[str, Any],
+    precision: PrecisionChoice | None = None,
 ) -> None:
     """Refuse to resume from the archive in ``kept`` (``archive_to``) when it was made on another
     basis (:func:`study_basis`, :func:`content_basis`) or with other eval settings: its records
@@ -535,7 +542,7 @@ def check_kept_archive(
         raise SystemExit(2)
 
 
-def precision_mismatch(archive: Any, here: Any) -> tuple[str, str] | None:
+def precision_mismatch(archive: StudyArchive, here: PrecisionChoice) -> tuple[str, str] | None:
     """Whether the archived runs trained in a precision other than ``here`` (this machine's
     :class:`~framework.training.precision.PrecisionChoice`): then the machine is the cause of a
     changed basis, since ``auto`` settings (trainer precision, the encoders' dtype) follow the CPU's
@@ -543,8 +550,8 @@ def precision_mismatch(archive: Any, here: Any) -> tuple[str, str] | None:
     follow them. Returns the difference and its fix, or None (no run records say, or they agree).
     """
     recorded: dict[str, str] = {}
-    for record in sorted((archive.path / "training").glob("*/seed*.json")):
-        versions = json.loads(record.read_text()).get("versions") or {}
+    for arm, seed in archive.runs(list(archive.config().get("arms", {}))):
+        versions = (archive.run(arm, seed) or {}).get("versions") or {}
         if versions.get("precision"):
             recorded.setdefault(str(versions["precision"]), str(versions.get("cpu", "?")))
     if not recorded or here.precision in recorded:
@@ -764,9 +771,9 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
     first_cfg = load_config("train", first)
     basis = study_basis(first_cfg)
     check_basis(root, basis)
+    here = first_cfg.trainer.precision_choice()  # what explains a refusal caused by the machine
     if kept is not None:
-        # before a long SFT: the config-level basis
-        check_kept_archive(kept, cfg, basis, first_cfg.trainer.precision_choice())
+        check_kept_archive(kept, cfg, basis, here)  # before a long SFT: the config-level basis
     check_evals_match(root, cfg)
     check_preregistration(root, cfg)
     if needs_sft(first_cfg):
@@ -776,7 +783,7 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
     check_basis(root, content)
     restored: dict[Any, dict] = {}
     if kept is not None:
-        check_kept_archive(kept, cfg, {**basis, **content}, first_cfg.trainer.precision_choice())
+        check_kept_archive(kept, cfg, {**basis, **content}, here)
         restored = restore_kept(kept, root, jobs)
         if restored:
             print(
