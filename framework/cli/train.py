@@ -108,6 +108,9 @@ def dry_run(cfg: TrainConfig) -> None:
 
 def train(cfg: TrainConfig) -> float | None:
     """Train; returns ``cfg.optimized_metric`` (for Hydra sweepers), or None when not measured."""
+    if cfg.dry_run:  # before importing Lightning: a dry run builds and trains nothing
+        dry_run(cfg)
+        return None
     import lightning as L
 
     from framework.data.schema import DatasetError
@@ -124,9 +127,6 @@ def train(cfg: TrainConfig) -> float | None:
     )
     from framework.training.lora import export_policy
 
-    if cfg.dry_run:
-        dry_run(cfg)
-        return None
     clock = time.perf_counter()
     quiet_lightning()
     threads = apply_threads(cfg.trainer)

@@ -9,7 +9,9 @@ the bottom layer, so it holds only the checks they have in common.
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
+import sys
 from typing import Any
 
 from framework.config.problems import Problem, check, check_choice, check_range
@@ -43,8 +45,36 @@ def target_problems(section: Any, path: str) -> list[Problem]:
             )
         ]
     module = target.rsplit(".", 1)[0]
+    return check(
+        module_exists(module), f"{path}._target_", target, "an importable module path", "install it"
+    )
+
+
+def module_exists(name: str) -> bool:
+    """Whether module ``name`` can be imported, without importing it or its parent packages.
+
+    ``importlib.util.find_spec("a.b.c")`` imports ``a`` and ``a.b`` first: for
+    ``lightning.pytorch.loggers`` that is Lightning and torchmetrics, seconds before any config is
+    checked. Here the lookup walks the packages' directories instead; a name not found that way (a
+    package that extends its path when imported) is looked up the importing way before it counts as
+    missing.
+    """
+    if name in sys.modules:
+        return True
+    head, *rest = name.split(".")
     try:
-        found = importlib.util.find_spec(module) is not None
+        spec = importlib.util.find_spec(head)
+        prefix = head
+        for part in rest:
+            if spec is None or spec.submodule_search_locations is None:
+                spec = None
+                break
+            prefix = f"{prefix}.{part}"
+            spec = importlib.machinery.PathFinder.find_spec(
+                prefix, list(spec.submodule_search_locations)
+            )
+        if spec is not None:
+            return True
+        return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):
-        found = False
-    return check(found, f"{path}._target_", target, "an importable module path", "install it")
+        return False

@@ -92,3 +92,66 @@ def test_token_sum_norm_needs_constant():
         load_config("train", ["loss.agg=token_sum_norm"])
     cfg = load_config("train", ["loss.agg=token_sum_norm", "loss.norm_constant=512"])
     assert cfg.loss.norm_constant == 512
+
+
+def _package(root, name, files):
+    """A package ``name`` under ``root`` whose __init__ records its import in ``imported.txt``."""
+    pkg = root / name
+    for rel, text in files.items():
+        path = pkg / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return pkg
+
+
+def test_module_exists_finds_submodules_without_importing_their_packages(tmp_path, monkeypatch):
+    import sys
+
+    from framework.config.app import module_exists
+
+    record = tmp_path / "imported.txt"
+    touch = f"open({str(record)!r}, 'a').write(__name__ + '\\n')\n"
+    _package(
+        tmp_path,
+        "mx_pkg",
+        {"__init__.py": touch, "sub/__init__.py": touch, "sub/leaf.py": "", "flat.py": ""},
+    )
+    # a package that extends its path when imported: its submodule is only found by importing it
+    extra = tmp_path / "elsewhere" / "mx_ext"
+    extra.mkdir(parents=True)
+    (extra / "hidden.py").write_text("")
+    _package(tmp_path, "mx_ext", {"__init__.py": f"__path__.append({str(extra)!r})\n"})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("mx_pkg", "mx_pkg.sub", "mx_ext"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+
+    assert module_exists("mx_pkg.sub.leaf") and module_exists("mx_pkg.flat")
+    assert not record.exists()  # neither mx_pkg nor mx_pkg.sub ran
+    assert not module_exists("mx_pkg.sub.nope") and not module_exists("mx_pkg.flat.nope")
+    assert not module_exists("mx_no_such_package.sub")
+    assert module_exists("mx_ext.hidden")  # found the importing way
+    assert module_exists("json")  # already imported (sys.modules)
+
+
+def test_validating_a_train_config_and_its_dry_run_do_not_import_lightning(tmp_path):
+    # the logger's _target_ (lightning.pytorch.loggers.TensorBoardLogger) is checked without
+    # importing Lightning, and a dry run trains nothing: seconds of every command's start
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from framework.cli.app import load_config\n"
+        "from framework.cli.train import train\n"
+        "cfg = load_config('train', ['dry_run=true'])\n"
+        "assert cfg.logger['_target_'].startswith('lightning.pytorch.'), cfg.logger\n"
+        "train(cfg)\n"
+        "print('lightning:', sorted(m for m in sys.modules if m.split('.')[0] == 'lightning'))\n"
+    )
+    env = {**os.environ, "SEEKRL_CACHE": str(tmp_path / "cache")}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
+    assert "seekrl-train: dry run" in out.stdout
+    assert out.stdout.strip().endswith("lightning: []"), out.stdout[-500:]
