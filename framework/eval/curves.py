@@ -23,6 +23,10 @@ Series = list[tuple[int, float]]
 """``(step, value)`` pairs sorted by step."""
 
 STEP_TAG = "train/step"
+#: the most arms drawn in one panel with a legend; more get a panel each (:func:`plot_arms`)
+ONE_PANEL_ARMS = 10
+#: panels per row of the small multiples
+PANEL_COLUMNS = 6
 
 
 @dataclass(frozen=True)
@@ -148,6 +152,10 @@ def plot_arms(
 ) -> list[Path]:
     """One PNG per tag with one line per arm (mean over its runs) and the min..max band shaded.
 
+    More than :data:`ONE_PANEL_ARMS` arms (a screen's dozens) would share one legend no reader can
+    match to its lines, so they are drawn as small multiples instead: one panel per arm, in the
+    order of ``runs``, each over the first arm (a study's baseline leads) in grey, on shared axes.
+
     Args:
         runs: ``arm -> training run directories`` (seeds of that arm), or their scalars already
             read (``tag -> series`` per run, as a study archive keeps them).
@@ -170,6 +178,7 @@ def plot_arms(
     loaded = _load_runs(runs)
     out = Path(out)
     written: list[Path] = []
+    grids: dict[int, tuple[Any, Any]] = {}  # small multiples' panels, made once, drawn per tag
     for tag in tags:
         curves = {
             arm: arm_curve([s.get(tag, []) for s in per_run]) for arm, per_run in loaded.items()
@@ -177,9 +186,17 @@ def plot_arms(
         curves = {arm: c for arm, c in curves.items() if c.steps}
         if not curves:
             continue
+        counts = {arm: sum(1 for s in loaded[arm] if s.get(tag)) for arm in curves}
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / f"{_file_stem(tag)}.png"
+        if len(curves) > ONE_PANEL_ARMS:
+            grid = grids.get(len(curves)) or grids.setdefault(len(curves), _grid(plt, len(curves)))
+            _small_multiples(*grid, curves, counts, f"{title_prefix}{tag}", path)
+            written.append(path)
+            continue
         fig, ax = plt.subplots(figsize=(6, 3.6))
         for arm, c in curves.items():
-            n = sum(1 for s in loaded[arm] if s.get(tag))
+            n = counts[arm]
             (line,) = ax.plot(c.steps, c.mean, marker="." if len(c.steps) < 30 else None)
             line.set_label(f"{arm} (n={n})")
             if n > 1:
@@ -191,12 +208,86 @@ def plot_arms(
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
         fig.tight_layout()
-        out.mkdir(parents=True, exist_ok=True)
-        path = out / f"{_file_stem(tag)}.png"
         fig.savefig(path, dpi=120)
         plt.close(fig)
         written.append(path)
+    for fig, _ in grids.values():
+        plt.close(fig)
     return written
+
+
+def _grid(plt: Any, panels: int) -> tuple[Any, Any]:
+    """A figure of ``panels`` small axes, :data:`PANEL_COLUMNS` to a row (the rest hidden)."""
+    cols = min(PANEL_COLUMNS, panels)
+    rows = -(-panels // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(2.1 * cols, 1.45 * rows + 0.9), squeeze=False)
+    for ax in axes.flat[panels:]:
+        ax.set_visible(False)
+    fig.supxlabel("RL step", fontsize=8)
+    fig.subplots_adjust(
+        left=0.07,
+        right=0.99,
+        bottom=0.06,
+        top=1 - 0.5 / fig.get_figheight(),
+        hspace=0.45,
+        wspace=0.08,
+    )
+    return fig, axes
+
+
+def _small_multiples(
+    fig: Any,
+    axes: Any,
+    curves: dict[str, ArmCurve],
+    counts: dict[str, int],
+    title: str,
+    path: Path,
+) -> None:
+    """One small panel per arm, each over the first arm's curve in grey, saved to ``path``.
+
+    ``fig``/``axes`` come from :func:`_grid` and are drawn again for each tag (making dozens of
+    axes costs more than drawing them). The panels share their limits; only the left column
+    shows values and only the lowest panel of each column shows steps (matplotlib's ticks cost
+    most of the drawing).
+    """
+    from matplotlib.ticker import MaxNLocator, NullLocator
+
+    names = list(curves)
+    reference = curves[names[0]]
+    cols = axes.shape[1]
+    steps = [s for c in curves.values() for s in c.steps]
+    values = [v for c in curves.values() for v in (*c.low, *c.high)]
+    pad = 0.05 * ((max(values) - min(values)) or 1.0)
+    for i, (ax, arm) in enumerate(zip(axes.flat, names, strict=False)):
+        for artist in [*ax.lines, *ax.collections]:
+            artist.remove()
+        c, n = curves[arm], counts[arm]
+        if i:
+            ax.plot(reference.steps, reference.mean, color="0.65", linewidth=0.9)
+        color = "tab:blue" if i else "black"
+        ax.plot(c.steps, c.mean, color=color, linewidth=1.1)
+        if n > 1:
+            ax.fill_between(c.steps, c.low, c.high, color=color, alpha=0.2)
+        ax.set_title(f"{arm} (n={n})", fontsize=7, pad=2, y=1.0)  # a fixed place: fast
+        ax.set_xlim(min(steps), max(steps))
+        ax.set_ylim(min(values) - pad, max(values) + pad)
+        ax.tick_params(labelsize=6, length=2)
+        if i % cols:
+            ax.yaxis.set_major_locator(NullLocator())
+        else:
+            ax.yaxis.set_major_locator(MaxNLocator(nbins=3))
+        if i + cols < len(names):  # a panel below it shows the steps
+            ax.xaxis.set_major_locator(NullLocator())
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(nbins=4, integer=True))
+    fig.suptitle(f"{title}: each arm (blue) over {names[0]} (grey)", fontsize=9)
+    fig.supylabel(title.rsplit(": ", 1)[-1], fontsize=8)
+    fig.savefig(path, dpi=100)
+    from PIL import Image  # matplotlib's own dependency
+
+    with Image.open(path) as image:  # 256 colours: less than half the bytes, the same to the eye
+        small = image.convert("RGB").quantize(256)
+    small.save(path, optimize=True)
 
 
 def curve_table(

@@ -89,6 +89,54 @@ def test_plot_arms_writes_present_tags_and_skips_missing(tmp_path):
     assert plot_arms(runs, ["rollout/missing"], tmp_path / "none") == []
 
 
+def test_many_arms_get_a_panel_each_over_the_first_arm(tmp_path, monkeypatch):
+    # 12 arms (more than ONE_PANEL_ARMS): one panel per arm, each over the first arm in grey;
+    # the panels are drawn again for the second tag, so nothing of the first tag's may remain
+    from matplotlib.figure import Figure
+
+    from framework.eval.curves import ONE_PANEL_ARMS, PANEL_COLUMNS
+
+    arms = [f"m{i}" for i in range(ONE_PANEL_ARMS + 2)]
+    runs = {
+        a: [{"r": [(1, i / 10), (2, i / 5)], "e": [(1, 1.0 + i), (2, 2.0 + i)]}]
+        for i, a in enumerate(arms)
+    }
+    runs["m0"].append({"r": [(1, 0.2), (2, 0.0)]})  # the first arm: two runs, "e" logged by one
+    seen = []
+    savefig = Figure.savefig
+
+    def capture(fig, path, **kwargs):
+        panels = [ax for ax in fig.axes if ax.get_visible() and ax.get_title()]
+        seen.append(
+            (
+                path.name,
+                [ax.get_title() for ax in panels],
+                [[line.get_ydata().tolist() for line in ax.lines] for ax in panels],
+                fig.get_suptitle(),
+            )
+        )
+        savefig(fig, path, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", capture)
+    written = plot_arms(runs, ["r", "e"], tmp_path, title_prefix="s: ")
+    assert written == [tmp_path / "r.png", tmp_path / "e.png"]
+    for path in written:
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (_, titles_r, lines_r, sup_r), (_, titles_e, lines_e, _) = seen
+    assert sup_r == "s: r: each arm (blue) over m0 (grey)"
+    assert titles_r == ["m0 (n=2)", *(f"{a} (n=1)" for a in arms[1:])]
+    assert lines_r[0] == [[0.1, 0.0]]  # the first arm alone: the mean of its two runs
+    assert lines_r[3] == [[0.1, 0.0], [0.3, 0.6]]  # m3 over m0
+    assert titles_e[0] == "m0 (n=1)" and lines_e[5] == [[1.0, 2.0], [6.0, 7.0]]
+    assert all(len(lines) == 2 for lines in lines_e[1:])  # the first tag's lines are gone
+    assert len(arms) > PANEL_COLUMNS  # more than one row
+
+    few = {a: runs[a] for a in arms[:ONE_PANEL_ARMS]}  # up to ONE_PANEL_ARMS: one panel, a legend
+    seen.clear()
+    plot_arms(few, ["r"], tmp_path / "few")
+    assert seen[0][1] == ["r"]
+
+
 def test_curve_table_hand_values(tmp_path):
     runs = {
         # 8 points -> quarters of 2: [0, 1, ..., 7] gives first (0 + 1) / 2 = 0.5, last 6.5;
