@@ -19,6 +19,7 @@ TensorBoard) beside ``eval/<arm>/seed<S>/`` (the evaluation reports) and ``eval/
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -692,6 +693,25 @@ def check_runs_match_arms(root: Path, drift: dict[tuple[str, int], list[str]]) -
 SCREENED_KINDS = ("advantage", "loss", "sampler", "augment")
 
 
+@functools.lru_cache(maxsize=8)
+def _bundle_choices(
+    bundles: tuple[str, ...], overrides: tuple[str, ...]
+) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
+    """The component each bundle selects per screened kind, composed once per process.
+
+    Composing the train config of every bundle takes seconds (Hydra), and the bundles' files do
+    not change while a process runs; a component registered later (a plugin) changes no bundle's
+    choice, and a new bundle changes ``bundles``, the key.
+    """
+    from framework.cli.app import load_config
+
+    out = []
+    for bundle in bundles:
+        cfg = load_config("train", [*overrides, f"algorithm={bundle}"])
+        out.append((bundle, tuple((kind, getattr(cfg, kind).name) for kind in SCREENED_KINDS)))
+    return tuple(out)
+
+
 def screen_arms(baseline: str, *, overrides: Sequence[str] = ()) -> dict[str, list[str]]:
     """One arm per registered method: the bundles first (the baseline bundle leading), then each
     component no bundle selects, on the baseline bundle.
@@ -703,7 +723,7 @@ def screen_arms(baseline: str, *, overrides: Sequence[str] = ()) -> dict[str, li
     Raises:
         ValueError: ``baseline`` is not an algorithm bundle.
     """
-    from framework.cli.app import group_options, load_config
+    from framework.cli.app import group_options
     from framework.registry import ALL, load_components
 
     load_components()
@@ -715,10 +735,9 @@ def screen_arms(baseline: str, *, overrides: Sequence[str] = ()) -> dict[str, li
         )
     arms: dict[str, list[str]] = {baseline: [f"algorithm={baseline}"]}
     selected: dict[str, set[str]] = {kind: set() for kind in SCREENED_KINDS}
-    for bundle in bundles:
-        cfg = load_config("train", [*overrides, f"algorithm={bundle}"])
-        for kind in SCREENED_KINDS:
-            selected[kind].add(getattr(cfg, kind).name)
+    for bundle, choices in _bundle_choices(tuple(bundles), tuple(overrides)):
+        for kind, name in choices:
+            selected[kind].add(name)
         arms.setdefault(bundle, [f"algorithm={bundle}"])
     for kind in SCREENED_KINDS:
         for entry in ALL[kind]:
