@@ -444,7 +444,8 @@ def publish_screen(root: Path, cfg: Any, table: str) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     head = (
         f"# {cfg.name}: the screening table\n\nWritten by `seekrl-study` from the records in "
-        f"`{records}/archive` (their full report: `{records}/study.md`); "
+        f"`{records}/archive` (their full report: `{records}/study.md`; the training curves: "
+        f"`{records}/curves/`); "
         f"`seekrl-study study={cfg.name} out_dir={records} report_only=true` regenerates both "
         "from them.\n\n"
     )

@@ -146,6 +146,7 @@ def test_rows_from_the_archive(study_dir, tmp_path):  # noqa: F811
     # published with its records: the archive beside the page, and the report made from that copy
     records = tmp_path / "screen"
     assert f"records in `{records}/archive`" in md
+    assert f"the training curves: `{records}/curves/`" in md
     assert (records / "archive" / "study_config.json").is_file()
     assert (records / "study.md").read_text() == (study_dir / "study.md").read_text()
     # reporting from the records folder rewrites the page only, and the same
