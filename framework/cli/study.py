@@ -536,11 +536,56 @@ def check_kept_archive(
             + "\nexpected the questions, warm start and evaluation the records were made with. "
             "Fix: "
             + (cause[1] + " Or pass" if cause else "pass")
-            + " archive_to=<a new folder> (or archive_to='' to keep no copy), or run where "
-            "the index, questions and warm start come out the same.",
+            + " archive_to=<a new folder> (or archive_to='' to keep no copy"
+            + ("; a screen then needs publish=<another page> too" if cfg.publish else "")
+            + "), or run where the index, questions and warm start come out the same.",
             file=sys.stderr,
         )
         raise SystemExit(2)
+
+
+def check_publish_target(
+    cfg: StudyConfig,
+    kept: Path | None,
+    basis: dict[str, Any],
+    precision: PrecisionChoice | None = None,
+) -> None:
+    """Refuse a screen whose page (``publish``) would replace records made on another basis.
+
+    Publishing copies the study's archive over the folder beside the page
+    (:func:`framework.eval.study_report.publish_screen`): a screen started afresh elsewhere (a new
+    ``out_dir`` and ``archive_to``, say on a machine of another precision) with the shipped
+    ``publish`` would overwrite the committed screen's records after its first evaluation. Where
+    that folder is the one the study resumes from (``archive_to``), :func:`check_kept_archive`
+    decides instead.
+
+    Raises:
+        SystemExit: status 2, naming each difference, with the fix.
+    """
+    from framework.eval.study_archive import ARCHIVE, StudyArchive
+
+    if not (cfg.screen and cfg.publish):
+        return
+    records = Path(cfg.publish).with_suffix("") / ARCHIVE
+    if kept is not None and records.resolve() == kept.resolve():
+        return
+    if not (records / BASIS).is_file():
+        return
+    changed = basis_changes(json.loads((records / BASIS).read_text()), basis)
+    if not changed:
+        return
+    cause = precision_mismatch(StudyArchive(records), precision) if precision else None
+    print(
+        f"[publish] got {cfg.publish}, whose records ({records}) were made on another basis:\n  "
+        + "\n  ".join(changed + ([cause[0]] if cause else []))
+        + "\nexpected a page whose records this study may replace: publishing copies this "
+        "study's archive over them. Fix: pass publish=<another page> (or publish='' to write "
+        "none), or resume those records with archive_to="
+        + str(records)
+        + " where the questions and warm start come out the same.",
+        file=sys.stderr,
+    )
+    raise SystemExit(2)
 
 
 def precision_mismatch(archive: StudyArchive, here: PrecisionChoice) -> tuple[str, str] | None:
@@ -793,6 +838,7 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
     here = first_cfg.trainer.precision_choice()  # what explains a refusal caused by the machine
     if kept is not None:
         check_kept_archive(kept, cfg, basis, here)  # before a long SFT: the config-level basis
+    check_publish_target(cfg, kept, basis, here)
     check_evals_match(root, cfg)
     check_preregistration(root, cfg)
     if needs_sft(first_cfg):
@@ -801,6 +847,7 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
     content = content_basis(train_cfg, cfg.eval.split)
     check_basis(root, content)
     restored: dict[Any, dict] = {}
+    check_publish_target(cfg, kept, {**basis, **content}, here)
     if kept is not None:
         check_kept_archive(kept, cfg, {**basis, **content}, here)
         restored = restore_kept(kept, root, jobs)

@@ -309,6 +309,47 @@ def test_a_refusal_caused_by_the_machine_says_so(tmp_path, capsys):
     assert "precision:" not in err and "Fix: pass archive_to=<a new folder>" in err
 
 
+def test_a_screen_does_not_publish_over_records_of_another_basis(tmp_path, capsys):
+    # a screen started afresh (new out_dir and archive_to) with the shipped page would copy its
+    # archive over the committed records beside that page: refused before anything is built
+    from framework.cli.study import check_kept_archive, check_publish_target
+    from framework.training.precision import PrecisionChoice
+
+    page = tmp_path / "docs" / "screen.md"
+    records = tmp_path / "docs" / "screen" / "archive"
+    cfg = StudyConfig(arms={"a": []}, seeds=[0], screen=True, publish=str(page))
+    basis = {"data": "abc", "warm_start": "/cache/sft/1"}
+    other = {**basis, "data": "def"}
+    check_publish_target(cfg, None, other)  # nothing published yet: nothing to replace
+    _kept(records, cfg, basis)
+    rec_path = records / "training" / "a" / "seed0.json"
+    rec_path.write_text(
+        json.dumps(
+            {
+                **json.loads(rec_path.read_text()),
+                "versions": {"precision": "bf16-mixed", "cpu": "CPU Z4"},
+            }
+        )
+    )
+    fp32 = PrecisionChoice("32-true", "auto: this CPU has no native bf16")
+
+    check_publish_target(cfg, tmp_path / "mine", basis, fp32)  # the same basis: it may go on
+    check_publish_target(cfg, records, other, fp32)  # resumed from there: check_kept_archive's
+    check_publish_target(replace(cfg, screen=False), tmp_path / "mine", other, fp32)
+    check_publish_target(replace(cfg, publish=""), tmp_path / "mine", other, fp32)
+    with pytest.raises(SystemExit):
+        check_publish_target(cfg, tmp_path / "mine", other, fp32)
+    err = capsys.readouterr().err
+    assert err.startswith(f"[publish] got {page}, whose records ({records}) were made on another")
+    assert "\n  data: recorded 'abc', now 'def'\n" in err
+    assert "\n  precision: the archived runs trained in bf16-mixed (on CPU Z4)" in err
+    assert "Fix: pass publish=<another page> (or publish='' to write none)" in err
+    # the kept archive's refusal names publish too when the study has a page
+    with pytest.raises(SystemExit):
+        check_kept_archive(records, cfg, other, fp32)
+    assert "a screen then needs publish=<another page> too" in capsys.readouterr().err
+
+
 def test_what_the_kept_archive_holds_is_restored_and_not_made_again(tmp_path):
     from framework.cli.study import restore_kept
 
