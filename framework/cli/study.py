@@ -269,6 +269,20 @@ def _warm_start_child(train_cfg: Any) -> None:
     warm_start(train_cfg)
 
 
+def _interruptible(target: Any, *args: Any) -> None:
+    """``target(*args)`` as :func:`in_child`'s child runs it: Ctrl-C or SIGTERM where no checkpoint
+    callback handles them (the index or question build before an SFT, an evaluation) end the
+    child with ``INTERRUPTED``, not with a traceback and status 1; what it finished is kept, and
+    those stages go on from it."""
+    from framework.cli.interrupt import sigterm_as_interrupt
+
+    try:
+        with sigterm_as_interrupt():
+            target(*args)
+    except KeyboardInterrupt:
+        raise SystemExit(INTERRUPTED) from None
+
+
 def in_child(target: Any, *args: Any) -> None:
     """``target(*args)`` in a spawned child process, so that the study process itself never holds
     a policy: the memory of an in-process SFT or evaluation (12.3 GB resident after the cold-start
@@ -283,7 +297,7 @@ def in_child(target: Any, *args: Any) -> None:
     """
     import multiprocessing
 
-    proc = multiprocessing.get_context("spawn").Process(target=target, args=args)
+    proc = multiprocessing.get_context("spawn").Process(target=_interruptible, args=(target, *args))
     proc.start()
     pid = proc.pid
     assert pid is not None  # started

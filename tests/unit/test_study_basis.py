@@ -179,6 +179,21 @@ def test_sigterm_to_the_study_goes_on_to_the_child_and_reads_as_interrupted(caps
     assert signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, signal.default_int_handler)
 
 
+def test_ctrl_c_in_the_child_outside_a_training_step_reads_as_interrupted(capfd):
+    # a Ctrl-C reaches the child too; outside a training step (an index or question build, an
+    # evaluation) no checkpoint callback handles it: the child ends with INTERRUPTED, no traceback
+    import signal
+
+    from framework.cli.study import INTERRUPTED, in_child
+
+    with pytest.raises(SystemExit) as exc:
+        in_child(signal.raise_signal, signal.SIGINT)  # KeyboardInterrupt inside the child
+    assert exc.value.code == INTERRUPTED
+    out, err = capfd.readouterr()
+    assert "interrupted during raise_signal; the same command resumes" in out
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+
+
 def test_the_warm_start_is_evaluated_with_as_many_samples_as_an_arm_pooled_over_seeds(tmp_path):
     e = StudyEvalConfig(questions=100, samples_per_question=2, seed=0)
     cfg = study_of(e, seeds=(0, 1, 2))
