@@ -588,7 +588,7 @@ def check_publish_target(
     changed = basis_changes(json.loads((records / BASIS).read_text()), basis)
     if not changed:
         return
-    cause = precision_mismatch(StudyArchive(records), precision) if precision else None
+    cause = precision_mismatch(StudyArchive(records), precision) if precision is not None else None
     print(
         f"[publish] got {cfg.publish}, whose records ({records}) were made on another basis:\n  "
         + "\n  ".join(changed + ([cause[0]] if cause else []))

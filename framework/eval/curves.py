@@ -190,8 +190,9 @@ def plot_arms(
         out.mkdir(parents=True, exist_ok=True)
         path = out / f"{_file_stem(tag)}.png"
         if len(curves) > ONE_PANEL_ARMS:
-            grid = grids.get(len(curves)) or grids.setdefault(len(curves), _grid(plt, len(curves)))
-            _small_multiples(*grid, curves, counts, f"{title_prefix}{tag}", path)
+            if len(curves) not in grids:
+                grids[len(curves)] = _grid(plt, len(curves))
+            _small_multiples(*grids[len(curves)], curves, counts, tag, title_prefix, path)
             written.append(path)
             continue
         fig, ax = plt.subplots(figsize=(6, 3.6))
@@ -240,7 +241,8 @@ def _small_multiples(
     axes: Any,
     curves: dict[str, ArmCurve],
     counts: dict[str, int],
-    title: str,
+    tag: str,
+    title_prefix: str,
     path: Path,
 ) -> None:
     """One small panel per arm, each over the first arm's curve in grey, saved to ``path``.
@@ -280,8 +282,8 @@ def _small_multiples(
             ax.xaxis.set_major_locator(NullLocator())
         else:
             ax.xaxis.set_major_locator(MaxNLocator(nbins=4, integer=True))
-    fig.suptitle(f"{title}: each arm (blue) over {names[0]} (grey)", fontsize=9)
-    fig.supylabel(title.rsplit(": ", 1)[-1], fontsize=8)
+    fig.suptitle(f"{title_prefix}{tag}: each arm (blue) over {names[0]} (grey)", fontsize=9)
+    fig.supylabel(tag, fontsize=8)
     fig.savefig(path, dpi=100)
     from PIL import Image  # matplotlib's own dependency
 
