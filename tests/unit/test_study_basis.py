@@ -179,6 +179,15 @@ def test_sigterm_to_the_study_goes_on_to_the_child_and_reads_as_interrupted(caps
     assert signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, signal.default_int_handler)
 
 
+def _ctrl_c(signum):
+    """A child's Ctrl-C, whatever the test run's own SIGINT handling (a job started in the
+    background of a shell ignores SIGINT, and its children inherit that)."""
+    import signal
+
+    signal.signal(signum, signal.default_int_handler)
+    signal.raise_signal(signum)
+
+
 def test_ctrl_c_in_the_child_outside_a_training_step_reads_as_interrupted(capfd):
     # a Ctrl-C reaches the child too; outside a training step (an index or question build, an
     # evaluation) no checkpoint callback handles it: the child ends with INTERRUPTED, no traceback
@@ -187,10 +196,10 @@ def test_ctrl_c_in_the_child_outside_a_training_step_reads_as_interrupted(capfd)
     from framework.cli.study import INTERRUPTED, in_child
 
     with pytest.raises(SystemExit) as exc:
-        in_child(signal.raise_signal, signal.SIGINT)  # KeyboardInterrupt inside the child
+        in_child(_ctrl_c, signal.SIGINT)  # KeyboardInterrupt inside the child
     assert exc.value.code == INTERRUPTED
     out, err = capfd.readouterr()
-    assert "interrupted during raise_signal; the same command resumes" in out
+    assert "interrupted during _ctrl_c; the same command resumes" in out
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
 
 
