@@ -558,6 +558,16 @@ def check_kept_archive(
         raise SystemExit(2)
 
 
+def check_record_folders(
+    cfg: StudyConfig, kept: Path | None, basis: dict[str, Any], precision: PrecisionChoice
+) -> None:
+    """The study's checks of the folders its records come from (``archive_to``) and go to
+    (``publish``) against ``basis``: :func:`check_kept_archive`, :func:`check_publish_target`."""
+    if kept is not None:
+        check_kept_archive(kept, cfg, basis, precision)
+    check_publish_target(cfg, kept, basis, precision)
+
+
 def check_publish_target(
     cfg: StudyConfig,
     kept: Path | None,
@@ -577,10 +587,11 @@ def check_publish_target(
         SystemExit: status 2, naming each difference, with the fix.
     """
     from framework.eval.study_archive import ARCHIVE, StudyArchive
+    from framework.eval.study_report import published_records
 
     if not (cfg.screen and cfg.publish):
         return
-    records = Path(cfg.publish).with_suffix("") / ARCHIVE
+    records = published_records(cfg.publish) / ARCHIVE
     if kept is not None and records.resolve() == kept.resolve():
         return
     if not (records / BASIS).is_file():
@@ -850,9 +861,7 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
     basis = study_basis(first_cfg)
     check_basis(root, basis)
     here = first_cfg.trainer.precision_choice()  # what explains a refusal caused by the machine
-    if kept is not None:
-        check_kept_archive(kept, cfg, basis, here)  # before a long SFT: the config-level basis
-    check_publish_target(cfg, kept, basis, here)
+    check_record_folders(cfg, kept, basis, here)  # before a long SFT: the config-level basis
     check_evals_match(root, cfg)
     check_preregistration(root, cfg)
     if needs_sft(first_cfg):
@@ -861,9 +870,8 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
     content = content_basis(train_cfg, cfg.eval.split)
     check_basis(root, content)
     restored: dict[Any, dict] = {}
-    check_publish_target(cfg, kept, {**basis, **content}, here)
+    check_record_folders(cfg, kept, {**basis, **content}, here)
     if kept is not None:
-        check_kept_archive(kept, cfg, {**basis, **content}, here)
         restored = restore_kept(kept, root, jobs)
         if restored:
             print(

@@ -253,6 +253,7 @@ def _small_multiples(
     most of the drawing).
     """
     from matplotlib.ticker import MaxNLocator, NullLocator
+    from PIL import Image  # matplotlib's own dependency
 
     names = list(curves)
     reference = curves[names[0]]
@@ -285,8 +286,6 @@ def _small_multiples(
     fig.suptitle(f"{title_prefix}{tag}: each arm (blue) over {names[0]} (grey)", fontsize=9)
     fig.supylabel(tag, fontsize=8)
     fig.savefig(path, dpi=100)
-    from PIL import Image  # matplotlib's own dependency
-
     with Image.open(path) as image:  # 256 colours: less than half the bytes, the same to the eye
         small = image.convert("RGB").quantize(256)
     small.save(path, optimize=True)

@@ -425,6 +425,12 @@ def write_report(
     return summary
 
 
+def published_records(publish: str | Path) -> Path:
+    """The folder beside a screen's page (``publish``) that holds its records and report:
+    ``docs/benchmarks/screen.md`` -> ``docs/benchmarks/screen``."""
+    return Path(publish).with_suffix("")
+
+
 def publish_screen(root: Path, cfg: Any, table: str) -> Path:
     """Writes the screening ``table`` to ``cfg.publish`` (``docs/benchmarks/screen.md``) with the
     records it comes from beside it: ``root``'s archive copied to the folder of the same name
@@ -435,7 +441,7 @@ def publish_screen(root: Path, cfg: Any, table: str) -> Path:
     import shutil
 
     target = Path(cfg.publish)
-    records = target.with_suffix("")
+    records = published_records(target)
     if records.resolve() != root.resolve():
         if (records / "archive").exists():
             shutil.rmtree(records / "archive")  # a run that left the screen drops out of it too
