@@ -157,8 +157,13 @@ def wait_forwarding_sigterm(send: Callable[[int], Any], wait: Callable[[], Any])
 
 
 def _child_env() -> dict[str, str]:
+    """A train child's environment: the study's, unbuffered, and the study's process id, so that
+    the child stops (checkpointed) when the study ends, even by SIGKILL (``stop_with_parent``)."""
+    from framework.cli.interrupt import STOP_WITH_ENV
+
     env = dict(os.environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
+    env[STOP_WITH_ENV] = str(os.getpid())
     return env
 
 
@@ -269,13 +274,14 @@ def _warm_start_child(train_cfg: Any) -> None:
     warm_start(train_cfg)
 
 
-def _interruptible(target: Any, *args: Any) -> None:
+def _interruptible(parent: int, target: Any, *args: Any) -> None:
     """``target(*args)`` as :func:`in_child`'s child runs it: Ctrl-C or SIGTERM where no checkpoint
     callback handles them (the index or question build before an SFT, an evaluation) end the
     child with ``INTERRUPTED``, not with a traceback and status 1; what it finished is kept, and
-    those stages go on from it."""
-    from framework.cli.interrupt import sigterm_as_interrupt
+    those stages go on from it. The study ``parent`` ending, even by SIGKILL, sends it SIGTERM."""
+    from framework.cli.interrupt import sigterm_as_interrupt, stop_with_parent
 
+    stop_with_parent(parent)
     try:
         with sigterm_as_interrupt():
             target(*args)
@@ -297,7 +303,9 @@ def in_child(target: Any, *args: Any) -> None:
     """
     import multiprocessing
 
-    proc = multiprocessing.get_context("spawn").Process(target=_interruptible, args=(target, *args))
+    proc = multiprocessing.get_context("spawn").Process(
+        target=_interruptible, args=(os.getpid(), target, *args)
+    )
     proc.start()
     pid = proc.pid
     assert pid is not None  # started

@@ -348,6 +348,9 @@ def main() -> None:
     import importlib.util
 
     import __main__
+    from framework.cli.interrupt import stop_with_parent
+
+    stop_with_parent()  # started by a study: stop (checkpointed) when it ends, however it ends
 
     # Lightning's DDP launcher re-runs `python -m <__main__.__spec__.name> <argv>` for each
     # extra process; point it at this module whichever way the app was started.

@@ -90,6 +90,10 @@ class StepCheckpoint(L.Callback):
     def _on_signal(self, signum: int, frame: Any) -> None:
         if self.signal is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt  # second Ctrl-C: abort now
+        if self.signal is not None:
+            # SIGTERM again: already stopping. A study killed outright sends one per thread of
+            # its that ends (stop_with_parent: the kernel hands the child on thread by thread)
+            return
         self.signal = signum
         print(
             f"\nseekrl: got {signal.Signals(signum).name}; finishing the current step, then "

@@ -22,3 +22,17 @@ def test_sigterm_raises_keyboard_interrupt_inside_and_the_old_handler_comes_back
         assert seen == [signal.SIGTERM]
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_only_the_first_sigterm_interrupts_so_the_stages_cleanup_runs_to_its_end():
+    # a study killed outright sends its child one SIGTERM per thread of its that ends
+    cleaned = False
+    with pytest.raises(KeyboardInterrupt), sigterm_as_interrupt():
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # cut short by the handler
+        finally:
+            os.kill(os.getpid(), signal.SIGTERM)  # the next one, during the cleanup
+            time.sleep(0.1)  # (a handler runs between bytecodes: give it the chance)
+            cleaned = True
+    assert cleaned

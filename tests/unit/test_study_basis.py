@@ -1,4 +1,5 @@
 import json
+import sys
 from dataclasses import asdict, dataclass, field, replace
 
 import pytest
@@ -201,6 +202,116 @@ def test_ctrl_c_in_the_child_outside_a_training_step_reads_as_interrupted(capfd)
     out, err = capfd.readouterr()
     assert "interrupted during _ctrl_c; the same command resumes" in out
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+
+
+# -- a study ended by SIGKILL (the OOM killer, a session's end) takes its children with it ---------
+_SLEEPER = """
+import os, time
+from pathlib import Path
+
+def pid_then_sleep(path):
+    Path(path).write_text(str(os.getpid()))
+    time.sleep(120)
+"""
+
+# the parent as a study runs its children: an SFT or evaluation through in_child, a train run
+# through Popen with _child_env() (train.main calls stop_with_parent first, as the child does here)
+_PARENTS = {
+    "in_child": """
+import sys
+sys.path.insert(0, sys.argv[1])
+from sleeper import pid_then_sleep
+from framework.cli.study import in_child
+in_child(pid_then_sleep, sys.argv[2])
+""",
+    "popen": """
+import subprocess, sys
+from framework.cli.study import _child_env
+child = (
+    f"import sys; sys.path.insert(0, {sys.argv[1]!r}); "
+    "from framework.cli.interrupt import stop_with_parent; stop_with_parent(); "
+    f"from sleeper import pid_then_sleep; pid_then_sleep({sys.argv[2]!r})"
+)
+subprocess.Popen([sys.executable, "-c", child], env=_child_env()).wait()
+""",
+}
+
+
+def _ended(pid: int) -> bool:
+    """Gone, or a zombie waiting for a reaper (a container's first process may never reap)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="prctl(PR_SET_PDEATHSIG) is Linux's"
+)
+@pytest.mark.parametrize("how", sorted(_PARENTS))
+def test_a_child_stops_when_its_study_is_killed(tmp_path, how):
+    import os
+    import signal
+    import subprocess
+    import time
+
+    (tmp_path / "sleeper.py").write_text(_SLEEPER)
+    pid_file = tmp_path / "child.pid"
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _PARENTS[how], str(tmp_path), str(pid_file)], start_new_session=True
+    )
+    child = 0
+    try:
+        deadline = time.monotonic() + 60
+        while not pid_file.is_file() or not pid_file.read_text():
+            assert parent.poll() is None and time.monotonic() < deadline, "no child started"
+            time.sleep(0.1)
+        child = int(pid_file.read_text())
+        assert not _ended(child)
+        parent.kill()  # SIGKILL: nothing of the parent's runs, nothing is forwarded
+        parent.wait()
+        deadline = time.monotonic() + 20
+        while not _ended(child):
+            assert time.monotonic() < deadline, f"the child ({how}) outlived its killed parent"
+            time.sleep(0.1)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        if child and not _ended(child):
+            os.kill(child, signal.SIGKILL)
+
+
+def test_stop_with_parent_reads_and_removes_the_studys_process_id(monkeypatch):
+    import os
+
+    from framework.cli.interrupt import STOP_WITH_ENV, stop_with_parent
+
+    monkeypatch.delenv(STOP_WITH_ENV, raising=False)
+    assert stop_with_parent() is False  # not started by a study: nothing to watch
+    monkeypatch.setenv(STOP_WITH_ENV, str(os.getppid()))  # pytest's parent stays up
+    assert stop_with_parent() is sys.platform.startswith("linux")
+    assert STOP_WITH_ENV not in os.environ  # this process's own children do not inherit it
+    monkeypatch.setenv(STOP_WITH_ENV, "12x")
+    with pytest.raises(SystemExit, match=rf"\[env {STOP_WITH_ENV}\] got '12x'; expected a pro"):
+        stop_with_parent()
+
+
+def test_a_train_run_started_by_a_study_watches_it_before_anything_else():
+    import os
+    import subprocess
+
+    from framework.cli.interrupt import STOP_WITH_ENV
+
+    env = {**os.environ, STOP_WITH_ENV: "not-a-pid"}
+    done = subprocess.run(
+        [sys.executable, "-m", "framework.cli.train", "dry_run=true"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1 and f"[env {STOP_WITH_ENV}] got 'not-a-pid'" in done.stderr
 
 
 def test_the_warm_start_is_evaluated_with_as_many_samples_as_an_arm_pooled_over_seeds(tmp_path):

@@ -130,3 +130,16 @@ def test_weights_only_checkpoints_hold_no_optimiser_state_and_cannot_resume(tmp_
     assert not callback.saved_full
     callback.save(trainer, 4, full=True)
     assert callback.saved_full and holds_training_state(light)
+
+
+def test_sigterm_again_is_not_announced_again_and_a_second_ctrl_c_still_aborts(tmp_path, capsys):
+    # a study killed outright: its child gets one SIGTERM per thread of the study that ends
+    import signal
+
+    callback = StepCheckpoint(tmp_path, every_n_steps=0, keep=1, max_steps=1)
+    for _ in range(3):
+        callback._on_signal(signal.SIGTERM, None)
+    assert callback.interrupted and callback.signal == signal.SIGTERM
+    assert capsys.readouterr().err.count("got SIGTERM; finishing the current step") == 1
+    with pytest.raises(KeyboardInterrupt):
+        callback._on_signal(signal.SIGINT, None)
