@@ -375,10 +375,11 @@ def check_evals_match(root: Path, cfg: StudyConfig) -> None:
 PREREGISTRATION = "preregistration.json"
 
 
-def check_preregistration(root: Path, cfg: StudyConfig) -> None:
+def check_preregistration(root: Path, cfg: StudyConfig, record: bool = True) -> None:
     """A study on the test split must name its committed pre-registration, and is frozen: its
-    first launch records the pre-registration, the git commit and the study's settings, and a
-    later launch with other settings is refused (choices are made on validation, before).
+    first launch records the pre-registration, the git commit and the study's settings (not when
+    ``record`` is False, as in a dry run), and a later launch with other settings is refused
+    (choices are made on validation, before).
 
     Raises:
         SystemExit: status 2 when the pre-registration file is missing, or the settings changed.
@@ -400,12 +401,13 @@ def check_preregistration(root: Path, cfg: StudyConfig) -> None:
     settings = study_settings(cfg)
     path = root / PREREGISTRATION
     if not path.is_file():
-        record = {
-            "preregistration": cfg.preregistration,
-            "git_commit": git_commit(),
-            "settings": settings,
-        }
-        path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        if record:
+            frozen = {
+                "preregistration": cfg.preregistration,
+                "git_commit": git_commit(),
+                "settings": settings,
+            }
+            path.write_text(json.dumps(frozen, indent=2, sort_keys=True) + "\n")
         return
     frozen = json.loads(path.read_text())["settings"]
     changed = [
@@ -484,9 +486,9 @@ def basis_changes(found: dict[str, Any], basis: dict[str, Any]) -> list[str]:
     ]
 
 
-def check_basis(root: Path, basis: dict[str, Any]) -> None:
-    """Record the basis of a new study (or keys of it the record lacks); refuse to go on with a
-    study made on another one.
+def check_basis(root: Path, basis: dict[str, Any], record: bool = True) -> None:
+    """Record the basis of a new study (or keys of it the record lacks; not when ``record`` is
+    False, as in a dry run); refuse to go on with a study made on another one.
 
     Raises:
         SystemExit: status 2, naming what changed, when ``root`` was made on another basis (or
@@ -498,7 +500,8 @@ def check_basis(root: Path, basis: dict[str, Any]) -> None:
     elif (root / "eval" / "start" / "results.json").is_file():
         found = dict.fromkeys(basis, "not recorded")
     else:
-        path.write_text(json.dumps(basis, indent=2) + "\n")
+        if record:
+            path.write_text(json.dumps(basis, indent=2) + "\n")
         return
     changed = basis_changes(found, basis)
     if changed:
@@ -511,7 +514,7 @@ def check_basis(root: Path, basis: dict[str, Any]) -> None:
             file=sys.stderr,
         )
         raise SystemExit(2)
-    if path.is_file() and not basis.keys() <= found.keys():
+    if record and path.is_file() and not basis.keys() <= found.keys():
         path.write_text(json.dumps({**found, **basis}, indent=2) + "\n")
 
 
@@ -850,13 +853,8 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
         if state == "to run" and (arm, seed) in kept_runs:
             state = f"archived in {kept}"
         print(f"  {arm:<16} seed {seed}: {state}  (seekrl-train {' '.join(cfg.arms[arm])})")
-    if cfg.dry_run:
-        print("seekrl-study: dry run; drop dry_run=true to run.")
-        return {}
     if cfg.report_only:
         return report_so_far(cfg, root, jobs)
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "study_config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
 
     # 1. the warm start every arm and seed shares (cached SFT), and its evaluation
     first = [
@@ -867,11 +865,23 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
     ]
     first_cfg = load_config("train", first)
     basis = study_basis(first_cfg)
-    check_basis(root, basis)
+    if not cfg.dry_run:
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "study_config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
+    # before a long SFT, and in a dry run (which records nothing): the config-level checks
+    check_basis(root, basis, record=not cfg.dry_run)
     here = first_cfg.trainer.precision_choice()  # what explains a refusal caused by the machine
-    check_record_folders(cfg, kept, basis, here)  # before a long SFT: the config-level basis
+    check_record_folders(cfg, kept, basis, here)
     check_evals_match(root, cfg)
-    check_preregistration(root, cfg)
+    check_preregistration(root, cfg, record=not cfg.dry_run)
+    if cfg.dry_run:
+        print(
+            "seekrl-study: dry run: out_dir, archive_to and publish agree with these settings on "
+            "this machine (the questions' and warm start's contents are checked once they are "
+            "built); drop dry_run=true to run.",
+            flush=True,
+        )
+        return {}
     if needs_sft(first_cfg):
         in_child(_warm_start_child, first_cfg)  # the cold-start SFT, cached for every run
     train_cfg = warm_start(first_cfg)  # now only reads the cached policy's folder

@@ -615,3 +615,51 @@ def test_a_run_that_went_on_from_a_checkpoint_says_so(tmp_path, monkeypatch):
     st = study.run_train(StudyConfig(arms={"a": []}), "a", 0, root)
     assert any(a == f"resume={run}" for a in commands[0])
     assert (st.status, st.seconds, st.earlier) == ("done", 40.0, study.RESUMED)
+
+
+# -- a dry run makes the config-level checks a real run makes first, and records nothing ----------
+_TINY = [
+    "warm_start.sft=false",
+    "dataset=synth_small",
+    "retriever=bm25",
+    "rollout.policy.source=tiny",
+]
+
+
+def _dry_run(out, *extra):
+    from framework.cli.app import run_app
+    from framework.cli.study import study
+
+    overrides = "overrides=[" + ",".join(f"'{a}'" for a in _TINY) + "]"
+    argv = [f"out_dir={out}", overrides, "dry_run=true", f"hydra.run.dir={out}/.hydra", *extra]
+    return run_app("study", study, argv=argv)
+
+
+def test_a_dry_run_refuses_what_the_run_would_refuse_and_records_nothing(tmp_path, capsys):
+    out = tmp_path / "study"
+    assert _dry_run(out) == {}
+    assert not out.exists() or not any(p.name != ".hydra" for p in out.iterdir())
+    assert "seekrl-study: dry run: out_dir, archive_to and publish agree" in capsys.readouterr().out
+    out.mkdir(exist_ok=True)
+    other = {"data": "0123456789abcdef", "warm_start": "tiny:None"}
+    (out / "basis.json").write_text(json.dumps(other))
+    with pytest.raises(SystemExit) as exc:
+        _dry_run(out)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"[out_dir] got {out}, whose runs and evaluations were made on another basis" in err
+    assert "data: recorded '0123456789abcdef'" in err
+    assert json.loads((out / "basis.json").read_text()) == other  # left as it was
+
+
+def test_a_dry_run_of_a_test_split_study_checks_its_preregistration_and_freezes_nothing(tmp_path):
+    from framework.cli.study import PREREGISTRATION
+
+    out = tmp_path / "study"
+    with pytest.raises(SystemExit) as exc:  # names no file here
+        _dry_run(out, "eval.split=test", f"preregistration={tmp_path}/missing.md")
+    assert exc.value.code == 2
+    plan = tmp_path / "plan.md"
+    plan.write_text("# the study, written down first\n")
+    assert _dry_run(out, "eval.split=test", f"preregistration={plan}") == {}
+    assert not (out / PREREGISTRATION).exists()  # the first real launch freezes the settings
