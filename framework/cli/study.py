@@ -847,12 +847,19 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
     )
     kept = Path(cfg.archive_to) if cfg.archive_to else None
     kept_runs = _kept_runs(kept, jobs)
+    tally = dict.fromkeys(("finished", "archived", "to run"), 0)
     for arm, seed in jobs:
         run = run_dir_of(root, arm, seed)
         state = "finished" if train_finished(run) else "to run"
         if state == "to run" and (arm, seed) in kept_runs:
             state = f"archived in {kept}"
+        tally[state.split(" in ")[0]] += 1
         print(f"  {arm:<16} seed {seed}: {state}  (seekrl-train {' '.join(cfg.arms[arm])})")
+    print(
+        f"seekrl-study: of {len(jobs)} run(s), "
+        + ", ".join(f"{n} {state}" for state, n in tally.items() if n),
+        flush=True,
+    )
     if cfg.report_only:
         return report_so_far(cfg, root, jobs)
 

@@ -164,6 +164,7 @@ def test_study_plans_and_rejects_bad_values_before_running_anything(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "alpha_cpu: 4 arm(s) x 1 seed(s)" in proc.stdout
     assert "alpha05          seed 0: to run" in proc.stdout
+    assert "seekrl-study: of 4 run(s), 4 to run\n" in proc.stdout
     assert not any(tmp_path.iterdir())  # a dry run writes nothing
     proc = run("study", "seeds=[1,1]", "baseline=nope", "+arms.x=['seed=3']")
     assert proc.returncode == 2

@@ -44,7 +44,7 @@ def study_in_process(out: Path, *overrides: str, train: list[str] = TRAIN):
 
 
 @pytest.mark.slow  # several tiny train and eval runs: about 25 s
-def test_study_runs_arms_evaluates_reports_and_resumes(tmp_path):
+def test_study_runs_arms_evaluates_reports_and_resumes(tmp_path, capsys):
     out = tmp_path / "study"
     result = study_in_process(out, "seeds=[0]")
     for arm in ("grpo", "e_grpo"):
@@ -93,7 +93,9 @@ def test_study_runs_arms_evaluates_reports_and_resumes(tmp_path):
     # the same command again: nothing is retrained or re-evaluated
     mtime = (out / "eval" / "grpo" / "seed0" / "results.json").stat().st_mtime
     logs = (out / "runs" / "grpo" / "seed0" / "train.log").read_text()
+    capsys.readouterr()
     study_in_process(out, "seeds=[0]")
+    assert "seekrl-study: of 2 run(s), 2 finished\n" in capsys.readouterr().out
     assert (out / "eval" / "grpo" / "seed0" / "results.json").stat().st_mtime == mtime
     assert (out / "runs" / "grpo" / "seed0" / "train.log").read_text() == logs
 
@@ -161,6 +163,7 @@ def test_a_study_resumes_from_its_kept_archive_on_a_machine_without_its_runs(tmp
     again = study_in_process(tmp_path / "second", "seeds=[0]", f"archive_to={kept}")
     out = capsys.readouterr().out
     assert "3 evaluation(s) restored" in out and "training grpo" not in out
+    assert "seekrl-study: of 2 run(s), 2 archived\n" in out
     assert not (tmp_path / "second" / "runs").exists()  # nothing trained
     assert not (tmp_path / "second" / "eval").exists()  # nothing evaluated
     assert again["versus_baseline"] == first["versus_baseline"]
@@ -170,7 +173,9 @@ def test_a_study_resumes_from_its_kept_archive_on_a_machine_without_its_runs(tmp
     import shutil
 
     shutil.rmtree(kept / "eval" / "e_grpo")
+    capsys.readouterr()
     study_in_process(tmp_path / "third", "seeds=[0]", f"archive_to={kept}")
+    assert "seekrl-study: of 2 run(s), 1 archived, 1 to run\n" in capsys.readouterr().out
     assert not (tmp_path / "third" / "runs" / "grpo").exists()
     assert (tmp_path / "third" / "runs" / "e_grpo" / "seed0" / "summary.json").is_file()
     assert (kept / "eval" / "e_grpo" / "seed0.jsonl.gz").is_file()  # and kept again

@@ -639,7 +639,9 @@ def test_a_dry_run_refuses_what_the_run_would_refuse_and_records_nothing(tmp_pat
     out = tmp_path / "study"
     assert _dry_run(out) == {}
     assert not out.exists() or not any(p.name != ".hydra" for p in out.iterdir())
-    assert "seekrl-study: dry run: out_dir, archive_to and publish agree" in capsys.readouterr().out
+    out_text = capsys.readouterr().out
+    assert "seekrl-study: dry run: out_dir, archive_to and publish agree" in out_text
+    assert "seekrl-study: of 6 run(s), 6 to run\n" in out_text  # 2 arms x 3 seeds
     out.mkdir(exist_ok=True)
     other = {"data": "0123456789abcdef", "warm_start": "tiny:None"}
     (out / "basis.json").write_text(json.dumps(other))
