@@ -282,6 +282,18 @@ def _accepts(model: Any, name: str) -> bool:
         return False
 
 
+def cache_argument(model: Any) -> str:
+    """The keyword the model's forward takes its KV cache by: ``cache`` where transformers has it
+    (5.24 here, which warns that ``past_key_values`` goes in 5.40), ``past_key_values`` before."""
+    return "cache" if _accepts(model, "cache") else "past_key_values"
+
+
+def returned_cache(result: Any) -> Any:
+    """The KV cache a forward returned, under either name (see :func:`cache_argument`)."""
+    cache = result.get("cache")
+    return cache if cache is not None else result.past_key_values
+
+
 def supports_prefix_reuse(model: Any) -> bool:
     """Whether the model's cache is plain full attention (no sliding windows, no recurrent state)."""
     config = getattr(model, "config", None)
@@ -339,6 +351,7 @@ def decode_with_logprobs(
     b = len(rows)
     budget = max(limits[i] for i in rows)
     keep_logits = {"logits_to_keep": 1} if _accepts(model, "logits_to_keep") else {}
+    cache_kw = cache_argument(model)
     # rows whose whole sequence is the same (the samples of one question at their first turn) are
     # prefilled once; their KV entries and last logits are then copied to every such row
     first_of: dict[tuple[int, ...], int] = {}
@@ -392,11 +405,11 @@ def decode_with_logprobs(
                     input_ids=step_ids,
                     attention_mask=mask,
                     position_ids=step_pos,
-                    past_key_values=cache,
                     use_cache=True,
+                    **{cache_kw: cache},
                     **keep_logits,
                 )
-                cache = result.past_key_values
+                cache = returned_cache(result)
                 logits = result.logits[:, -1]
                 if counters is not None:
                     counters["forward_calls"] = counters.get("forward_calls", 0) + 1
@@ -521,11 +534,11 @@ def _prefill(
             input_ids=ids.to(device),
             attention_mask=mask,
             position_ids=pos.to(device),
-            past_key_values=cache,
             use_cache=True,
+            **{cache_argument(model): cache},
             **keep_logits,
         )
-        layers = result.past_key_values.layers
+        layers = returned_cache(result).layers
         for j, r in enumerate(group):
             cols = mask[j].nonzero().squeeze(-1)
             kv[r] = [(layer.keys[j][:, cols], layer.values[j][:, cols]) for layer in layers]

@@ -222,7 +222,11 @@ def test_packed_decode_attention_gives_sdpa_results_with_and_without_padding(tin
     the packed attention (the faster CPU kernel for the unmasked case) matches plain SDPA."""
     from transformers import DynamicCache
 
-    from framework.rollout.decoding import PACKED_SDPA, use_packed_decode_attention
+    from framework.rollout.decoding import (
+        PACKED_SDPA,
+        cache_argument,
+        use_packed_decode_attention,
+    )
 
     model, tok = tiny64
     plain = copy.deepcopy(model)
@@ -234,14 +238,54 @@ def test_packed_decode_attention_gives_sdpa_results_with_and_without_padding(tin
         mask[1, 0] = 0 if padded else 1
         logits = []
         for m in (plain, model):
-            cache = DynamicCache()
+            kv = {cache_argument(m): DynamicCache()}
             with torch.no_grad():
-                m(input_ids=ids, attention_mask=mask[:, :-1], past_key_values=cache, use_cache=True)
+                m(input_ids=ids, attention_mask=mask[:, :-1], use_cache=True, **kv)
                 step = m(
-                    input_ids=torch.tensor([[7], [7]]),
-                    attention_mask=mask,
-                    past_key_values=cache,
-                    use_cache=True,
+                    input_ids=torch.tensor([[7], [7]]), attention_mask=mask, use_cache=True, **kv
                 )
             logits.append(step.logits)
         torch.testing.assert_close(logits[1], logits[0], rtol=0, atol=1e-10)
+
+
+def test_the_cache_goes_by_the_name_the_models_forward_takes():
+    from types import SimpleNamespace
+
+    from framework.rollout.decoding import cache_argument, returned_cache
+
+    class New(torch.nn.Module):
+        def forward(self, input_ids=None, cache=None, **kwargs): ...
+
+    class Old(torch.nn.Module):
+        def forward(self, input_ids=None, past_key_values=None, **kwargs): ...
+
+    class Wrapped(torch.nn.Module):  # as peft wraps a policy: its forward takes **kwargs only
+        def __init__(self, base):
+            super().__init__()
+            self.base = base
+
+        def get_base_model(self):
+            return self.base
+
+        def forward(self, *args, **kwargs): ...
+
+    assert cache_argument(New()) == "cache" and cache_argument(Wrapped(New())) == "cache"
+    assert cache_argument(Old()) == "past_key_values"
+    assert cache_argument(Wrapped(Old())) == "past_key_values"
+    kv = object()
+    assert returned_cache({"cache": kv}) is kv
+    old_output = SimpleNamespace(past_key_values=kv, get=lambda name: None)
+    assert returned_cache(old_output) is kv
+
+
+def test_decoding_uses_no_deprecated_cache_argument(tiny64):
+    # transformers 5.24 warns that LlamaForCausalLM's past_key_values goes in 5.40
+    import warnings
+
+    model, tok = tiny64
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        backend(model, tok).generate(sequences(tok), [3, 3, 3], STOP_STRINGS)
+    assert not [w for w in seen if "past_key_values" in str(w.message)], [
+        str(w.message) for w in seen
+    ]
