@@ -849,11 +849,12 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
     kept_runs = _kept_runs(kept, jobs)
     tally = dict.fromkeys(("finished", "archived", "to run"), 0)
     for arm, seed in jobs:
-        run = run_dir_of(root, arm, seed)
-        state = "finished" if train_finished(run) else "to run"
-        if state == "to run" and (arm, seed) in kept_runs:
-            state = f"archived in {kept}"
-        tally[state.split(" in ")[0]] += 1
+        if train_finished(run_dir_of(root, arm, seed)):
+            kind = "finished"
+        else:
+            kind = "archived" if (arm, seed) in kept_runs else "to run"
+        tally[kind] += 1
+        state = f"archived in {kept}" if kind == "archived" else kind
         print(f"  {arm:<16} seed {seed}: {state}  (seekrl-train {' '.join(cfg.arms[arm])})")
     print(
         f"seekrl-study: of {len(jobs)} run(s), "
