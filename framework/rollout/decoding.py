@@ -362,7 +362,13 @@ def decode_with_logprobs(
     }
     with torch.inference_mode():
         kv, last = _prefill(
-            model, {r: seqs[rows[r]] for r in unique}, reuse, pad_id, keep_logits, counters
+            model,
+            {r: seqs[rows[r]] for r in unique},
+            reuse,
+            pad_id,
+            keep_logits,
+            cache_kw,
+            counters,
         )
         # the batch: each row's whole sequence right-aligned in a block of the longest one's length
         lengths = [len(seqs[i]) for i in rows]
@@ -485,6 +491,7 @@ def _prefill(
     reuse: dict[int, _Entry | None],
     pad_id: int,
     keep_logits: dict[str, int],
+    cache_kw: str,
     counters: dict[str, int] | None,
 ) -> tuple[dict[int, list[tuple[torch.Tensor, torch.Tensor]]], dict[int, torch.Tensor]]:
     """Run every row's new tokens (its sequence past the reused prefix ``reuse[r]``) through the
@@ -535,7 +542,7 @@ def _prefill(
             attention_mask=mask,
             position_ids=pos.to(device),
             use_cache=True,
-            **{cache_argument(model): cache},
+            **{cache_kw: cache},
             **keep_logits,
         )
         layers = returned_cache(result).layers
