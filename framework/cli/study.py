@@ -831,6 +831,26 @@ def screen_arms(baseline: str, *, overrides: Sequence[str] = ()) -> dict[str, li
     return arms
 
 
+def selected_arms(cfg: StudyConfig) -> dict[str, list[str]]:
+    """The arms ``only_arms`` keeps, the baseline first, in the study's order.
+
+    Raises:
+        SystemExit: status 2, naming the study's arms, when ``only_arms`` names one it lacks (with
+            screen=true, an arm per registered method is known only now).
+    """
+    unknown = [a for a in cfg.only_arms if a not in cfg.arms]
+    if unknown:
+        print(
+            f"[only_arms] got {unknown}; expected arms of study {cfg.name!r}: "
+            f"{', '.join(cfg.arms)}. Fix: name those (seekrl-study study={cfg.name} dry_run=true "
+            "lists them).",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    keep = {cfg.baseline, *cfg.only_arms}
+    return {arm: args for arm, args in cfg.arms.items() if arm in keep}
+
+
 def study(cfg: StudyConfig) -> dict[str, Any]:
     from framework.cli.app import load_config
     from framework.sft.warm_start import warm_start
@@ -838,6 +858,8 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
     root = cfg.directory()
     if cfg.screen:  # an arm per registered method, found now (framework/eval/screen.py)
         cfg = replace(cfg, arms={**screen_arms(cfg.baseline, overrides=cfg.overrides), **cfg.arms})
+    if cfg.only_arms:
+        cfg = replace(cfg, arms=selected_arms(cfg))
     # seed by seed, every arm of a seed before the next seed: a study stopped part way has
     # comparable arms (the same seeds done) rather than one arm's seeds and none of the next
     jobs = [(arm, seed) for seed in cfg.seeds for arm in cfg.arms]

@@ -99,6 +99,14 @@ class StudyConfig:
             "plugins' too, and report the screening table (framework/eval/screen.py)"
         },
     )
+    only_arms: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "train, evaluate and report only these of the study's arms (with the "
+            "baseline, always kept), e.g. a part of screen=true's methods run on their own "
+            "basis; [] = every arm"
+        },
+    )
     publish: str = field(
         default="",
         metadata={
@@ -203,6 +211,20 @@ class StudyConfig:
             self.archive_to,
             "a folder (made if missing) or ''",
             "name a folder, e.g. docs/benchmarks/<study>/archive",
+        )
+        out += check(
+            len(set(self.only_arms)) == len(self.only_arms),
+            "only_arms",
+            self.only_arms,
+            "distinct arm labels",
+            "list each arm once",
+        )
+        out += check(
+            self.screen or not self.arms or set(self.only_arms) <= set(self.arms),
+            "only_arms",
+            self.only_arms,
+            f"some of the arms {sorted(self.arms)}",
+            "name arms of this study",
         )
         out += check(
             not self.only_seeds or self.report_only,

@@ -126,7 +126,10 @@ def screen_rows(
                 run.get("earlier_launches_peak_gb") is None
             )
             alarms |= set(run.get("alarms", []))
-            cpu = (run.get("versions") or {}).get("cpu")
+            versions = run.get("versions") or {}
+            cpu = versions.get("cpu")
+            if cpu and versions.get("precision"):  # what the CPU ran: bf16 or fp32 differ
+                cpu = f"{cpu}, {versions['precision']}"
             if cpu and cpu not in cpus:
                 cpus.append(cpu)
             methods += [m for m in run.get("methods", []) if m not in methods]
@@ -212,13 +215,23 @@ def screen_markdown(cfg: Any, rows: Sequence[Mapping[str, Any]]) -> str:
             "archived; until then the table is partial.",
             "",
         ]
+    only = list(getattr(cfg, "only_arms", []) or [])
+    if only:  # a part of a screen, run on a basis of its own (another precision, say)
+        lines += [
+            f"A part of the screen: `only_arms` keeps {len(only)} method(s) and the baseline "
+            f"`{cfg.baseline}`, trained with the overrides "
+            + ", ".join(f"`{o}`" for o in cfg.overrides)
+            + ". Its rows compare with this table's baseline only: another table's runs started "
+            "from another warm start or ran in another precision.",
+            "",
+        ]
     # the CPUs the runs trained on (a screen longer than one machine's life spans several):
     # seconds per step and peak memory compare only between rows of one machine
     machines = list(dict.fromkeys(m for r in rows for m in r.get("machines", [])))
     letter = {m: chr(ord("A") + i) for i, m in enumerate(machines)}
     if machines:
         lines += [
-            "Machines (the CPU each run trained on; s / step and peak GB compare only between "
+            "Machines (the CPU each run trained on, and its precision; s / step and peak GB compare only between "
             "rows of one machine): " + "; ".join(f"{letter[m]} = {m}" for m in machines) + ".",
             "",
         ]

@@ -63,6 +63,7 @@ CONFIG_KEYS = (
     "bootstrap",
     "min_effect",
     "screen",
+    "only_arms",
     "publish",
 )
 #: versions.json fields kept per run
@@ -110,7 +111,10 @@ def archive_study(root: Path, cfg: Any, states: Sequence[Any]) -> Path:
 
 def study_settings(cfg: Any) -> dict[str, Any]:
     """The study config's fields the report depends on (:data:`CONFIG_KEYS`), as plain data."""
-    return {k: v for k, v in _as_plain(cfg).items() if k in CONFIG_KEYS}
+    out = {k: v for k, v in _as_plain(cfg).items() if k in CONFIG_KEYS}
+    if not out.get("only_arms"):  # every arm: as settings recorded before the field existed say
+        out.pop("only_arms", None)
+    return out
 
 
 def _as_plain(node: Any) -> Any:

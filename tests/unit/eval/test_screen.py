@@ -101,6 +101,7 @@ def test_rows_from_the_archive(study_dir, tmp_path):  # noqa: F811
     two = [{**new, "machines": ["cpu X"]}, {**rows["base"], "machines": ["cpu Y", "cpu X"]}]
     table = screen_markdown(cfg, two)
     assert "Machines (the CPU each run trained on" in table and "A = cpu X; B = cpu Y." in table
+    assert "A part of the screen" not in table  # every method of the study ran here
     assert "| 30.0 | 6.4 | A |" in table and "| B, A |" in table
     # the training time in all and per machine: 2 steps x 30 s here, a made-up hour for the base
     assert new["train_seconds"] == pytest.approx(60.0)
@@ -344,3 +345,111 @@ def test_the_table_says_when_the_shared_questions_alone_trip_reward_collapse():
     assert "does not trip `reward_collapse`'s rule (50% below the best 4-step mean)" in table
     quiet = [{**base, **row(f"m{i}", v), "monitors_fired": []} for i, v in enumerate(falling)]
     assert "Training curves" not in screen_markdown(cfg, quiet)
+
+
+def test_only_arms_keeps_those_methods_and_the_baseline(capsys):
+    from dataclasses import replace
+
+    from framework.cli.study import selected_arms
+
+    cfg = load_config("study", ["study=screen"])
+    cfg = replace(cfg, arms=screen_arms(cfg.baseline, overrides=cfg.overrides))
+    kept = selected_arms(replace(cfg, only_arms=["sampler-vade", "e_grpo"]))
+    # the baseline first, then the study's own order (bundles before swapped-in components)
+    assert list(kept) == ["grpo", "e_grpo", "sampler-vade"]
+    assert kept["sampler-vade"] == cfg.arms["sampler-vade"]
+    with pytest.raises(SystemExit) as stop:
+        selected_arms(replace(cfg, only_arms=["sampler-vade", "sampler-nope"]))
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "[only_arms] got ['sampler-nope']; expected arms of study 'screen':" in err
+    assert "sampler-vade" in err and "Fix:" in err
+
+
+def test_only_arms_is_checked_where_the_arms_are_known():
+    from framework.config.study import StudyConfig
+
+    def fields(cfg):
+        return [p.path for p in cfg.problems()]
+
+    plain = StudyConfig(arms={"grpo": [], "e_grpo": ["algorithm=e_grpo"]})
+    assert "only_arms" not in fields(plain)
+    assert "only_arms" not in fields(StudyConfig(arms=plain.arms, only_arms=["e_grpo"]))
+    assert "only_arms" in fields(StudyConfig(arms=plain.arms, only_arms=["nope"]))
+    assert "only_arms" in fields(StudyConfig(arms=plain.arms, only_arms=["e_grpo", "e_grpo"]))
+    # a screen's arms are found at run time (selected_arms checks them then)
+    assert "only_arms" not in fields(StudyConfig(screen=True, only_arms=["anything"]))
+
+
+def test_the_fp32_part_of_the_screen_runs_its_four_samplers_on_its_own_basis():
+    """study=screen_fp32: the samplers screen.md still lacks, with a GRPO of their own, in fp32
+    whatever the CPU (set, not auto), so its basis is the same on every machine."""
+    from dataclasses import replace
+
+    from framework.cli.study import selected_arms
+    from framework.sft.warm_start import warm_start_sft
+
+    main = load_config("study", ["study=screen"])
+    part = load_config("study", ["study=screen_fp32"])
+    assert part.screen and part.eval == main.eval and part.seeds == main.seeds
+    assert part.publish != main.publish and part.archive_to != main.archive_to
+    arms = selected_arms(replace(part, arms=screen_arms(part.baseline, overrides=part.overrides)))
+    assert list(arms) == ["grpo", *sorted(part.only_arms)]
+    full = screen_arms(main.baseline, overrides=main.overrides)
+    assert all(arms[a] == full[a] for a in arms)  # each arm as the screen runs it
+    cfg = load_config("train", [*part.overrides, *arms["grpo"], *STUDY_TRAIN_ARGS])
+    assert cfg.trainer.precision_choice().precision == "32-true"
+    assert cfg.retriever.encoder.dtype == "float32" and cfg.sampler.start_hops == 2
+    # the same SFT settings as the screen's, so only the precision separates the warm starts
+    base = load_config("train", [*main.overrides, *arms["grpo"], *STUDY_TRAIN_ARGS])
+    a, b = warm_start_sft(cfg)[0], warm_start_sft(base)[0]
+    assert (a.expert, a.optim, a.eval_questions) == (b.expert, b.optim, b.eval_questions)
+
+
+def test_a_row_names_the_precision_its_machine_ran_and_a_part_says_so():
+    runs = {
+        ("base", 0): {"versions": {"cpu": "cpu X", "precision": "bf16-mixed"}},
+        ("new", 0): {"versions": {"cpu": "cpu X", "precision": "32-true"}},
+        ("old", 0): {"versions": {"cpu": "cpu Y"}},  # recorded before runs kept their precision
+    }
+    recs = [{"question_id": "q1", "sample": "0", "correct": "True", "response_tokens": "40"}]
+    archive = _Archive(runs, {(a, 0): recs for a in ("base", "new", "old")})
+    figures = {"seeds": [0], "pass@1": 1.0, "pass@1_ci": [1.0, 1.0], "tool_calls": 1.0}
+    diff = {"diff": 0.0, "ci": [0.0, 0.0]}
+    summary = {
+        "arms": {a: figures for a in ("base", "new", "old")},
+        "versus_baseline": {a: {"Pass@1": diff} for a in ("new", "old")},
+    }
+    rows = screen_rows(summary, archive, ["base", "new", "old"], "base")
+    assert [r["machines"] for r in rows] == [
+        ["cpu X, bf16-mixed"],
+        ["cpu X, 32-true"],
+        ["cpu Y"],
+    ]
+    cfg = SimpleNamespace(
+        name="part",
+        baseline="base",
+        overrides=["trainer.precision=32-true"],
+        only_arms=["new", "old"],
+        eval=SimpleNamespace(questions=1, split="validation", samples_per_question=1),
+    )
+    table = screen_markdown(cfg, rows)
+    assert "A = cpu X, bf16-mixed; B = cpu X, 32-true; C = cpu Y." in table
+    assert (
+        "A part of the screen: `only_arms` keeps 2 method(s) and the baseline `base`, trained "
+        "with the overrides `trainer.precision=32-true`. Its rows compare with this table's "
+        "baseline only"
+    ) in table
+
+
+def test_an_archive_keeps_only_arms_and_settings_frozen_before_it_still_match():
+    from dataclasses import replace
+
+    from framework.config.study import StudyConfig
+    from framework.eval.study_archive import study_settings
+
+    whole = study_settings(StudyConfig(arms={"grpo": []}))
+    # a test-split study frozen before the field existed compares equal to it still
+    assert "only_arms" not in whole
+    part = study_settings(replace(StudyConfig(arms={"grpo": []}), only_arms=["grpo"]))
+    assert part["only_arms"] == ["grpo"]  # a report from the archive says it was a part
