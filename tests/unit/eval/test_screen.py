@@ -400,6 +400,7 @@ def test_the_fp32_part_of_the_screen_runs_its_four_samplers_on_its_own_basis():
     cfg = load_config("train", [*part.overrides, *arms["grpo"], *STUDY_TRAIN_ARGS])
     assert cfg.trainer.precision_choice().precision == "32-true"
     assert cfg.retriever.encoder.dtype == "float32" and cfg.sampler.start_hops == 2
+    assert cfg.rollout.compute_dtype == "float32"  # rollouts too, on a bf16 CPU as well
     # the same SFT settings as the screen's, so only the precision separates the warm starts
     base = load_config("train", [*main.overrides, *arms["grpo"], *STUDY_TRAIN_ARGS])
     a, b = warm_start_sft(cfg)[0], warm_start_sft(base)[0]
