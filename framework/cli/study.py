@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from framework.cli.app import run_app
 from framework.config.study import StudyConfig
-from framework.eval.study_archive import BASIS
+from framework.eval.study_archive import BASIS, archived_config
 
 if TYPE_CHECKING:
     from framework.eval.study_archive import StudyArchive
@@ -1074,15 +1074,6 @@ def report_so_far(cfg: StudyConfig, root: Path, jobs: list[tuple[str, int]]) -> 
     print((root / "study.md").read_text())
     print(f"seekrl-study: the report so far, written to {root}")
     return result
-
-
-def archived_config(saved: dict[str, Any], cfg: StudyConfig) -> StudyConfig:
-    """``cfg`` with the settings an archive was made with (arms, seeds, baseline, evaluation,
-    analysis); settings the archive predates keep ``cfg``'s values, and so does ``publish`` (where
-    a screen's page goes is the command's choice: a copy of a published archive reported
-    elsewhere must not overwrite the committed page)."""
-    fields = {k: v for k, v in saved.items() if k not in ("eval", "publish")}
-    return replace(cfg, **fields, eval=replace(cfg.eval, **saved.get("eval", {})))
 
 
 def _arm_config(cfg: StudyConfig, root: Path, arm: str, seed: int, strict: bool = False) -> Any:

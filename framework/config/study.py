@@ -107,6 +107,15 @@ class StudyConfig:
             "basis; [] = every arm"
         },
     )
+    parts: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "with screen=true: the archives of parts of this screen run on a basis of "
+            "their own (only_arms studies: another precision, say); the table lists the methods "
+            "they evaluated as evaluated there, and shows each part's table below its own, "
+            "against the part's own baseline"
+        },
+    )
     publish: str = field(
         default="",
         metadata={
@@ -225,6 +234,13 @@ class StudyConfig:
             self.only_arms,
             f"some of the arms {sorted(self.arms)}",
             "name arms of this study",
+        )
+        out += check(
+            self.screen or not self.parts,
+            "parts",
+            self.parts,
+            "[] unless screen=true",
+            "drop parts (they are parts of a screen's table), or set screen=true",
         )
         out += check(
             not self.only_seeds or self.report_only,

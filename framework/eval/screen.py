@@ -175,8 +175,22 @@ def _num(v: float | None, fmt: str) -> str:
     return "n/a" if v is None else format(v, fmt)
 
 
-def screen_markdown(cfg: Any, rows: Sequence[Mapping[str, Any]]) -> str:
-    """The screening table as a Markdown section."""
+def screen_markdown(
+    cfg: Any,
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    title: str = "Screening table",
+    in_parts: Mapping[str, str] | None = None,
+    machines_before: Sequence[str] = (),
+) -> str:
+    """The screening table as a Markdown section.
+
+    Args:
+        title: the section's heading, before its count of methods and its baseline.
+        in_parts: arm -> the name of the part of the screen (:func:`screen_parts`) that evaluated
+            it, for arms this table lacks: they are listed as evaluated there, not as missing.
+        machines_before: machines an earlier table lettered; this one goes on from them.
+    """
     seeds = sorted({s for r in rows for s in r["seeds"]})
     # the questions the records hold, which a split smaller than ``eval.questions`` caps
     counts = sorted({int(r["questions"]) for r in rows if r.get("questions")})
@@ -189,7 +203,7 @@ def screen_markdown(cfg: Any, rows: Sequence[Mapping[str, Any]]) -> str:
         if counts != [asked]:
             held += f" (the evaluated records; `eval.questions` asks for up to {asked})"
     lines = [
-        f"## Screening table ({len(rows)} methods evaluated, baseline `{cfg.baseline}`)",
+        f"## {title} ({len(rows)} methods evaluated, baseline `{cfg.baseline}`)",
         "",
         f"Seeds {seeds}, one per method: each interval below is one run's, so a difference says "
         "how this run differed on these questions, not how the method compares in general. "
@@ -206,10 +220,22 @@ def screen_markdown(cfg: Any, rows: Sequence[Mapping[str, Any]]) -> str:
     ]
     # a screen part way (longer than one machine's life): which methods the table lacks yet
     done = {r["arm"] for r in rows}
-    missing = [arm for arm in getattr(cfg, "arms", {}) if arm not in done]
+    in_parts = in_parts or {}
+    elsewhere = [arm for arm in getattr(cfg, "arms", {}) if arm not in done and arm in in_parts]
+    missing = [arm for arm in getattr(cfg, "arms", {}) if arm not in done and arm not in in_parts]
+    if elsewhere:
+        lines += [
+            f"Evaluated in a part of the screen on a basis of its own ({len(elsewhere)} of "
+            f"{len(done) + len(elsewhere) + len(missing)} methods; its table, with its own "
+            "baseline, is below this one): "
+            + ", ".join(f"`{arm}` (`{in_parts[arm]}`)" for arm in elsewhere)
+            + ". Compare those rows with that table's baseline, not with this one.",
+            "",
+        ]
     if missing:
         lines += [
-            f"Not evaluated yet ({len(missing)} of {len(done) + len(missing)} methods): "
+            f"Not evaluated yet ({len(missing)} of {len(done) + len(elsewhere) + len(missing)} "
+            "methods): "
             + ", ".join(f"`{arm}`" for arm in missing)
             + f". `seekrl-study study={cfg.name}` trains and evaluates them, skipping what is "
             "archived; until then the table is partial.",
@@ -228,7 +254,8 @@ def screen_markdown(cfg: Any, rows: Sequence[Mapping[str, Any]]) -> str:
     # the CPUs the runs trained on (a screen longer than one machine's life spans several):
     # seconds per step and peak memory compare only between rows of one machine
     machines = list(dict.fromkeys(m for r in rows for m in r.get("machines", [])))
-    letter = {m: chr(ord("A") + i) for i, m in enumerate(machines)}
+    lettered = list(dict.fromkeys([*machines_before, *machines]))
+    letter = {m: chr(ord("A") + i) for i, m in enumerate(lettered)}
     if machines:
         lines += [
             "Machines (the CPU each run trained on, and its precision; s / step and peak GB compare only between "
@@ -446,3 +473,53 @@ def _shared_lines(rows: Sequence[Mapping[str, Any]], collapse_fired: bool) -> li
             f"below the best {rule.window}-step mean): an alarm here is the method's own."
         )
     return ["", text]
+
+
+def screen_parts(cfg: Any) -> list[dict[str, Any]]:
+    """The parts of a screen (``cfg.parts``: archives of ``only_arms`` studies run on a basis of
+    their own, another precision say): per part, its name, archive folder, study config (as
+    archived) and screening rows against its own baseline. A part whose archive holds no
+    evaluated run yet gives no rows; one whose folder is missing gives no config either."""
+    from framework.config.study import StudyConfig
+    from framework.eval.study_archive import StudyArchive, archived_config
+    from framework.eval.study_report import summarize_study
+
+    out: list[dict[str, Any]] = []
+    for folder in getattr(cfg, "parts", None) or []:
+        archive = StudyArchive(folder)
+        if not archive.exists():
+            out.append({"archive": str(folder), "name": None, "cfg": None, "rows": []})
+            continue
+        part = archived_config(archive.config(), StudyConfig())
+        arms, seeds = list(part.arms), list(part.seeds)
+        summary = summarize_study(
+            archive, arms, seeds, part.baseline, part.bootstrap, part.min_effect
+        )
+        rows = screen_rows(summary, archive, arms, part.baseline)
+        out.append({"archive": str(folder), "name": part.name, "cfg": part, "rows": rows})
+    return out
+
+
+def parts_markdown(parts: Sequence[Mapping[str, Any]], machines_before: Sequence[str]) -> str:
+    """The tables of a screen's parts (:func:`screen_parts`), each under its own heading."""
+    text = ""
+    known = list(machines_before)
+    for part in parts:
+        if part["cfg"] is None:
+            text += (
+                f"\n## A part of the screen: `{part['archive']}`\n\nNo records there yet: the "
+                "part has not run (or its archive was not committed).\n"
+            )
+            continue
+        text += "\n" + screen_markdown(
+            part["cfg"],
+            part["rows"],
+            title=f"A part of the screen on a basis of its own: `{part['name']}`",
+            machines_before=known,
+        )
+        text += (
+            f"\nIts records: `{part['archive']}` (`seekrl-study study={part['name']}` runs it; "
+            "its full report is beside them).\n"
+        )
+        known += [m for r in part["rows"] for m in r.get("machines", []) if m not in known]
+    return text

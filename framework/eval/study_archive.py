@@ -64,6 +64,7 @@ CONFIG_KEYS = (
     "min_effect",
     "screen",
     "only_arms",
+    "parts",
     "publish",
 )
 #: versions.json fields kept per run
@@ -112,9 +113,21 @@ def archive_study(root: Path, cfg: Any, states: Sequence[Any]) -> Path:
 def study_settings(cfg: Any) -> dict[str, Any]:
     """The study config's fields the report depends on (:data:`CONFIG_KEYS`), as plain data."""
     out = {k: v for k, v in _as_plain(cfg).items() if k in CONFIG_KEYS}
-    if not out.get("only_arms"):  # every arm: as settings recorded before the field existed say
-        out.pop("only_arms", None)
+    for key in ("only_arms", "parts"):  # unset: as settings recorded before the field say
+        if not out.get(key):
+            out.pop(key, None)
     return out
+
+
+def archived_config(saved: dict[str, Any], cfg: Any) -> Any:
+    """``cfg`` (a :class:`~framework.config.study.StudyConfig`) with the settings an archive was
+    made with (arms, seeds, baseline, evaluation, analysis); settings the archive predates keep
+    ``cfg``'s values, and so does ``publish`` (where a screen's page goes is the command's choice:
+    a copy of a published archive reported elsewhere must not overwrite the committed page)."""
+    from dataclasses import replace
+
+    fields = {k: v for k, v in saved.items() if k not in ("eval", "publish")}
+    return replace(cfg, **fields, eval=replace(cfg.eval, **saved.get("eval", {})))
 
 
 def _as_plain(node: Any) -> Any:

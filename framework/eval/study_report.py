@@ -404,12 +404,25 @@ def write_report(
     ]
     table = ""
     if getattr(cfg, "screen", False):
-        from framework.eval.screen import screen_markdown, screen_rows
+        from framework.eval.screen import (
+            parts_markdown,
+            screen_markdown,
+            screen_parts,
+            screen_rows,
+        )
 
         summary["screen"] = screen_rows(summary, archive, arms, cfg.baseline)
-        table = screen_markdown(cfg, summary["screen"])
+        parts = screen_parts(cfg)
+        in_parts = {r["arm"]: p["name"] for p in parts for r in p["rows"]}
+        table = screen_markdown(cfg, summary["screen"], in_parts=in_parts)
+        if parts:
+            summary["screen_parts"] = [
+                {"name": p["name"], "archive": p["archive"], "rows": p["rows"]} for p in parts
+            ]
+            here = [m for r in summary["screen"] for m in r.get("machines", [])]
+            table += parts_markdown(parts, list(dict.fromkeys(here)))
     (root / f"study{suffix}.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
-    text = _markdown(cfg, summary, plots, root)
+    text = _markdown(cfg, summary, plots, root, screen_table=table)
     if subset_of:
         head, rest = text.split("\n", 1)
         text = (
@@ -688,7 +701,9 @@ def _seed_lines(cfg: Any, s: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _markdown(cfg: Any, s: dict[str, Any], plots: Sequence[Path], root: Path) -> str:
+def _markdown(
+    cfg: Any, s: dict[str, Any], plots: Sequence[Path], root: Path, screen_table: str = ""
+) -> str:
     e = cfg.eval
     arms = ", ".join(f"`{a}` ({' '.join(v)})" for a, v in cfg.arms.items())
     lines = [
@@ -706,10 +721,8 @@ def _markdown(cfg: Any, s: dict[str, Any], plots: Sequence[Path], root: Path) ->
         "",
     ]
     lines += _partial_lines(cfg, s)
-    if "screen" in s:
-        from framework.eval.screen import screen_markdown
-
-        lines += [screen_markdown(cfg, s["screen"]), ""]
+    if screen_table:  # a screen's table (and its parts'), as its page shows it
+        lines += [screen_table, ""]
     lines += ["## Pass@1 per arm (pooled over seeds)", ""]
     lines += [
         "| policy | seeds | samples per question | Pass@1 [95% CI] | Pass@k | tool calls | turns "

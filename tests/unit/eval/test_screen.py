@@ -454,3 +454,61 @@ def test_an_archive_keeps_only_arms_and_settings_frozen_before_it_still_match():
     assert "only_arms" not in whole
     part = study_settings(replace(StudyConfig(arms={"grpo": []}), only_arms=["grpo"]))
     assert part["only_arms"] == ["grpo"]  # a report from the archive says it was a part
+
+
+def test_a_screen_shows_its_parts_below_it_each_against_its_own_baseline(study_dir, tmp_path):  # noqa: F811
+    """A part of the screen (an only_arms study on a basis of its own, fp32 say) is listed as
+    evaluated there, not as missing, and its table follows the screen's with its own baseline."""
+    from framework.eval.screen import parts_markdown, screen_parts
+
+    def cfg_of(**kw):
+        base = dict(
+            name="s",
+            arms={"base": [], "new": []},
+            seeds=[0, 1],
+            baseline="base",
+            bootstrap=500,
+            min_effect=0.05,
+            overrides=[],
+            screen=True,
+            publish="",
+            eval=SimpleNamespace(questions=4, split="validation", samples_per_question=2, seed=0),
+        )
+        return SimpleNamespace(**{**base, **kw})
+
+    part_cfg = cfg_of(name="s_part", only_arms=["new"], overrides=["trainer.precision=32-true"])
+    write_study(study_dir, part_cfg, [])  # the part's archive: base and new
+    part_archive = study_dir / "archive"
+    main = cfg_of(arms={"base": [], "new": [], "gone": []}, parts=[str(part_archive)])
+    (found,) = screen_parts(main)
+    assert found["name"] == "s_part" and found["cfg"].only_arms == ["new"]
+    assert [r["arm"] for r in found["rows"]] == ["base", "new"]
+    new = found["rows"][1]["minus_baseline"]
+    assert new["diff"] == pytest.approx(0.375)  # against the part's own base, as summarize_study
+    # the screen itself evaluated only its base here (a row of its own machine)
+    mine = [{**found["rows"][0], "machines": ["cpu A, bf16-mixed"]}]
+    table = screen_markdown(main, mine, in_parts={"new": "s_part"})
+    assert (
+        "Evaluated in a part of the screen on a basis of its own (1 of 3 methods; its table, with "
+        "its own baseline, is below this one): `new` (`s_part`)."
+    ) in table
+    assert "Not evaluated yet (1 of 3 methods): `gone`." in table
+    below = parts_markdown(
+        [{**found, "rows": [{**r, "machines": ["cpu B, 32-true"]} for r in found["rows"]]}],
+        ["cpu A, bf16-mixed"],
+    )
+    assert "## A part of the screen on a basis of its own: `s_part` (2 methods evaluated" in below
+    assert "B = cpu B, 32-true." in below  # the letters go on from the screen's
+    assert "A part of the screen: `only_arms` keeps 1 method(s)" in below
+    assert f"Its records: `{part_archive}` (`seekrl-study study=s_part` runs it" in below
+    # a part that has not run yet says so
+    empty = screen_parts(cfg_of(parts=[str(tmp_path / "none")]))
+    assert empty[0]["rows"] == [] and "No records there yet" in parts_markdown(empty, [])
+
+
+def test_parts_belong_to_a_screen():
+    from framework.config.study import StudyConfig
+
+    bad = StudyConfig(arms={"grpo": []}, parts=["docs/benchmarks/screen_fp32/archive"])
+    assert "parts" in [p.path for p in bad.problems()]
+    assert "parts" not in [p.path for p in StudyConfig(screen=True, parts=["x"]).problems()]
