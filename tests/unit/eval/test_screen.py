@@ -64,6 +64,23 @@ def test_a_component_registered_later_appears_without_editing_the_study():
         ADVANTAGES.remove("screen_probe")
 
 
+def _screen_cfg(**kw):
+    """A screen's study config over the study_dir fixture's arms, ``kw`` replacing fields."""
+    fields = dict(
+        name="s",
+        arms={"base": [], "new": []},
+        seeds=[0, 1],
+        baseline="base",
+        bootstrap=500,
+        min_effect=0.05,
+        overrides=[],
+        screen=True,
+        publish="",
+        eval=SimpleNamespace(questions=4, split="validation", samples_per_question=2, seed=0),
+    )
+    return SimpleNamespace(**{**fields, **kw})
+
+
 def test_rows_from_the_archive(study_dir, tmp_path):  # noqa: F811
     run = study_dir / "runs" / "new" / "seed0"
     from torch.utils.tensorboard import SummaryWriter
@@ -77,18 +94,7 @@ def test_rows_from_the_archive(study_dir, tmp_path):  # noqa: F811
     (run / "summary.json").write_text(
         json.dumps({"stages": [{"name": "RL", "peak_gb": 6.4}, {"name": "x", "peak_gb": 2.0}]})
     )
-    cfg = SimpleNamespace(
-        name="s",
-        arms={"base": [], "new": []},
-        seeds=[0, 1],
-        baseline="base",
-        bootstrap=500,
-        min_effect=0.05,
-        overrides=[],
-        screen=True,
-        publish=str(tmp_path / "screen.md"),
-        eval=SimpleNamespace(questions=4, split="validation", samples_per_question=2, seed=0),
-    )
+    cfg = _screen_cfg(publish=str(tmp_path / "screen.md"))
     states = [SimpleNamespace(arm="new", seed=0, status="done", seconds=70.0)]
     write_study(study_dir, cfg, states)
     archive = StudyArchive(study_dir / "archive")
@@ -461,25 +467,12 @@ def test_a_screen_shows_its_parts_below_it_each_against_its_own_baseline(study_d
     evaluated there, not as missing, and its table follows the screen's with its own baseline."""
     from framework.eval.screen import parts_markdown, screen_parts
 
-    def cfg_of(**kw):
-        base = dict(
-            name="s",
-            arms={"base": [], "new": []},
-            seeds=[0, 1],
-            baseline="base",
-            bootstrap=500,
-            min_effect=0.05,
-            overrides=[],
-            screen=True,
-            publish="",
-            eval=SimpleNamespace(questions=4, split="validation", samples_per_question=2, seed=0),
-        )
-        return SimpleNamespace(**{**base, **kw})
-
-    part_cfg = cfg_of(name="s_part", only_arms=["new"], overrides=["trainer.precision=32-true"])
+    part_cfg = _screen_cfg(
+        name="s_part", only_arms=["new"], overrides=["trainer.precision=32-true"]
+    )
     write_study(study_dir, part_cfg, [])  # the part's archive: base and new
     part_archive = study_dir / "archive"
-    main = cfg_of(arms={"base": [], "new": [], "gone": []}, parts=[str(part_archive)])
+    main = _screen_cfg(arms={"base": [], "new": [], "gone": []}, parts=[str(part_archive)])
     (found,) = screen_parts(main)
     assert found["name"] == "s_part" and found["cfg"].only_arms == ["new"]
     assert [r["arm"] for r in found["rows"]] == ["base", "new"]
@@ -502,7 +495,7 @@ def test_a_screen_shows_its_parts_below_it_each_against_its_own_baseline(study_d
     assert "A part of the screen: `only_arms` keeps 1 method(s)" in below
     assert f"Its records: `{part_archive}` (`seekrl-study study=s_part` runs it" in below
     # a part that has not run yet says so
-    empty = screen_parts(cfg_of(parts=[str(tmp_path / "none")]))
+    empty = screen_parts(_screen_cfg(parts=[str(tmp_path / "none")]))
     assert empty[0]["rows"] == [] and "No records there yet" in parts_markdown(empty, [])
 
 
