@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from framework.eval.paired import interval_side
@@ -258,8 +259,10 @@ def screen_markdown(
     letter = {m: chr(ord("A") + i) for i, m in enumerate(lettered)}
     if machines:
         lines += [
-            "Machines (the CPU each run trained on, and its precision; s / step and peak GB compare only between "
-            "rows of one machine): " + "; ".join(f"{letter[m]} = {m}" for m in machines) + ".",
+            "Machines (the CPU each run trained on, and its precision; s / step and peak GB "
+            "compare only between rows of one machine): "
+            + "; ".join(f"{letter[m]} = {m}" for m in machines)
+            + ".",
             "",
         ]
     lines += [
@@ -517,9 +520,11 @@ def parts_markdown(parts: Sequence[Mapping[str, Any]], machines_before: Sequence
             title=f"A part of the screen on a basis of its own: `{part['name']}`",
             machines_before=known,
         )
+        folder = Path(part["archive"]).parent
         text += (
-            f"\nIts records: `{part['archive']}` (`seekrl-study study={part['name']}` runs it; "
-            "its full report is beside them).\n"
+            f"\nIts records: `{part['archive']}` (`seekrl-study study={part['name']}` runs the "
+            f"part; `seekrl-study study={part['name']} out_dir={folder} report_only=true` writes "
+            "its full report beside them).\n"
         )
         known += [m for r in part["rows"] for m in r.get("machines", []) if m not in known]
     return text

@@ -493,7 +493,10 @@ def test_a_screen_shows_its_parts_below_it_each_against_its_own_baseline(study_d
     assert "## A part of the screen on a basis of its own: `s_part` (2 methods evaluated" in below
     assert "B = cpu B, 32-true." in below  # the letters go on from the screen's
     assert "A part of the screen: `only_arms` keeps 1 method(s)" in below
-    assert f"Its records: `{part_archive}` (`seekrl-study study=s_part` runs it" in below
+    assert (
+        f"Its records: `{part_archive}` (`seekrl-study study=s_part` runs the part; "
+        f"`seekrl-study study=s_part out_dir={study_dir} report_only=true` writes its full report"
+    ) in below
     # a part that has not run yet says so
     empty = screen_parts(_screen_cfg(parts=[str(tmp_path / "none")]))
     assert empty[0]["rows"] == [] and "No records there yet" in parts_markdown(empty, [])
