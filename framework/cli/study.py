@@ -563,10 +563,32 @@ def check_kept_archive(
             + (cause[1] + " Or pass" if cause else "pass")
             + " archive_to=<a new folder> (or archive_to='' to keep no copy"
             + ("; a screen then needs publish=<another page> too" if cfg.publish else "")
-            + "), or run where the index, questions and warm start come out the same.",
+            + "), or run where the index, questions and warm start come out the same."
+            + (parts_hint(cfg) if cause else ""),
             file=sys.stderr,
         )
         raise SystemExit(2)
+
+
+def parts_hint(cfg: StudyConfig) -> str:
+    """For a refusal the machine causes: the parts of the screen (``parts``), each run on a basis
+    of its own (another precision), which may go on here where the screen cannot; '' for none."""
+    from framework.eval.study_archive import StudyArchive
+
+    runs = []
+    for folder in cfg.parts:
+        archive = StudyArchive(Path(folder))
+        name = archive.config().get("name") if archive.exists() else None
+        runs.append(
+            f"seekrl-study study={name} (records: {folder})"
+            if name
+            else f"the study whose archive_to is {folder}"
+        )
+    if not runs:
+        return ""
+    return (
+        " Or go on with this screen's parts, each on a basis of its own: " + "; ".join(runs) + "."
+    )
 
 
 def check_record_folders(

@@ -442,6 +442,23 @@ def test_a_refusal_caused_by_the_machine_says_so(tmp_path, capsys):
         check_kept_archive(tmp_path / "kept", cfg, {**basis, "data": "def"}, bf16)
     err = capsys.readouterr().err
     assert "precision:" not in err and "Fix: pass archive_to=<a new folder>" in err
+    assert "parts" not in err
+    # a screen with a part made for such a machine (study=screen_fp32) points to it
+    part = tmp_path / "part"
+    _kept(part, cfg, basis)
+    saved = json.loads((part / "study_config.json").read_text())
+    (part / "study_config.json").write_text(json.dumps({**saved, "name": "s_fp32"}))
+    screen = replace(cfg, screen=True, parts=[str(part), str(tmp_path / "later")])
+    with pytest.raises(SystemExit):
+        check_kept_archive(tmp_path / "kept", screen, {**basis, "data": "def"}, fp32)
+    err = capsys.readouterr().err
+    assert (
+        "Or go on with this screen's parts, each on a basis of its own: seekrl-study "
+        f"study=s_fp32 (records: {part}); the study whose archive_to is {tmp_path / 'later'}."
+    ) in err
+    with pytest.raises(SystemExit):  # not when the machine is not the cause
+        check_kept_archive(tmp_path / "kept", screen, {**basis, "data": "def"}, bf16)
+    assert "parts" not in capsys.readouterr().err
 
 
 def test_a_screen_does_not_publish_over_records_of_another_basis(tmp_path, capsys):
