@@ -172,6 +172,11 @@ def screen_rows(
     return rows
 
 
+def row_machines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The machines (CPU and precision) the rows' runs trained on, each once, in row order."""
+    return list(dict.fromkeys(m for r in rows for m in r.get("machines", [])))
+
+
 def _num(v: float | None, fmt: str) -> str:
     return "n/a" if v is None else format(v, fmt)
 
@@ -254,7 +259,7 @@ def screen_markdown(
         ]
     # the CPUs the runs trained on (a screen longer than one machine's life spans several):
     # seconds per step and peak memory compare only between rows of one machine
-    machines = list(dict.fromkeys(m for r in rows for m in r.get("machines", [])))
+    machines = row_machines(rows)
     lettered = list(dict.fromkeys([*machines_before, *machines]))
     letter = {m: chr(ord("A") + i) for i, m in enumerate(lettered)}
     if machines:
@@ -526,5 +531,5 @@ def parts_markdown(parts: Sequence[Mapping[str, Any]], machines_before: Sequence
             f"part; `seekrl-study study={part['name']} out_dir={folder} report_only=true` writes "
             "its full report beside them).\n"
         )
-        known += [m for r in part["rows"] for m in r.get("machines", []) if m not in known]
+        known = list(dict.fromkeys([*known, *row_machines(part["rows"])]))
     return text

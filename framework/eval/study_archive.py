@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, is_dataclass
+from dataclasses import asdict, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -124,8 +124,6 @@ def archived_config(saved: dict[str, Any], cfg: Any) -> Any:
     made with (arms, seeds, baseline, evaluation, analysis); settings the archive predates keep
     ``cfg``'s values, and so does ``publish`` (where a screen's page goes is the command's choice:
     a copy of a published archive reported elsewhere must not overwrite the committed page)."""
-    from dataclasses import replace
-
     fields = {k: v for k, v in saved.items() if k not in ("eval", "publish")}
     return replace(cfg, **fields, eval=replace(cfg.eval, **saved.get("eval", {})))
 

@@ -406,6 +406,7 @@ def write_report(
     if getattr(cfg, "screen", False):
         from framework.eval.screen import (
             parts_markdown,
+            row_machines,
             screen_markdown,
             screen_parts,
             screen_rows,
@@ -419,8 +420,7 @@ def write_report(
             summary["screen_parts"] = [
                 {"name": p["name"], "archive": p["archive"], "rows": p["rows"]} for p in parts
             ]
-            here = [m for r in summary["screen"] for m in r.get("machines", [])]
-            table += parts_markdown(parts, list(dict.fromkeys(here)))
+            table += parts_markdown(parts, row_machines(summary["screen"]))
     (root / f"study{suffix}.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     text = _markdown(cfg, summary, plots, root, screen_table=table)
     if subset_of:
