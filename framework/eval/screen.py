@@ -177,6 +177,11 @@ def row_machines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return list(dict.fromkeys(m for r in rows for m in r.get("machines", [])))
 
 
+def _methods(n: int) -> str:
+    """``1 method``, ``2 methods``: a count in the table's prose."""
+    return f"{n} method" if n == 1 else f"{n} methods"
+
+
 def _num(v: float | None, fmt: str) -> str:
     return "n/a" if v is None else format(v, fmt)
 
@@ -209,7 +214,7 @@ def screen_markdown(
         if counts != [asked]:
             held += f" (the evaluated records; `eval.questions` asks for up to {asked})"
     lines = [
-        f"## {title} ({len(rows)} methods evaluated, baseline `{cfg.baseline}`)",
+        f"## {title} ({_methods(len(rows))} evaluated, baseline `{cfg.baseline}`)",
         "",
         f"Seeds {seeds}, one per method: each interval below is one run's, so a difference says "
         "how this run differed on these questions, not how the method compares in general. "
@@ -250,7 +255,7 @@ def screen_markdown(
     only = list(getattr(cfg, "only_arms", []) or [])
     if only:  # a part of a screen, run on a basis of its own (another precision, say)
         lines += [
-            f"A part of the screen: `only_arms` keeps {len(only)} method(s) and the baseline "
+            f"A part of the screen: `only_arms` keeps {_methods(len(only))} and the baseline "
             f"`{cfg.baseline}`, trained with the overrides "
             + ", ".join(f"`{o}`" for o in cfg.overrides)
             + ". Its rows compare with this table's baseline only: another table's runs started "
@@ -329,7 +334,7 @@ def _cost_lines(rows: Sequence[Mapping[str, Any]], letter: Mapping[str, str]) ->
     where = "; ".join(f"{k}: {v / 3600:.1f} h" for k, v in by_machine.items())
     return [
         "",
-        f"Training time: {total / 3600:.1f} h for the {len(timed)} methods' runs ({where}; every "
+        f"Training time: {total / 3600:.1f} h for the runs of {_methods(len(timed))} ({where}; every "
         "launch of every seed, from the runs' records; evaluation not counted).",
     ]
 

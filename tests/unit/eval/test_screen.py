@@ -113,7 +113,7 @@ def test_rows_from_the_archive(study_dir, tmp_path):  # noqa: F811
     assert new["train_seconds"] == pytest.approx(60.0)
     timed = [two[0], {**two[1], "train_seconds": 3600.0}]
     assert (
-        "Training time: 1.0 h for the 2 methods' runs (A: 0.0 h; B, A: 1.0 h; every launch"
+        "Training time: 1.0 h for the runs of 2 methods (A: 0.0 h; B, A: 1.0 h; every launch"
     ) in screen_markdown(cfg, timed)
     assert "Training time" not in screen_markdown(cfg, [{**two[1], "train_seconds": None}])
     # how often each monitor fired, and whether the baseline raised it too
@@ -443,7 +443,7 @@ def test_a_row_names_the_precision_its_machine_ran_and_a_part_says_so():
     table = screen_markdown(cfg, rows)
     assert "A = cpu X, bf16-mixed; B = cpu X, 32-true; C = cpu Y." in table
     assert (
-        "A part of the screen: `only_arms` keeps 2 method(s) and the baseline `base`, trained "
+        "A part of the screen: `only_arms` keeps 2 methods and the baseline `base`, trained "
         "with the overrides `trainer.precision=32-true`. Its rows compare with this table's "
         "baseline only"
     ) in table
@@ -486,13 +486,14 @@ def test_a_screen_shows_its_parts_below_it_each_against_its_own_baseline(study_d
         "its own baseline, is below this one): `new` (`s_part`)."
     ) in table
     assert "Not evaluated yet (1 of 3 methods): `gone`." in table
+    assert "(1 method evaluated, baseline `base`)" in table  # one, in the singular
     below = parts_markdown(
         [{**found, "rows": [{**r, "machines": ["cpu B, 32-true"]} for r in found["rows"]]}],
         ["cpu A, bf16-mixed"],
     )
     assert "## A part of the screen on a basis of its own: `s_part` (2 methods evaluated" in below
     assert "B = cpu B, 32-true." in below  # the letters go on from the screen's
-    assert "A part of the screen: `only_arms` keeps 1 method(s)" in below
+    assert "A part of the screen: `only_arms` keeps 1 method and the baseline" in below
     assert (
         f"Its records: `{part_archive}` (`seekrl-study study=s_part` runs the part; "
         f"`seekrl-study study=s_part out_dir={study_dir} report_only=true` writes its full report"
