@@ -6,7 +6,9 @@ Both terms compare the current log-probabilities with the behaviour policy's, so
 most 1, the paper's setting): they act from the second optimisation pass on
 (``optim.policy_epochs >= 2``; their configs say so with ``acts_off_policy_only``, and the train
 config refuses one pass). Each term is reduced with the loss's own aggregation, so micro-batching
-stays exact (with ``agg=token_mean``, the papers' token mean).
+stays exact. ``algorithm=llds`` sets ``loss.agg=token_mean``, the token mean over the trained tokens
+of the authors' code (``verl_F.masked_mean`` of both the clip loss and the term), not the
+framework's default ``seq_mean_token_mean``.
 """
 
 from __future__ import annotations

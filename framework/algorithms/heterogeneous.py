@@ -13,7 +13,9 @@ Formulas from the authors' code (github.com/starriver030515/HAPO, ``core_algos.p
   by its largest positive value (``h > 0``) or by the magnitude of its most negative one
   (``h < 0``), so ``ĥ`` lies in ``[-1, 1]``;
 - asymmetric adaptive clipping and differential advantage redistribution (``loss=hapo``), with
-  PPO's dual clip (c = 10).
+  PPO's dual clip (c = 10); ``algorithm=hapo`` reduces it with ``agg=token_mean``, the code's
+  ``loss_agg_mode="token-mean"`` (every recipe), not the framework's default
+  ``seq_mean_token_mean``.
 
 Readings and omissions (why the fidelity is "partial"): the released code divides negative scores
 by ``min(h)`` itself, which flips their sign; we read that as a slip and divide by ``|min(h)|``.

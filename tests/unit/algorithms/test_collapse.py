@@ -175,6 +175,11 @@ def test_sapo_with_coef_zero_is_ppo_clip():
         assert_close(a.grad, b.grad)
 
 
+def test_the_llds_bundle_takes_the_token_mean_of_the_authors_code():
+    # dp_actor.py: verl_F.masked_mean over the response mask for the clip loss and the term alike
+    assert load_config("train", ["algorithm=llds"]).loss.agg == "token_mean"
+
+
 @pytest.mark.parametrize("bundle", ["llds", "sapo_search"])
 def test_the_bundles_make_two_passes_and_one_pass_is_refused(bundle):
     assert load_config("train", [f"algorithm={bundle}"]).optim.policy_epochs == 2

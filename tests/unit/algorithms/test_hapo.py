@@ -117,3 +117,10 @@ def test_the_loss_needs_the_entropy_and_the_trainer_provides_it():
     with pytest.raises(ValueError, match=r"\[loss.hapo\] got PolicyLossInputs without entropy"):
         hapo_loss(x, cfg=HAPOLossConfig(name="hapo"))
     assert loss_spec(HAPOLossConfig(name="hapo"), KLConfig(name="k3")).needs_entropy
+
+
+def test_the_bundle_takes_the_token_mean_of_the_authors_code():
+    # recipe/*.sh: loss_agg_mode="token-mean" (the framework's default is seq_mean_token_mean)
+    from framework.cli.app import load_config
+
+    assert load_config("train", ["algorithm=hapo"]).loss.agg == "token_mean"
