@@ -12,9 +12,15 @@ The tournament and the reward follow the authors' code (github.com/Alibaba-NLP/q
   sorted by their mean score (stable, highest first) and placed in the standard bracket order
   (seed 1 meets the lowest seed, seeds 1 and 2 can meet only in the final; for 8:
   1 8 4 5 2 7 3 6), where a missing entrant gives its opponent a bye;
-- the tournament pairs neighbours of the bracket round by round (an odd one out advances; so in
-  a group that is not a power of two a bye can fall to a low seed: of three, seeds 1 and 2 meet
-  at once and seed 3 reaches the final);
+- the tournament pairs neighbours of the bracket round by round; in a round of odd size the last
+  one has a bye and goes FIRST into the next round, ahead of the winners in their pairing order
+  (``SingleEliminationGroupRewardModel.run_tournament`` in ``single_elimination.py`` appends it
+  to ``next_round_players`` while pairing, before any result); so it meets the first pair's
+  winner next, as the first of that match (the one a tie favours). In a group that is not a power
+  of two a bye can fall to a low seed: of three, seeds 1 and 2 meet at once and seed 3 reaches
+  the final; of five, seed 3 has the bye and meets seed 1 in round two, while seed 2 has the bye
+  of round two and meets seed 1 in the final (placing the bye last instead, as this module did
+  until 2026-12-01, gives other rewards for groups of 5, 7, 9, 10, 13, 14 and 15);
 - the ranking: the champion first, then the final's loser, then each earlier round's losers, the
   losers of one round ordered by the mean of all their scores (seeding included; stable);
 - the reward of place ``k`` (0 the best) of ``N`` is ``1 - k / (N - 1)``; the advantage is that
@@ -124,7 +130,8 @@ def anchor_rewards(n: int, match: Match) -> list[float]:
 def single_elimination_rewards(n: int, match: Match) -> list[float]:
     """``format=single_elimination``: anchor seeding, the seeded bracket, the ranking (champion,
     finalist, each earlier round's losers by their mean score) and ``1 - place / (n - 1)``
-    (module docstring)."""
+    (module docstring). In a round of odd size the last entrant has a bye and goes first into the
+    next round, as in the authors' ``run_tournament`` (``single_elimination.py``)."""
     if n < 2:
         return [0.0] * n
     points: list[list[float]] = [[] for _ in range(n)]
@@ -142,7 +149,11 @@ def single_elimination_rewards(n: int, match: Match) -> list[float]:
     alive = [seeded[k] for k in bracket_order(n)]
     eliminated: list[list[int]] = []
     while len(alive) > 1:
-        nxt, losers = [], []
+        # an odd one out (the last of the round) has a bye and goes first into the next round,
+        # ahead of the winners (the authors' ``run_tournament`` adds it while pairing, before any
+        # result), so it meets the first pair's winner next, and wins there on a tie
+        nxt: list[int] = [alive[-1]] if len(alive) % 2 else []
+        losers: list[int] = []
         for k in range(0, len(alive) - 1, 2):
             a, b = alive[k], alive[k + 1]
             s_a, s_b = match(a, b)
@@ -151,8 +162,6 @@ def single_elimination_rewards(n: int, match: Match) -> list[float]:
             winner, loser = (a, b) if s_a >= s_b else (b, a)
             nxt.append(winner)
             losers.append(loser)
-        if len(alive) % 2:
-            nxt.append(alive[-1])  # a bye
         eliminated.append(losers)
         alive = nxt
     ranking = alive + [

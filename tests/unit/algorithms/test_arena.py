@@ -126,9 +126,71 @@ def test_a_judge_preferring_longer_answers_ranks_by_length(n):
 
 def test_byes_follow_the_authors_bracket():
     # three entrants: the bracket of four without seed 4 pairs seeds 1 and 2 at once and gives
-    # seed 3 the bye, so seed 3 reaches the final and places second (the authors' code does the
-    # same; with a group that is not a power of two the ranking is not monotone in the scores)
+    # seed 3 the bye, so seed 3 reaches the final and places second (with a group that is not a
+    # power of two the ranking is not monotone in the scores)
     assert single_elimination_rewards(3, by_score([3.0, 2.0, 1.0])) == pytest.approx([1, 0, 0.5])
+    # the bye goes FIRST into the next round (the authors' run_tournament appends it while pairing,
+    # before any result), so it is the first of its next match and takes a tie: of three equal
+    # entrants 0 beats 1 on the tie, then the final is (2 v 0) and 2 wins it; ranking 2, 0, 1
+    # (a bye placed last would make the final (0 v 2), won by 0: [1, 0, 0.5])
+    calls: list = []
+    r = single_elimination_rewards(3, by_score([0.0] * 3, calls))
+    assert r == pytest.approx([0.5, 0.0, 1.0])
+    assert calls[2:] == [(0, 1), (2, 0)]
+    # five entrants, strongest first: bracket [0, 3, 4, 1, 2]; round one (0 v 3), (4 v 1), seed 2's
+    # bye -> [2, 0, 1]; round two (2 v 0), seed 1's bye -> [1, 0]; the final (1 v 0). Ranking
+    # 0, 1, 2, then round one's losers 3, 4 (a bye placed last: (0 v 1) in round two, 2 reaches
+    # the final and places second)
+    calls = []
+    r = single_elimination_rewards(5, by_score([5.0, 4.0, 3.0, 2.0, 1.0], calls))
+    assert r == pytest.approx([1.0, 0.75, 0.5, 0.25, 0.0])
+    assert calls[4:] == [(0, 3), (4, 1), (2, 0), (1, 0)]
+    # five equal entrants: (0 v 3) -> 0, (4 v 1) -> 4, bye 2 -> [2, 0, 4]; (2 v 0) -> 2, bye 4 ->
+    # [4, 2]; (4 v 2) -> 4. Ranking 4, 2, 0, then 3, 1 (equal means keep their order)
+    calls = []
+    r = single_elimination_rewards(5, by_score([0.0] * 5, calls))
+    assert r == pytest.approx([0.5, 0.0, 0.75, 0.25, 1.0])
+    assert calls[4:] == [(0, 3), (4, 1), (2, 0), (4, 2)]
+
+
+#: PLACES[n][i]: the place (0 the best) of rollout i in a group of n whose judge always prefers
+#: the lower index (rollout i scores n - i in every match, so rollout i is seed i + 1 and the
+#: losers of a round are ordered by index). Derived by hand-tracing the authors' code
+#: (github.com/Alibaba-NLP/qqr, qqr/reward_models/arena/single_elimination.py, read 2026-12-01:
+#: get_seeded_bracket, then run_tournament, where the bye of an odd round, the last entrant, is
+#: appended to next_round_players before the round's winners, then determine_final_ranks) on the
+#: bracket of 16, 0 15 7 8 3 12 4 11 1 14 6 9 2 13 5 10, with the seeds >= n left out; the same
+#: table came out of the authors' class run unchanged with this judge. E.g. 7: bracket
+#: [0, 3, 4, 1, 6, 2, 5]; (0 v 3), (4 v 1), (6 v 2), bye 5 -> [5, 0, 1, 2]; (5 v 0), (1 v 2) ->
+#: [0, 1]; 0 wins. Ranking 0, 1, then 2, 5, then 3, 4, 6. A bye placed last differs at
+#: 5, 7, 9, 10, 13, 14 and 15 (e.g. 7: [0, 2, 1, 4, 5, 3, 6]).
+PLACES = {
+    2: [0, 1],
+    3: [0, 2, 1],
+    4: [0, 1, 2, 3],
+    5: [0, 1, 2, 3, 4],
+    6: [0, 2, 1, 3, 4, 5],
+    7: [0, 1, 2, 4, 5, 3, 6],
+    8: [0, 1, 2, 3, 4, 5, 6, 7],
+    9: [0, 1, 2, 3, 5, 4, 6, 7, 8],
+    10: [0, 1, 2, 3, 5, 6, 4, 7, 8, 9],
+    11: [0, 2, 1, 3, 6, 7, 4, 8, 9, 10, 5],
+    12: [0, 2, 1, 3, 4, 5, 6, 7, 8, 9, 10, 11],
+    13: [0, 1, 2, 3, 4, 7, 5, 8, 9, 10, 6, 11, 12],
+    14: [0, 1, 2, 4, 5, 3, 6, 7, 8, 9, 10, 11, 12, 13],
+    15: [0, 1, 2, 3, 4, 5, 6, 8, 9, 10, 7, 11, 12, 13, 14],
+    16: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15],
+}
+
+
+@pytest.mark.parametrize("n", sorted(PLACES))
+def test_the_authors_bracket_for_every_group_size(n):
+    r = single_elimination_rewards(n, by_score([float(n - i) for i in range(n)]))
+    assert r == pytest.approx([1 - p / (n - 1) for p in PLACES[n]])
+
+
+def test_a_group_of_one():
+    assert single_elimination_rewards(1, by_score([1.0])) == [0.0]
 
 
 def rollout(group: int, answer: str | None) -> Trajectory:
