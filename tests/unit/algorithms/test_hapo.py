@@ -26,8 +26,8 @@ F64 = torch.float64
 CFG = HAPOAdvantageConfig(name="hapo")
 
 
-def lengths_mask(lengths):
-    width = max(lengths)
+def lengths_mask(lengths, width=None):
+    width = max(lengths) if width is None else width
     return torch.tensor([[1] * n + [0] * (width - n) for n in lengths], dtype=torch.bool)
 
 
@@ -55,6 +55,13 @@ def test_the_fallback_reads_the_rollouts_own_advantages():
     )
     got = hapo_advantage(inputs, cfg=CFG)
     assert float(got[-1]) == pytest.approx(-3.873, abs=1e-3)
+    # the same with every rollout shorter than the padded width (3 trained tokens of 5): the
+    # padded positions' (0 - 0.95625) / 0.16944 = -5.64 is not read, so still no fallback (the
+    # released code falls back to GRPO here and gives (0.3 - 0.95625) / 0.175 = -3.75)
+    padded = AdvantageInputs(
+        rewards, torch.zeros(16, dtype=torch.long), token_mask=lengths_mask([3] * 16, width=5)
+    )
+    assert_close(hapo_advantage(padded, cfg=CFG), got)
     # a group with an outlier length falls back to GRPO with the unbiased std: +-0.866 for [1,0,0,1]
     skew = AdvantageInputs(
         torch.tensor([1.0, 0.0, 0.0, 1.0], dtype=F64),
@@ -63,6 +70,31 @@ def test_the_fallback_reads_the_rollouts_own_advantages():
     )
     low = hapo_advantage(skew, cfg=HAPOAdvantageConfig(name="hapo", fallback=0.5))
     assert_close(low, torch.tensor([0.866, -0.866, -0.866, 0.866], dtype=F64), atol=1e-3, rtol=0)
+
+
+def test_a_rollout_without_trained_tokens_gets_zero_and_cannot_trigger_the_fallback():
+    # rewards [1, 0, 0, 0], lengths [0, 5, 5, 5]; token weights 0, 5, 5, 5 (sum 15):
+    #   mu = (0*1 + 5*0 + 5*0 + 5*0) / 15 = 0;  sigma^2 = (0*(1-0)^2 + 15*(0-0)^2) / 15 = 0
+    #   rollouts 1-3: (0 - 0) / (0 + 1e-6) = 0
+    #   rollout 0 has no token: it gets 0 (the formula's (1 - 0) / 1e-6 = 1e6 is no advantage of
+    #   any token, so it must not reach the fallback test); max |A| = 0 < 5: no fallback
+    # -> [0, 0, 0, 0] (the old code read the 1e6 and fell back to GRPO: [1.5, -0.5, -0.5, -0.5])
+    inputs = AdvantageInputs(
+        torch.tensor([1.0, 0.0, 0.0, 0.0], dtype=F64),
+        torch.zeros(4, dtype=torch.long),
+        token_mask=lengths_mask([0, 5, 5, 5]),
+    )
+    assert hapo_advantage(inputs, cfg=CFG).tolist() == [0.0, 0.0, 0.0, 0.0]
+    # a zero-length rollout in a group that does fall back gets 0 too; GRPO's values for the
+    # others still count its reward: rewards [1, 1, 0, 0], lengths [0, 1, 1, 60], fallback 0.5:
+    #   GRPO mean 0.5, unbiased std sqrt(4 * 0.25 / 3) = 0.57735 -> +-0.866, rollout 0 -> 0
+    fall = AdvantageInputs(
+        torch.tensor([1.0, 1.0, 0.0, 0.0], dtype=F64),
+        torch.zeros(4, dtype=torch.long),
+        token_mask=lengths_mask([0, 1, 1, 60]),
+    )
+    got = hapo_advantage(fall, cfg=HAPOAdvantageConfig(name="hapo", fallback=0.5))
+    assert_close(got, torch.tensor([0.0, 0.866, -0.866, -0.866], dtype=F64), atol=1e-3, rtol=0)
 
 
 def test_entropy_scores_pivot_on_the_quantile_and_lie_in_minus_one_one():
