@@ -128,6 +128,93 @@ def test_clip_widths_and_redistribution_worked_example():
     assert_close(eff, torch.tensor([0.5, 1.0]))
 
 
+def _ratios_inputs(ratios, adv, mask, log_entropy) -> PolicyLossInputs:
+    """Old log-probs 0 and log-probs ``log(ratio)``: each token's ratio is the given one."""
+    logp = torch.tensor(ratios, dtype=F64).log().requires_grad_(True)
+    return PolicyLossInputs(
+        logp,
+        torch.zeros_like(logp),
+        torch.tensor(adv, dtype=F64),
+        torch.tensor(mask, dtype=torch.bool),
+        entropy=torch.tensor(log_entropy, dtype=F64).exp(),
+    )
+
+
+def test_the_full_loss_by_hand():
+    # two rollouts of two trained tokens and one padded position each (its entropy e^5 would be
+    # the largest if it were read); rollout 0 has A = +1, rollout 1 A = -1; base clip 0.2/0.2,
+    # alpha = beta = 1, pivot 0.8, dual clip c = 10, token mean
+    x = HAPOLossConfig(name="hapo", agg="token_mean")
+    inputs = _ratios_inputs(
+        [[1.3, 1.0, 1.0], [12.0, 0.7, 1.0]],
+        [1.0, -1.0],
+        [[1, 1, 0], [1, 1, 0]],
+        [[1.0, 0.0, 5.0], [0.5, -1.0, 5.0]],  # log H
+    )
+    # entropy scores over the 4 trained tokens, x = log H = [1, 0, 0.5, -1]:
+    #   sorted [-1, 0, 0.5, 1], pivot index round(0.8 * 3) = 2 -> q = 0.5
+    #   centred [0.5, -0.5, 0, -1.5]; the rms scale sqrt(2.75 / 4) = 0.829 cancels in the next
+    #   step: positives / max (0.5), negatives / |min| (1.5) -> h = [1, -1/3, 0, -1]
+    h = entropy_scores(inputs.entropy, inputs.token_mask)
+    assert_close(h, torch.tensor([[1.0, -1 / 3, 0.0], [0.0, -1.0, 0.0]], dtype=F64))
+    # clip widths: h <= 0: eps_low' = 0.2 (1 - h); h > 0: eps_high' = 0.2 (1 + h)
+    #   t0 (h 1):    low 0.2,                     high 0.4   -> zone (0.9, 1.2)
+    #   t1 (h -1/3): low 0.2 * 4/3 = 0.26667,     high 0.2   -> zone (0.86667, 1.1)
+    #   t2 (h 0):    low 0.2,                     high 0.2   -> zone (0.9, 1.1)
+    #   t3 (h -1):   low 0.4,                     high 0.2   -> zone (0.8, 1.1)
+    lo, hi = clip_widths(h, 0.2, 0.2, 1.0)
+    assert_close(lo[:, :2], torch.tensor([[0.2, 0.8 / 3], [0.2, 0.4]], dtype=F64))
+    assert_close(hi[:, :2], torch.tensor([[0.4, 0.2], [0.2, 0.2]], dtype=F64))
+    # redistributed advantages, A' = A (1 + h):
+    #   t0: high entropy, ratio 1.3 outside its zone -> A' = 1 * 2 = 2
+    #   t1: low entropy, ratio 1.0 inside its zone   -> A' = 1 * 2/3 = 2/3
+    #   t2: h = 0, so A' = A = -1 either way
+    #   t3: low entropy, ratio 0.7 outside its zone  -> A = -1 (A' would be 0)
+    # per token, max(-A rho, -A clip(rho, 1 - low', 1 + high')), at most -10 A where A < 0:
+    #   t0: max(-2 * 1.3, -2 * clip(1.3, 0.8, 1.4) = -2.6) = -2.6
+    #   t1: max(-2/3 * 1, -2/3 * 1) = -2/3
+    #   t2: max(12, 1 * clip(12, 0.8, 1.2) = 1.2) = 12, dual clip min(12, 10) = 10
+    #   t3: max(0.7, 1 * clip(0.7, 0.6, 1.2) = 0.7) = 0.7
+    # token mean: (-2.6 - 2/3 + 10 + 0.7) / 4 = 7.43333 / 4 = 1.858333
+    # (without the dual clip 2.358333; without redistribution (-1.3 - 1 + 10 + 0.7) / 4 = 2.1;
+    # with the base clip widths t0 -2.4 and t3 0.8: 1.933333)
+    out = hapo_loss(inputs, cfg=x)
+    assert float(out.loss.detach()) == pytest.approx((-2.6 - 2 / 3 + 10 + 0.7) / 4, abs=1e-12)
+    assert float(out.metrics["entropy_score_mean"]) == pytest.approx(-1 / 12, abs=1e-12)
+    assert float(out.metrics["clip_frac"]) == 0.0
+    # gradient per token (d/d logp of -A' rho is -A' rho): t0 -2 * 1.3 / 4, t1 -(2/3) / 4, t2 0
+    # (dual-clipped: constant), t3 0.7 / 4 (inside its widened clip; clipped at 0.8 by the base)
+    (grad,) = torch.autograd.grad(out.loss, inputs.logprobs)
+    want = torch.tensor([[-0.65, -1 / 6, 0.0], [0.0, 0.175, 0.0]], dtype=F64)
+    assert_close(grad, want, atol=1e-12, rtol=0)
+
+
+def test_the_dual_clip_bounds_the_redistributed_advantage_by_hand():
+    # one rollout, A = -1, four trained tokens; log H = [1, 0.5, 0, -1]
+    #   sorted [-1, 0, 0.5, 1], q = 0.5 -> centred [0.5, 0, -0.5, -1.5] -> h = [1, 0, -1/3, -1]
+    x = HAPOLossConfig(name="hapo", agg="token_mean")
+    inputs = _ratios_inputs(
+        [[11.0, 1.0, 0.75, 1.05]], [-1.0], [[1, 1, 1, 1]], [[1.0, 0.5, 0.0, -1.0]]
+    )
+    #   t0 (h 1, zone (0.9, 1.2), high 0.4): ratio 11 outside -> A' = -1 * 2 = -2;
+    #       max(2 * 11, 2 * 1.4) = 22 > -10 A' = 20: the dual clip acts -> 20
+    #   t1 (h 0, widths 0.2/0.2): A = -1, ratio 1 -> max(1, 1) = 1 (ratio < 10: no dual clip)
+    #   t2 (h -1/3, low 0.26667, zone (0.86667, 1.1)): ratio 0.75 outside -> A = -1;
+    #       max(0.75, clip(0.75, 0.73333, 1.2) = 0.75) = 0.75
+    #   t3 (h -1, low 0.4, zone (0.8, 1.1)): ratio 1.05 inside -> A' = -1 * 0 = 0 -> 0
+    # token mean: (20 + 1 + 0.75 + 0) / 4 = 5.4375
+    # (without the dual clip t0 22: 5.9375; without redistribution t0 min(11, 10) = 10 and t3
+    # 1.05: 3.2; with the base widths t2 is clipped at 0.8: 5.45)
+    out = hapo_loss(inputs, cfg=x)
+    assert float(out.loss.detach()) == pytest.approx(5.4375, abs=1e-12)
+    # the dual-clipped token has no gradient; t1 -(-1) * 1 / 4, t2 0.75 / 4, t3 0 (A' = 0)
+    (grad,) = torch.autograd.grad(out.loss, inputs.logprobs)
+    assert_close(grad, torch.tensor([[0.0, 0.25, 0.1875, 0.0]], dtype=F64), atol=1e-12, rtol=0)
+    # dual_clip = 0 disables it: t0 gives 22
+    off = hapo_loss(inputs, cfg=HAPOLossConfig(name="hapo", agg="token_mean", dual_clip=0.0))
+    assert float(off.loss.detach()) == pytest.approx(5.9375, abs=1e-12)
+
+
 def test_without_adaptation_hapo_is_ppo_clip():
     gen = torch.Generator().manual_seed(1)
     logp = -torch.rand(4, 6, generator=gen, dtype=F64)
