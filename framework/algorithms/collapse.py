@@ -25,7 +25,8 @@ from framework.config import Problem, check_choice, check_range
 from framework.registry.kinds import POLICY_LOSSES
 from framework.types import LossOutput, PolicyLossInputs
 
-#: LLDS's gates: one per action (maximal run of trained tokens: a model turn), or one per response
+#: LLDS's gates: one per action (maximal run of trained tokens with A_t >= 0: a model turn of a
+#: rollout with A >= 0), or one per response
 LLDS_GATES = ("action", "response")
 
 
@@ -62,20 +63,31 @@ def action_index(mask: Tensor) -> Tensor:
 def llds_penalty(
     logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, gate: str = "action"
 ) -> Tensor:
-    """``[N, L]``: ``g_a(t) max(0, d_t)`` with ``d_t = old_t - logp_t`` on the tokens of rollouts
-    whose advantage is ``>= 0``, where the gate ``g_a`` is on when the token's action (or, with
-    ``gate=response``, its whole response) lost likelihood in sum; 0 elsewhere.
+    """``[N, L]``: ``g_a(t) max(0, d_t)`` with ``d_t = old_t - logp_t`` on the trained tokens whose
+    advantage is ``>= 0``, where the gate ``g_a`` is on when the token's run (or, with
+    ``gate=response``, all of its row's such tokens) lost likelihood in sum; 0 elsewhere.
+
+    As in the authors' code (``chunk_sums_vectorized`` over ``response_mask *
+    (advantages >= 0)`` in ``dp_actor.py``), a run is a maximal stretch of trained tokens with
+    ``A_t >= 0``, and the sums read those tokens only: with a rollout's advantage broadcast these
+    are its actions (model turns) when ``A >= 0`` and nothing when ``A < 0``, but per-token
+    advantages that change sign inside an action split it, and its ``A_t < 0`` tokens neither
+    count in a gate nor are penalised. ``d = [0.2, -0.3, 0.5]``, ``A = [1, 1, -1]`` in one action:
+    the run is the first two tokens, sum -0.1, gate off, so 0 everywhere (gating the whole action,
+    sum 0.4, would penalise the first token: ``[0.2, 0, 0]``). The R-gate likewise sums ``d`` over
+    the row's ``A_t >= 0`` tokens.
 
     Args:
-        advantages: ``[N, L]`` per token (a rollout's advantage broadcast).
+        advantages: ``[N, L]`` per token (a rollout's advantage broadcast, or per-token ones).
     """
     m = mask.bool()
     d = (old_logprobs.detach() - logprobs).masked_fill(~m, 0.0)
-    index = action_index(m) if gate == "action" else m.long()
+    preserving = m & (advantages >= 0)
+    index = action_index(preserving) if gate == "action" else preserving.long()
     sums = torch.zeros(d.shape[0], int(index.max()) + 1, dtype=d.dtype, device=d.device)
     sums.scatter_add_(1, index, d.detach())
     on = torch.gather(sums, 1, index) > 0
-    keep = on & m & (advantages >= 0)
+    keep = on & preserving
     return torch.where(keep, d.clamp(min=0.0), torch.zeros_like(d))
 
 
@@ -84,7 +96,8 @@ def llds_loss(inputs: PolicyLossInputs, *, cfg: LLDSLossConfig) -> LossOutput:
     """PPO-clip plus LLDS's likelihood-displacement term (authors' code, the A-gate)::
 
         d_t = logp_old_t - logp_t
-        g_a = 1[sum over action a of d_t > 0], for rollouts with A >= 0 (0 for the others)
+        a = a maximal run of trained tokens with A_t >= 0 (an action of a rollout with A >= 0)
+        g_a = 1[sum over a of d_t > 0]; tokens with A_t < 0 are in no run (g 0)
         L = L_clip + lambda * agg_t(g_a(t) max(0, d_t))   over every trained token
 
     Returns:

@@ -78,6 +78,45 @@ def test_llds_response_gate_and_negative_advantages():
     assert float(llds_loss(two, cfg=llds()).loss - clip.loss) == pytest.approx(0.2 * 0.2 / 8)
 
 
+@pytest.mark.parametrize("gate", ["action", "response"])
+def test_llds_gates_over_runs_of_non_negative_per_token_advantages(gate):
+    # one action of three trained tokens whose per-token advantages change sign (the reviewer's
+    # example): d = old - new = [0.2, -0.3, 0.5], A = [1, 1, -1]
+    # authors' code: the run of A_t >= 0 tokens is tokens 1-2, sum d = 0.2 - 0.3 = -0.1 <= 0, gate
+    # off; token 3 (A < 0) is in no run -> penalised [0, 0, 0], term 0
+    # (gating the whole action, sum 0.4 > 0, penalised [0.2, 0, 0]: 0.2 * 0.2 / 3 = 0.01333)
+    d = torch.tensor([[0.2, -0.3, 0.5]], dtype=F64)
+    adv = torch.tensor([[1.0, 1.0, -1.0]], dtype=F64)
+    mask = torch.ones(1, 3, dtype=torch.bool)
+    old = torch.zeros(1, 3, dtype=F64)
+    assert float(llds_penalty(-d, old, adv, mask, gate).abs().sum()) == 0.0
+    x = inputs(-d, old, adv, mask)
+    got = llds_loss(x, cfg=llds(gate=gate))
+    clip = ppo_clip_loss(x, cfg=ClipLossConfig(name="ppo_clip", agg="token_mean"))
+    assert float(got.loss - clip.loss) == pytest.approx(0.0, abs=1e-15)
+    assert float(got.metrics["llds_term"]) == 0.0
+
+
+def test_a_sign_change_inside_an_action_splits_its_gate():
+    # one action, d = [0.2, 0.4, -0.1, 0.1], A = [1, -1, 1, 1]: runs of A_t >= 0 are {1} (sum 0.2,
+    # on) and {3, 4} (sum 0.0, off; token 2's 0.4 is not counted) -> penalised [0.2, 0, 0, 0]
+    # mean over the 4 trained tokens 0.05, times lambda 0.2 = 0.01
+    # (one gate over the action, sum 0.6: [0.2, 0, 0, 0.1], 0.2 * 0.3 / 4 = 0.015)
+    d = torch.tensor([[0.2, 0.4, -0.1, 0.1]], dtype=F64)
+    adv = torch.tensor([[1.0, -1.0, 1.0, 1.0]], dtype=F64)
+    mask = torch.ones(1, 4, dtype=torch.bool)
+    old = torch.zeros(1, 4, dtype=F64)
+    pen = llds_penalty(-d, old, adv, mask)
+    assert_close(pen, torch.tensor([[0.2, 0.0, 0.0, 0.0]], dtype=F64))
+    x = inputs(-d, old, adv, mask)
+    got = llds_loss(x, cfg=llds())
+    clip = ppo_clip_loss(x, cfg=ClipLossConfig(name="ppo_clip", agg="token_mean"))
+    assert float(got.loss - clip.loss) == pytest.approx(0.01, abs=1e-12)
+    # the R-gate sums the A_t >= 0 tokens only: 0.2 - 0.1 + 0.1 = 0.2 > 0, on -> [0.2, 0, 0, 0.1]
+    pen = llds_penalty(-d, old, adv, mask, gate="response")
+    assert_close(pen, torch.tensor([[0.2, 0.0, 0.0, 0.1]], dtype=F64))
+
+
 def test_both_terms_are_zero_on_policy():
     gen = torch.Generator().manual_seed(0)
     logp = -torch.rand(3, 5, generator=gen, dtype=F64)
