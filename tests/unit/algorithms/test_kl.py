@@ -8,12 +8,14 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from framework.algorithms.kl import KLConfig, kl_k1, kl_k2, kl_k3
+from framework.algorithms.kl import K3Config, KLConfig, kl_k1, kl_k2, kl_k3
 from framework.algorithms.objective import add_kl_penalty
+from framework.cli.app import load_config
+from framework.config import ConfigError
 from framework.types import LossOutput
 
 F64 = torch.float64
-CFG = KLConfig(name="k3")
+CFG = K3Config(name="k3")  # k1/k2 read only KLConfig's fields; k3 its cap (10) too
 ESTIMATORS = {"k1": kl_k1, "k2": kl_k2, "k3": kl_k3}
 
 
@@ -92,6 +94,86 @@ def test_k1_and_k3_are_unbiased_estimators_of_kl():
     k2_expected = 0.5 * sum(pi * math.log(pi / qi) ** 2 for pi, qi in zip(p.tolist(), q.tolist()))
     assert abs(k2_expected - 0.181663) < 1e-5
     assert abs(kl_k2(logp, ref, cfg=CFG).mean().item() - k2_expected) < 0.006
+
+
+# --------------------------------------------------------------------------- k3's cap
+
+
+def _k3_and_grad(log_r: float, cfg: K3Config) -> tuple[float, float]:
+    """k3 at ``log r = log π_ref - log π_θ`` and its gradient in ``log π_θ``."""
+    logp = torch.tensor([-1.0 - log_r], dtype=F64, requires_grad=True)
+    ref = torch.tensor([-1.0], dtype=F64)
+    k3 = kl_k3(logp, ref, cfg=cfg)
+    k3.sum().backward()
+    assert logp.grad is not None
+    return k3.item(), logp.grad.item()
+
+
+def test_k3_default_cap_is_verls_10():
+    assert K3Config(name="k3").cap == 10.0
+    assert load_config("train", ["algorithm=grpo"]).kl.cap == 10.0
+    assert load_config("train", ["algorithm=grpo", "kl.cap=3.5"]).kl.cap == 3.5
+    # the cap is k3's: k1 and k2 keep the plain KLConfig
+    k1 = load_config("train", ["algorithm=grpo", "kl=k1"]).kl
+    assert type(k1) is KLConfig and not hasattr(k1, "cap")
+
+
+def test_k3_capped_at_log_ratio_10_with_zero_gradient():
+    # log r = 10 (the reference gives the token e^10 times the policy's probability):
+    #   uncapped k3 = e^10 - 1 - 10 = 22026.465795 - 11 = 22015.465795,
+    #   d k3 / d log π_θ = d (r - 1 - log r) / d log π_θ = -r + 1 = 1 - e^10 = -22025.465795.
+    # Capped: the value is the cap, 10, and a clamp passes no gradient beyond it.
+    value, grad = _k3_and_grad(10.0, CFG)
+    assert value == 10.0
+    assert grad == 0.0
+    # the other side: log r = -15, k3 = e^-15 - 1 + 15 = 14.0000003 > 10, also capped
+    value, grad = _k3_and_grad(-15.0, CFG)
+    assert value == 10.0
+    assert grad == 0.0
+
+
+def test_k3_cap_zero_turns_it_off():
+    value, grad = _k3_and_grad(10.0, K3Config(name="k3", cap=0.0))
+    assert value == pytest.approx(22015.465795, rel=1e-9)
+    assert grad == pytest.approx(-22025.465795, rel=1e-9)
+
+
+def test_k3_other_cap():
+    # cap 2 at log r = 2: k3 = e^2 - 3 = 4.389056 > 2, so 2 and no gradient
+    assert _k3_and_grad(2.0, K3Config(name="k3", cap=2.0)) == (2.0, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("log_r", "k3", "grad"),
+    [
+        # log r = 0.5 (r = e^0.5 = 1.648721): k3 = 1.648721 - 1 - 0.5 = 0.148721,
+        #   gradient 1 - r = -0.648721
+        (0.5, 0.148721, -0.648721),
+        # log r = -0.5 (log π_θ - log π_ref = 0.5, r = e^-0.5 = 0.606531):
+        #   k3 = 0.606531 - 1 + 0.5 = 0.106531, gradient 1 - r = 0.393469
+        (-0.5, 0.106531, 0.393469),
+        # just below the cap: log r = 2.5, k3 = e^2.5 - 3.5 = 12.182494 - 3.5 = 8.682494
+        (2.5, 8.682494, -11.182494),
+    ],
+)
+def test_k3_below_the_cap_is_unchanged(log_r, k3, grad):
+    got_k3, got_grad = _k3_and_grad(log_r, CFG)
+    assert got_k3 == pytest.approx(k3, abs=1e-6)
+    assert got_grad == pytest.approx(grad, abs=1e-6)
+    # and identical, bit for bit, to the uncapped estimator
+    assert (got_k3, got_grad) == _k3_and_grad(log_r, K3Config(name="k3", cap=0.0))
+
+
+def test_k3_cap_validation():
+    (problem,) = K3Config(name="k3", cap=-1.0).problems()
+    assert str(problem.under("kl")) == (
+        "[kl.cap] got -1.0; expected a number >= 0.0. Fix: set kl.cap to a positive number such "
+        "as 10 (verl's), or 0 to turn the clamp off."
+    )
+    assert K3Config(name="k3", cap=0.0).problems() == []
+    assert K3Config(name="k3", cap=10.0).problems() == []
+    with pytest.raises(ConfigError, match=r"\[kl\.cap\] got -2\.0"):
+        load_config("train", ["algorithm=grpo", "kl.cap=-2"])
 
 
 # --------------------------------------------------------------------------- add_kl_penalty
