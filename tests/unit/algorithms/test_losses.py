@@ -9,16 +9,29 @@ import torch
 from torch.testing import assert_close
 
 from framework.algorithms.aggregation import aggregate
-from framework.algorithms.losses import ClipLossConfig, GSPOLossConfig, gspo_loss, ppo_clip_loss
+from framework.algorithms.losses import (
+    ClipLossConfig,
+    GSPOLossConfig,
+    dual_clip,
+    gspo_loss,
+    ppo_clip_loss,
+)
+from framework.cli.app import load_config
+from framework.config import ConfigError
 from framework.types import PolicyLossInputs
 
 F64 = torch.float64
 MODES = ("token_mean", "seq_mean_token_mean", "token_sum_norm")
 
 
-def ppo_cfg(agg="token_mean", low=0.2, high=0.28, norm_constant=None):
+def ppo_cfg(agg="token_mean", low=0.2, high=0.28, norm_constant=None, dual=0.0):
     return ClipLossConfig(
-        name="ppo_clip", clip_low=low, clip_high=high, agg=agg, norm_constant=norm_constant
+        name="ppo_clip",
+        clip_low=low,
+        clip_high=high,
+        agg=agg,
+        norm_constant=norm_constant,
+        dual_clip=dual,
     )
 
 
@@ -178,6 +191,121 @@ def test_asymmetric_bounds():
     loss, grad, _ = _one_token(0.95, -1.0, cfg)
     assert_close(loss, _scalar(0.95))
     assert_close(grad, _scalar(0.95))
+
+
+# --------------------------------------------------------------------------- dual clip
+# Per token, this code's loss is max(-rho A, -clip(rho) A) (the pessimistic bound, to minimise);
+# dual clip with c makes it min(that, -c A) where A < 0.
+
+
+def test_dual_clip_caps_a_large_ratio_on_a_negative_advantage():
+    # A = -1, rho = 20, c = 3, bounds [0.8, 1.28]:
+    #   -rho A = 20, -clip(20) A = 1.28, pessimistic max(20, 1.28) = 20, gradient -A rho = 20;
+    #   dual clip: min(20, -c A = 3) = 3, a constant: gradient 0.
+    loss, grad, m = _one_token(20.0, -1.0, ppo_cfg())
+    assert_close(loss, _scalar(20.0))
+    assert_close(grad, _scalar(20.0))
+    loss, grad, m = _one_token(20.0, -1.0, ppo_cfg(dual=3.0))
+    assert_close(loss, _scalar(3.0))
+    assert grad.item() == 0.0
+    assert m["dual_clip_frac"].item() == 1.0
+    # A = -2, rho = 5, c = 3: min(10, 6) = 6
+    loss, grad, _ = _one_token(5.0, -2.0, ppo_cfg(dual=3.0))
+    assert_close(loss, _scalar(6.0))
+    assert grad.item() == 0.0
+
+
+def test_dual_clip_below_c_is_plain_ppo():
+    # A = -1, rho = 2 < c = 3: max(2, 1.28) = 2 < 3, so loss 2 and gradient -A rho = 2
+    loss, grad, m = _one_token(2.0, -1.0, ppo_cfg(dual=3.0))
+    assert_close(loss, _scalar(2.0))
+    assert_close(grad, _scalar(2.0))
+    assert m["dual_clip_frac"].item() == 0.0
+    # A = -1, rho = 0.5 (clipped low): max(0.5, 0.8) = 0.8 < 3: loss 0.8, gradient 0
+    loss, grad, _ = _one_token(0.5, -1.0, ppo_cfg(dual=3.0))
+    assert_close(loss, _scalar(0.8))
+    assert grad.item() == 0.0
+
+
+def test_dual_clip_leaves_positive_advantages_alone():
+    # A = +1, rho = 20: max(-20, -1.28) = -1.28 (clipped high), gradient 0; -c A = -3 would be
+    # lower, but A > 0 is not dual-clipped
+    loss, grad, _ = _one_token(20.0, 1.0, ppo_cfg(dual=3.0))
+    assert_close(loss, _scalar(-1.28))
+    assert grad.item() == 0.0
+    # A = +2, rho = 0.5: max(-1.0, -1.6) = -1.0, gradient -A rho = -1.0
+    loss, grad, _ = _one_token(0.5, 2.0, ppo_cfg(dual=3.0))
+    assert_close(loss, _scalar(-1.0))
+    assert_close(grad, _scalar(-1.0))
+
+
+def test_dual_clip_function_hand_values():
+    per_token = torch.tensor([[20.0, 2.0, -1.28, 0.0]], dtype=F64)
+    adv = torch.tensor([[-1.0, -1.0, 1.0, 0.0]], dtype=F64)
+    # min(20, 3) = 3; min(2, 3) = 2; A > 0 kept; A = 0 kept
+    expected = torch.tensor([[3.0, 2.0, -1.28, 0.0]], dtype=F64)
+    assert torch.equal(dual_clip(per_token, adv, 3.0), expected)
+    assert dual_clip(per_token, adv, 0.0) is per_token
+
+
+def test_dual_clip_on_the_tiny_batch():
+    # c = 1.05 caps only token (1,1): A = -1, rho 1.1, loss 1.1 > 1.05 -> 1.05 with gradient 0;
+    # token (1,0) (A = -1, loss 0.8) is below it. token_mean: (-6.36 + 0.8 + 1.05)/5 = -0.902
+    inp = tiny_batch()
+    out = ppo_clip_loss(inp, cfg=ppo_cfg(dual=1.05))
+    assert_close(out.loss, _scalar(-0.902))
+    out.loss.backward()
+    assert_close(inp.logprobs.grad, torch.tensor([[-0.4, 0.0, -0.36], [0.0, 0.0, 0.0]], dtype=F64))
+    assert_close(out.metrics["dual_clip_frac"].double(), _scalar(0.2))
+
+
+@pytest.mark.parametrize("agg", MODES)
+def test_dual_clip_off_is_todays_loss_bit_for_bit(agg):
+    gen = torch.Generator().manual_seed(5)
+    nc = 6.0 if agg == "token_sum_norm" else None
+    logp, old, adv, mask, _ = _random_inputs(gen, 6, 7, token_adv=True, scale=2.0)
+    results = []
+    for cfg in (
+        ClipLossConfig(name="ppo_clip", agg=agg, norm_constant=nc),
+        ppo_cfg(agg, 0.2, 0.28, nc),
+    ):
+        lp = logp.clone().requires_grad_(True)
+        out = ppo_clip_loss(PolicyLossInputs(lp, old, adv, mask), cfg=cfg)
+        out.loss.backward()
+        assert "dual_clip_frac" not in out.metrics
+        results.append((out.loss.detach(), lp.grad))
+    # the default is off, and off changes nothing; the batch's large ratios would be capped at 3
+    assert ClipLossConfig(name="ppo_clip").dual_clip == 0.0
+    assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
+    lp = logp.clone().requires_grad_(True)
+    on = ppo_clip_loss(PolicyLossInputs(lp, old, adv, mask), cfg=ppo_cfg(agg, 0.2, 0.28, nc, 3.0))
+    assert on.metrics["dual_clip_frac"].item() > 0 and not torch.equal(on.loss, results[0][0])
+
+
+def test_dual_clip_applies_to_gspos_sequence_ratio():
+    # one token, A = -1, s = rho = 20: -s A = 20 > -clip(s) A = 1.0004; c = 3 caps it at 3
+    old = torch.tensor([[-1.0]], dtype=F64)
+    logp = (old + math.log(20.0)).requires_grad_(True)
+    inp = PolicyLossInputs(logp, old, torch.tensor([-1.0], dtype=F64), torch.tensor([[1]]))
+    cfg = GSPOLossConfig(name="gspo", dual_clip=3.0)
+    assert_close(gspo_loss(inp, cfg=cfg).loss, _scalar(3.0))
+    assert_close(gspo_loss(inp, cfg=GSPOLossConfig(name="gspo")).loss, _scalar(20.0))
+
+
+def test_dual_clip_validation():
+    for bad in (1.0, 0.5, -3.0):
+        (problem,) = ClipLossConfig(name="ppo_clip", dual_clip=bad).problems()
+        assert str(problem.under("loss")) == (
+            f"[loss.dual_clip] got {bad!r}; expected a number > 1.0. Fix: set loss.dual_clip above "
+            "1, e.g. 3 (verl's default), or 0 to turn it off."
+        )
+    assert ClipLossConfig(name="ppo_clip", dual_clip=0.0).problems() == []
+    assert ClipLossConfig(name="ppo_clip", dual_clip=3.0).problems() == []
+    cfg = load_config("train", ["algorithm=grpo", "loss=ppo_clip", "loss.dual_clip=3"])
+    assert cfg.loss.name == "ppo_clip" and cfg.loss.dual_clip == 3.0
+    assert load_config("train", ["algorithm=grpo", "loss=ppo_clip"]).loss.dual_clip == 0.0
+    with pytest.raises(ConfigError, match=r"\[loss\.dual_clip\] got 0\.5"):
+        load_config("train", ["algorithm=grpo", "loss=ppo_clip", "loss.dual_clip=0.5"])
 
 
 # --------------------------------------------------------------------------- masking
