@@ -73,6 +73,8 @@ class PlanOptions:
         max_tokens: most padded tokens (rows x longest row) in one micro-batch; 0 for no limit.
         whole_groups: a loss that reads group statistics (``needs_groups``): every group lies in
             exactly one micro-batch.
+        mini_batch_size: most rollouts in one PPO mini-batch (one optimiser step); 0 for one
+            mini-batch of the whole batch. Mini-batches hold whole groups (:meth:`RolloutBatch.plan`).
     """
 
     micro_batch_size: int
@@ -80,6 +82,7 @@ class PlanOptions:
     skip_zero: bool = False
     max_tokens: int = 0
     whole_groups: bool = False
+    mini_batch_size: int = 0
 
 
 @dataclass
@@ -97,6 +100,14 @@ class UpdatePlan:
         probe: when no planned row has a trained token (so none measures the policy's entropy),
             the batch's first rows (at most a micro-batch) to measure it on; else ``None``.
         advantage_abs_mean: mean ``|A|`` over rollouts (``[N]``) or generated tokens (``[N, L]``).
+        spans: per PPO mini-batch (one optimiser step each), the ``(start, stop)`` range of its
+            micro-batches in :attr:`micro`; its micro-batches' :attr:`weights` sum to its own
+            loss. Empty means one mini-batch of every micro-batch (:attr:`mini_spans`).
+        mini_rollouts: the rollouts of each mini-batch, skipped ones included (empty with
+            ``spans``).
+        mini_batched: the run splits batches into mini-batches (``mini_batch_size > 0``), even
+            where this one fits in one (under data parallelism every process then agrees on the
+            number of optimiser steps).
     """
 
     chunks: list[Tensor]
@@ -107,6 +118,14 @@ class UpdatePlan:
     pad_id: int = 0
     probe: MicroBatch | None = None
     advantage_abs_mean: float = 0.0
+    spans: list[tuple[int, int]] = field(default_factory=list)
+    mini_rollouts: list[int] = field(default_factory=list)
+    mini_batched: bool = False
+
+    @property
+    def mini_spans(self) -> list[tuple[int, int]]:
+        """The mini-batches' micro-batch ranges: :attr:`spans`, or one range over all of them."""
+        return self.spans or [(0, len(self.micro))]
 
 
 @dataclass
@@ -259,6 +278,14 @@ class RolloutBatch:
         ``max_tokens``) gets a micro-batch of its own; ``skip_zero`` leaves out only groups none of
         whose rollouts would be trained.
 
+        With ``mini_batch_size`` below the batch's rollouts, the batch is first split into PPO
+        mini-batches, each one optimiser step (:func:`~framework.rl.update.policy_update`): whole
+        groups in batch order, as many as fit in ``mini_batch_size`` rollouts (as verl splits a
+        batch of ``n`` rollouts per prompt into ``ppo_mini_batch_size`` prompts; a group larger
+        than the size is a mini-batch alone). Each mini-batch is packed into micro-batches as
+        above, and their weights sum to the mini-batch's own loss (its aggregation over its own
+        rows, skipped ones included): :attr:`UpdatePlan.spans`.
+
         Args:
             advantages: ``[N]`` or ``[N, L]`` (the response layout).
         """
@@ -268,14 +295,73 @@ class RolloutBatch:
             not o.skip_zero or (bool(self.sample_mask[i]) and float(adv_rows[i]) != 0.0)
             for i in range(n)
         ]
+        minis = self._mini_rows(o.mini_batch_size)
+        chunks: list[Tensor] = []
+        weights: list[float] = []
+        spans: list[tuple[int, int]] = []
+        for rows in minis:
+            groups = self._packed_rows(rows, trained, o)
+            mine = [torch.tensor(g, dtype=torch.long) for g in groups]
+            if len(minis) == 1:  # the whole batch: its own totals (no re-indexing)
+                weights += chunk_weights(self.trained_mask, mine, o.agg)
+            else:  # normalised over the mini-batch's rows alone, as its own loss
+                where = {r: k for k, r in enumerate(rows)}
+                local = [torch.tensor([where[int(i)] for i in c], dtype=torch.long) for c in mine]
+                weights += chunk_weights(self.trained_mask[rows], local, o.agg)
+            spans.append((len(chunks), len(chunks) + len(mine)))
+            chunks += mine
+        micro = self.micro_batches(chunks, advantages) if chunks else []
+        probe = None  # the entropy's rows when no planned row has a trained token to measure it
+        if n and not any(bool(self.trained_mask[c].any()) for c in chunks):
+            probe = self.micro_batches([torch.arange(min(n, o.micro_batch_size))])[0]
+        if advantages.dim() == 1:
+            abs_mean = float(advantages.abs().mean())
+        else:
+            abs_mean = float(masked_mean(advantages.abs(), self.token_mask))
+        return UpdatePlan(
+            chunks,
+            weights,
+            micro,
+            rollouts=n,
+            skipped=n - sum(len(c) for c in chunks),
+            pad_id=self.pad_id,
+            probe=probe,
+            advantage_abs_mean=abs_mean,
+            spans=spans if len(minis) > 1 else [],
+            mini_rollouts=[len(rows) for rows in minis] if len(minis) > 1 else [],
+            mini_batched=o.mini_batch_size > 0,
+        )
+
+    def _mini_rows(self, size: int) -> list[list[int]]:
+        """The rows of each PPO mini-batch: whole groups in batch order, as many as fit in
+        ``size`` rollouts (a larger group alone); one mini-batch of every row when ``size`` is 0
+        or the batch fits in one."""
+        n = len(self.trajectories)
+        if size <= 0 or n <= size:
+            return [list(range(n))]
+        by_group: dict[int, list[int]] = {}
+        for i, g in enumerate(self.group_index.tolist()):
+            by_group.setdefault(g, []).append(i)
+        minis: list[list[int]] = []
+        for rows in by_group.values():
+            if minis and len(minis[-1]) + len(rows) <= size:
+                minis[-1].extend(rows)
+            else:
+                minis.append(list(rows))
+        return minis
+
+    def _packed_rows(self, rows: list[int], trained: list[bool], o: PlanOptions) -> list[list[int]]:
+        """``rows`` (one mini-batch) packed into micro-batches of similar length: units (rollouts,
+        or whole groups with ``o.whole_groups``) in ascending length, at most
+        ``o.micro_batch_size`` rollouts and ``o.max_tokens`` padded tokens each."""
         units: list[list[int]]
         if o.whole_groups:
             by_group: dict[int, list[int]] = {}
-            for i, g in enumerate(self.group_index.tolist()):
-                by_group.setdefault(g, []).append(i)
-            units = [rows for rows in by_group.values() if any(trained[i] for i in rows)]
+            for i in rows:
+                by_group.setdefault(int(self.group_index[i]), []).append(i)
+            units = [unit for unit in by_group.values() if any(trained[i] for i in unit)]
         else:
-            units = [[i] for i in range(n) if trained[i]]
+            units = [[i] for i in rows if trained[i]]
         longest = [max(self.lengths[i] for i in unit) for unit in units]
         groups: list[list[int]] = []
         for u in sorted(range(len(units)), key=lambda u: longest[u]):
@@ -287,25 +373,7 @@ class RolloutBatch:
                 cur.extend(unit)
             else:
                 groups.append(list(unit))
-        chunks = [torch.tensor(g, dtype=torch.long) for g in groups]
-        micro = self.micro_batches(chunks, advantages) if chunks else []
-        probe = None  # the entropy's rows when no planned row has a trained token to measure it
-        if n and not any(bool(self.trained_mask[c].any()) for c in chunks):
-            probe = self.micro_batches([torch.arange(min(n, o.micro_batch_size))])[0]
-        if advantages.dim() == 1:
-            abs_mean = float(advantages.abs().mean())
-        else:
-            abs_mean = float(masked_mean(advantages.abs(), self.token_mask))
-        return UpdatePlan(
-            chunks,
-            chunk_weights(self.trained_mask, chunks, o.agg),
-            micro,
-            rollouts=n,
-            skipped=n - sum(len(g) for g in groups),
-            pad_id=self.pad_id,
-            probe=probe,
-            advantage_abs_mean=abs_mean,
-        )
+        return groups
 
     def rows_of_extras(self, rows: Tensor) -> dict[str, Any]:
         """:attr:`extras` of ``rows``: per-rollout entries sliced, anything else as it is."""

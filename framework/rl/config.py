@@ -51,6 +51,13 @@ class OptimConfig:
     grad_clip: float = field(default=1.0, metadata={"help": "max gradient norm; 0 disables"})
     policy_epochs: int = field(default=1, metadata={"help": "optimisation passes per batch"})
     micro_batch_size: int = field(default=8, metadata={"help": "rollouts per forward/backward"})
+    mini_batch_size: int = field(
+        default=0,
+        metadata={
+            "help": "rollouts per optimiser step (PPO mini-batch, whole groups in batch order); "
+            "0 = the whole batch, one step per policy epoch"
+        },
+    )
     micro_batch_tokens: int = field(
         default=4096,
         metadata={"help": "padded tokens per forward/backward (memory bound); 0 = no limit"},
@@ -70,6 +77,7 @@ class OptimConfig:
         out += check_range(self.beta2, "beta2", low=0.0, high=1.0, high_inclusive=False)
         out += check_range(self.policy_epochs, "policy_epochs", low=1)
         out += check_range(self.micro_batch_size, "micro_batch_size", low=1)
+        out += check_range(self.mini_batch_size, "mini_batch_size", low=0)
         out += check_range(self.micro_batch_tokens, "micro_batch_tokens", low=0)
         return out
 
@@ -196,6 +204,16 @@ class TrainConfig:
                     f"at least 2 with loss={self.loss.name}: its added term compares the policy "
                     "with the one that generated the batch, so it is 0 on the first pass",
                     "set optim.policy_epochs=2 (the loss's algorithm bundle does)",
+                )
+            )
+        if getattr(self.loss, "stages_per_turn", False) and self.optim.mini_batch_size != 0:
+            out.append(
+                Problem(
+                    "optim.mini_batch_size",
+                    self.optim.mini_batch_size,
+                    f"0 with loss={self.loss.name}: it makes one optimisation pass per model turn "
+                    "over the whole batch itself",
+                    "set optim.mini_batch_size=0",
                 )
             )
         if getattr(self.loss, "stages_per_turn", False) and self.optim.policy_epochs != 1:

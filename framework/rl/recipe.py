@@ -94,15 +94,29 @@ def build(
         t,
         cfg.logger,
         run_dir,
-        # Lightning counts optimiser steps: policy_epochs per step, or up to one per model turn
-        # for a loss that trains turn by turn (the module stops at t.max_steps steps all the same)
-        max_steps=t.max_steps
-        * (cfg.agent.max_turns if cfg.loss.stages_per_turn else cfg.optim.policy_epochs),
+        # Lightning counts optimiser steps: policy_epochs per step (times the mini-batches), or
+        # up to one per model turn for a loss that trains turn by turn; the module ends the fit
+        # after t.max_steps RL steps itself, so this is only a bound
+        max_steps=t.max_steps * optimizer_steps_bound(cfg),
         callbacks=[health, checkpoints, *log_progress("rl", t.max_steps, RL_PROGRESS_KEYS)],
         val_check_interval=t.val_every_n_steps or 10**9,
         limit_val_batches=VAL_BATCHES,
     )
     return RLRun(module, data, trainer, checkpoints, health)
+
+
+#: most PPO mini-batches one RL step can make (each holds at least one group), for Lightning's bound
+MINI_BATCHES_BOUND = 4096
+
+
+def optimizer_steps_bound(cfg: TrainConfig) -> int:
+    """The most optimiser steps one RL step can make: one per model turn for a loss that trains
+    turn by turn, else ``policy_epochs`` times the mini-batches (bounded by
+    :data:`MINI_BATCHES_BOUND` when the batch is split)."""
+    if cfg.loss.stages_per_turn:
+        return int(cfg.agent.max_turns)
+    minis = MINI_BATCHES_BOUND if cfg.optim.mini_batch_size > 0 else 1
+    return int(cfg.optim.policy_epochs) * minis
 
 
 def fit(run: RLRun, cfg: TrainConfig, ckpt: str | None) -> dict[str, float]:

@@ -84,6 +84,7 @@ def plan_options(optim: Any, spec: LossSpec) -> PlanOptions:
     add nothing (``zero_advantage_inert``)."""
     return PlanOptions(
         micro_batch_size=optim.micro_batch_size,
+        mini_batch_size=optim.mini_batch_size,
         agg=spec.agg,
         skip_zero=optim.skip_zero_advantage and spec.kl is None and spec.zero_advantage_inert,
         max_tokens=optim.micro_batch_tokens,
@@ -101,6 +102,11 @@ class ChunkResult:
     entropy_sum: float = 0.0
     entropy_tokens: int = 0
     mismatch: MismatchStats | None = None
+    #: the importance ratio's sum and sum of squares over the trained tokens (its spread)
+    ratio_sum: float = 0.0
+    ratio_sq_sum: float = 0.0
+    ratio_tokens: int = 0
+    ratio_max: float = 1.0
 
 
 def chunk_loss(
@@ -114,6 +120,8 @@ def chunk_loss(
     pass_index: int = 0,
     passes: int = 1,
     history: list[Tensor] | None = None,
+    keep_old: list[Tensor] | None = None,
+    ratios: list[Tensor] | None = None,
 ) -> tuple[LossOutput, Tensor | None, Tensor, MismatchStats | None]:
     """Loss of one micro-batch: ``(loss output, entropy [n, R] or None, token mask [n, R],
     rollout mismatch or None)``.
@@ -135,6 +143,11 @@ def chunk_loss(
     each earlier pass, oldest first; the loss gets them as ``PolicyLossInputs.earlier_logprobs``
     and this pass's, detached, are appended.
 
+    ``keep_old``: the old log-probs this micro-batch used are appended to it (an on-policy first
+    pass keeps its own, detached, as the behaviour log-probs of the update's later passes).
+    ``ratios``: the importance ratio ``exp(logp - old)`` of the trained tokens, detached and
+    flattened, is appended to it.
+
     Raises:
         ValueError: a correction is configured but a trained rollout has no backend log-probs;
             ``micro`` carries no advantages.
@@ -145,6 +158,8 @@ def chunk_loss(
     tokens = micro.tokens.to(device)
     logp, ent = token_logprobs(model, tokens, entropy=entropy or spec.needs_entropy)
     old = logp.detach() if old_logprobs is None else old_logprobs.to(device)
+    if keep_old is not None:
+        keep_old.append(old)
     inputs = PolicyLossInputs(
         logprobs=logp,
         old_logprobs=old,
@@ -162,6 +177,8 @@ def chunk_loss(
     if history is not None:
         history.append(logp.detach())
     mismatch = _rollout_correction(inputs, micro.rollout_logprobs, spec)
+    if ratios is not None:
+        ratios.append((logp.detach() - old).exp()[inputs.effective_mask().bool()])
     out = spec.policy_loss(inputs)
     if spec.kl is not None and spec.kl_coef > 0 and reference is not None:
         with torch.no_grad():
@@ -232,6 +249,8 @@ def run_update_pass(
     pass_index: int = 0,
     passes: int = 1,
     history: list[list[Tensor]] | None = None,
+    keep_old: list[Tensor] | None = None,
+    ratio_spread: bool = False,
 ) -> dict[str, float]:
     """Accumulate the gradient of the whole batch's loss over its micro-batches (``weights``: the
     plan's accumulation weights, :meth:`~framework.rl.batch.RolloutBatch.plan`).
@@ -251,6 +270,7 @@ def run_update_pass(
     """
     results = []
     for k, (m, w) in enumerate(zip(micro, weights, strict=True)):
+        seen: list[Tensor] | None = [] if ratio_spread else None
         out, ent, mask, mismatch = chunk_loss(
             model,
             m,
@@ -261,6 +281,8 @@ def run_update_pass(
             pass_index=pass_index,
             passes=passes,
             history=None if history is None else history[k],
+            keep_old=keep_old,
+            ratios=seen,
         )
         backward(out.loss * w)
         res = ChunkResult(w, float(out.loss.detach()) * w, mismatch=mismatch)
@@ -268,10 +290,30 @@ def run_update_pass(
         if ent is not None:
             res.entropy_sum = float(ent[mask].sum())
             res.entropy_tokens = int(mask.sum())
+        if seen:
+            r = seen[0].double()
+            res.ratio_sum, res.ratio_sq_sum = float(r.sum()), float((r * r).sum())
+            res.ratio_tokens = int(r.numel())
+            res.ratio_max = float(r.max()) if r.numel() else 1.0
         results.append(res)
     for _ in range(extra_passes):
         backward(zero_loss(model, pad_id))
-    return summarize(results)
+    out_figures = summarize(results)
+    if ratio_spread:
+        out_figures.update(ratio_figures(results))
+    return out_figures
+
+
+def ratio_figures(results: Sequence[ChunkResult]) -> dict[str, float]:
+    """The importance ratio's token mean, standard deviation (population) and maximum over the
+    trained tokens of ``results`` (1, 0 and 1 when no token was trained)."""
+    n = sum(r.ratio_tokens for r in results)
+    if n == 0:
+        return {"ratio_token_mean": 1.0, "ratio_std": 0.0, "ratio_max": 1.0}
+    mean = sum(r.ratio_sum for r in results) / n
+    var = max(sum(r.ratio_sq_sum for r in results) / n - mean * mean, 0.0)
+    top = max(r.ratio_max for r in results if r.ratio_tokens)
+    return {"ratio_token_mean": mean, "ratio_std": var**0.5, "ratio_max": top}
 
 
 def zero_loss(model: Any, pad_id: int) -> Tensor:
@@ -327,81 +369,113 @@ def policy_update(
     reference: Any = None,
     pad_passes: Callable[[int], int] | None = None,
 ) -> dict[str, float]:
-    """The update of one RL step: ``optim.policy_epochs`` optimiser steps on the planned
-    micro-batches.
+    """The update of one RL step: ``optim.policy_epochs`` passes over the planned PPO
+    mini-batches, one optimiser step per mini-batch.
 
-    Keeps the behaviour log-probabilities when later epochs are off policy, accumulates each
-    epoch's gradient, clips it and steps the optimiser and scheduler. The Lightning module passes
-    its ``manual_backward``; plain torch callers keep the default.
+    One mini-batch of the whole batch (``optim.mini_batch_size=0``, the default) makes one
+    optimiser step per epoch. With several (:attr:`UpdatePlan.spans`), each epoch steps the
+    optimiser once per mini-batch in batch order (PPO / verl's ``ppo_mini_batch_size``), so every
+    mini-batch after the first is trained off policy and the importance ratio and PPO's clip act.
+    The behaviour log-probabilities come from one pass before any update, when a later pass is
+    off policy; the first mini-batch's first pass is on policy and keeps its own log-probs
+    (detached) instead, so a fully on-policy update (one mini-batch, one epoch) makes no
+    behaviour pass at all. The learning-rate schedule advances once per epoch, whatever the
+    number of mini-batches. Each pass accumulates its micro-batches' gradient, clips it and
+    steps the optimiser; the Lightning module passes its ``manual_backward``; plain torch
+    callers keep the default.
 
     A loss with ``stages_per_turn`` (SeeUPO) gets one pass per model turn instead (the most turns
     of any planned rollout; under data parallelism the most of any process, through
     ``pad_passes``), each an optimiser step on policy (its ratio against the pass's own start), with
     the log-probs of the earlier passes kept for the loss (:func:`run_update_pass`); the scheduler
     steps once for the whole update, as it does for one policy epoch. Its figures add
-    ``turn_stages`` and the last stage's loss figures (``last_stage_<name>``).
+    ``turn_stages`` and the last stage's loss figures (``last_stage_<name>``). The train config
+    refuses it with mini-batches.
 
     Args:
-        plan: the step's micro-batches and their weights (:meth:`RolloutBatch.plan`).
+        plan: the step's micro-batches, their weights and mini-batches
+            (:meth:`RolloutBatch.plan`).
         optim: the ``optim`` section (policy_epochs, grad_clip).
-        pad_passes: given this process's number of micro-batches, how many zero-loss backward
-            passes to add (data parallelism: see :func:`run_update_pass`); None adds none.
+        pad_passes: given this process's count (of micro-batches in a pass, or of mini-batches),
+            how many to add so that every process runs as many as the busiest one (data
+            parallelism: see :func:`run_update_pass`); None adds none.
 
     Returns:
-        The first epoch's loss figures, ``grad_norm`` (before clipping), ``nonfinite_grad``
-        (epochs whose non-finite gradient was skipped), ``entropy``, ``trained_rollouts`` and
+        The first epoch's loss figures (with several mini-batches, the first mini-batch's, and
+        per mini-batch ``k`` of the first epoch ``mini<k>_clip_frac``, ``mini<k>_ratio_std``,
+        ``mini<k>_ratio_max`` and ``mini<k>_policy_loss``, plus ``mini_batches`` and
+        ``optimizer_steps``), ``grad_norm`` (before clipping), ``nonfinite_grad`` (passes whose
+        non-finite gradient was skipped), ``entropy``, ``trained_rollouts`` and
         ``advantage_abs_mean``. When the trajectories carry rollout log-probs, also the first
         epoch's ``rollout_mismatch_kl_mean`` / ``_kl_max`` / ``_frac_beyond`` (the trainer's
         pre-update log-probs against the rollout backend's, over the trained tokens) and, with
         ``loss.rollout_correction`` on, ``rollout_correction_frac`` / ``_weight_mean``.
     """
     o, micro = optim, plan.micro
-    extra = pad_passes(len(micro)) if pad_passes is not None else 0
-    old = None
+    spans = plan.mini_spans
+    if spec.stages_per_turn and plan.mini_batched:
+        raise ValueError(
+            "[optim.mini_batch_size] got a mini-batch size; expected 0 with a loss that trains "
+            "turn by turn (stages_per_turn). Fix: set optim.mini_batch_size=0."
+        )
+    if plan.mini_batched and pad_passes is not None:  # every process steps as often
+        spans = spans + [(len(micro), len(micro))] * pad_passes(len(spans))
+    old: list[Tensor] | None = None
+    kept: list[Tensor] | None = None  # the first mini-batch's own log-probs, kept on its pass
     passes: int = o.policy_epochs
     history: list[list[Tensor]] | None = None
     if spec.stages_per_turn:
         passes = turn_count(micro)
         passes += pad_passes(passes) if pad_passes is not None else 0
         history = [[] for _ in micro]
+    elif len(spans) > 1:  # later mini-batches are off policy: one behaviour pass for them
+        first = spans[0][1]
+        kept = []
+        old = behaviour_logprobs(model, micro[first:])
     elif o.policy_epochs > 1:  # later epochs are off policy: keep the behaviour log-probs
         old = behaviour_logprobs(model, micro)
     params = [p for p in model.parameters() if p.requires_grad]
     model.train()
     figures: dict[str, float] = {}
-    nonfinite = 0  # epochs whose gradient was not finite (their optimiser step is skipped)
+    nonfinite = 0  # passes whose gradient was not finite (their optimiser step is skipped)
+    many = len(spans) > 1
     for epoch in range(passes):
-        optimizer.zero_grad(set_to_none=True)
-        stats = run_update_pass(
-            model,
-            micro,
-            plan.weights,
-            spec,
-            backward,
-            pad_id=plan.pad_id,
-            old_logprobs=old,
-            reference=reference,
-            entropy=epoch == 0,
-            extra_passes=extra,
-            pass_index=epoch,
-            passes=passes,
-            history=history,
-        )
-        grads = [p for p in params if p.grad is not None]
-        limit = o.grad_clip if o.grad_clip > 0 else float("inf")
-        norm = torch.nn.utils.clip_grad_norm_(grads, limit) if grads else torch.zeros(())
-        finite = bool(torch.isfinite(norm))
-        if finite:
-            optimizer.step()
-        else:  # a NaN/inf gradient would poison the weights: skip it (the health monitor stops)
+        for k, (a, b) in enumerate(spans):
             optimizer.zero_grad(set_to_none=True)
-            nonfinite += 1
+            if old is None:
+                mine = None
+            elif kept is not None and k == 0:  # the first mini-batch: on policy at epoch 0
+                mine = None if epoch == 0 else kept
+            else:
+                start = spans[0][1] if kept is not None else 0
+                mine = old[a - start : b - start]
+            stats = run_update_pass(
+                model,
+                micro[a:b],
+                plan.weights[a:b],
+                spec,
+                backward,
+                pad_id=plan.pad_id,
+                old_logprobs=mine,
+                reference=reference,
+                entropy=epoch == 0 and k == 0,
+                extra_passes=pad_passes(b - a) if pad_passes is not None else 0,
+                pass_index=epoch,
+                passes=passes,
+                history=None if history is None else history[a:b],
+                keep_old=kept if (kept is not None and k == 0 and epoch == 0) else None,
+                ratio_spread=many,
+            )
+            norm = _clip_and_step(params, optimizer, o.grad_clip)
+            nonfinite += 0 if bool(torch.isfinite(norm)) else 1
+            if epoch == 0 and k == 0:
+                figures = dict(stats, grad_norm=float(norm))
+            elif history is not None and epoch == passes - 1:  # a stage loss: its last stage too
+                figures.update({f"last_stage_{n}": v for n, v in stats.items() if n != "entropy"})
+            if epoch == 0 and many:
+                figures.update(_mini_figures(k, stats))
         if history is None or epoch == passes - 1:
             scheduler.step()
-        if epoch == 0:
-            figures = dict(stats, grad_norm=float(norm))
-        elif history is not None and epoch == passes - 1:  # a stage loss: its last stage too
-            figures.update({f"last_stage_{k}": v for k, v in stats.items() if k != "entropy"})
     model.eval()
     if "entropy" not in figures and plan.probe is not None:  # nothing was trained: measure anyway
         ent = mean_entropy(model, plan.probe)
@@ -409,7 +483,30 @@ def policy_update(
             figures["entropy"] = ent
     if history is not None:
         figures["turn_stages"] = float(passes)
+    if many:
+        figures["mini_batches"] = float(len(spans))
+        figures["optimizer_steps"] = float(len(spans) * passes)
     figures["nonfinite_grad"] = float(nonfinite)
     figures["trained_rollouts"] = float(plan.rollouts - plan.skipped)
     figures["advantage_abs_mean"] = plan.advantage_abs_mean
     return figures
+
+
+def _clip_and_step(params: Sequence[Tensor], optimizer: Any, grad_clip: float) -> Tensor:
+    """Clip the accumulated gradient to ``grad_clip`` (0: no limit) and step the optimiser;
+    a non-finite gradient is dropped instead (it would poison the weights; the health monitor
+    stops the run). Returns the gradient norm before clipping."""
+    grads = [p for p in params if p.grad is not None]
+    limit = grad_clip if grad_clip > 0 else float("inf")
+    norm = torch.nn.utils.clip_grad_norm_(grads, limit) if grads else torch.zeros(())
+    if bool(torch.isfinite(norm)):
+        optimizer.step()
+    else:
+        optimizer.zero_grad(set_to_none=True)
+    return norm
+
+
+def _mini_figures(k: int, stats: dict[str, float]) -> dict[str, float]:
+    """Mini-batch ``k``'s figures of the first epoch: its loss, clip fraction and ratio spread."""
+    names = ("policy_loss", "clip_frac", "ratio_std", "ratio_max")
+    return {f"mini{k}_{n}": stats[n] for n in names if n in stats}

@@ -201,6 +201,7 @@ def test_policy_update_reports_the_first_pass_mismatch(setup):
     optim = SimpleNamespace(
         policy_epochs=1,
         micro_batch_size=2,
+        mini_batch_size=0,
         micro_batch_tokens=0,
         skip_zero_advantage=True,
         grad_clip=1.0,
