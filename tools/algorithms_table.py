@@ -55,6 +55,91 @@ the paper left open and which one was made.
 """
 
 
+#: what each bundle's paper (or its authors' code) uses for the update: the loss aggregation, policy
+#: epochs and PPO mini-batches per rollout batch (None: not recovered from the paper or code), the
+#: source, and where the bundle departs from a recovered value, why. Every bundle needs an entry:
+#: ``tests/unit/registry/test_algorithms_table.py`` composes each bundle and checks it against it.
+GRPO_ARM = ("seq_mean_token_mean", 1, 1, "E-GRPO's GRPO arm (METHODS.md: one on-policy update)")
+NOT_RECOVERED = (None, None, None, "not recovered; the bundle keeps E-GRPO's GRPO arm")
+PAPER_UPDATES: dict[str, tuple[str | None, int | None, int | None, str, str]] = {
+    "grpo": (*GRPO_ARM, ""),
+    "e_grpo": (*GRPO_ARM, ""),
+    "placebo": (*GRPO_ARM, ""),  # a control of the GRPO arm: its settings by construction
+    "llds": (
+        "token_mean",
+        1,
+        2,
+        "authors' code (masked mean over the response mask; batch 512, mini-batch 256)",
+        "two epochs over the whole batch instead of two mini-batches: either gives the term its "
+        "off-policy pass, and a mini-batch size in rollouts depends on the run's batch "
+        "(set optim.policy_epochs=1 optim.mini_batch_size=<half the batch's rollouts>)",
+    ),
+    "hapo": ("token_mean", None, None, "authors' recipes (loss_agg_mode token-mean)", ""),
+    "sapo_search": (
+        None,
+        1,
+        10,
+        "authors' script (ten mini-batch updates per rollout batch)",
+        "two epochs over the whole batch: the term needs an off-policy pass, and ten mini-batches "
+        "of a 16-rollout batch would hold less than a group each",
+    ),
+    "dr_grpo": ("token_sum_norm", None, None, "the paper (a constant normaliser)", ""),
+    "seeupo": (
+        None,
+        None,
+        None,
+        "authors' code: one on-policy pass per model turn (the loss makes them itself)",
+        "",
+    ),
+}
+for _name in (
+    "a_grae", "arena", "citation_rubric", "copo", "d3s", "dagrpo", "dppo", "gigpo", "hgpo",
+    "hill", "hiper", "igpo", "info_reasoner", "matchtir", "mc_grpo", "ngrpo", "r3", "raft",
+    "s_grpo", "salt", "spae", "spo", "sweet_spot",
+):  # fmt: skip
+    PAPER_UPDATES[_name] = (*NOT_RECOVERED, "")
+
+BUNDLES_HEADER = """## Bundles' update settings
+
+How each bundle (`algorithm=<name>`) aggregates its loss and how many optimiser steps it takes per
+rollout batch, composed from its config, beside what its paper or its authors' code uses (a dash:
+not recovered). The screen and the studies compare arms at these settings, so a bundle that
+departs from its paper says why here; `tests/unit/registry/test_algorithms_table.py` composes
+every bundle and fails when one departs from a recovered value without a reason.
+
+| bundle | aggregation | policy epochs | mini-batches | paper: aggregation, epochs, mini-batches | source | departs because |
+|---|---|---|---|---|---|---|
+"""
+
+
+def bundle_settings(name: str) -> tuple[str, int, int]:
+    """``(loss.agg, optim.policy_epochs, mini-batches)`` of the composed bundle ``name``, its
+    mini-batches 1 when the whole batch is one (``optim.mini_batch_size=0``) and else written as
+    the size, negative (``-8`` for eight rollouts each; the count depends on the batch)."""
+    from framework.cli.app import load_config
+
+    cfg = load_config("train", [f"algorithm={name}"])
+    size = int(cfg.optim.mini_batch_size)
+    return str(cfg.loss.agg), int(cfg.optim.policy_epochs), 1 if size == 0 else -size
+
+
+def bundle_lines() -> list[str]:
+    """The bundles' settings table (:data:`PAPER_UPDATES`), one row per ``conf/algorithm`` file."""
+    lines = [BUNDLES_HEADER.rstrip("\n")]
+    for path in sorted((REPO / "conf" / "algorithm").glob("*.yaml")):
+        agg, epochs, minis = bundle_settings(path.stem)
+        p_agg, p_epochs, p_minis, source, why = PAPER_UPDATES.get(
+            path.stem, (None, None, None, "no entry", "")
+        )
+        ours_minis = "whole batch" if minis == 1 else f"{-minis} rollouts each"
+        paper = ", ".join("-" if v is None else str(v) for v in (p_agg, p_epochs, p_minis))
+        lines.append(
+            f"| `{path.stem}` | `{agg}` | {epochs} | {ours_minis} | {paper} | {source} "
+            f"| {why or '-'} |"
+        )
+    return [*lines, ""]
+
+
 #: words after which a full stop does not end a sentence
 ABBREVIATIONS = ("al", "Dr", "e.g", "i.e", "vs", "cf", "eq", "eqs", "Eq", "Eqs", "Sec", "Fig", "et")
 
@@ -177,6 +262,7 @@ def render() -> str:
             for r in mine
         ]
         lines.append("")
+    lines += bundle_lines()
     return "\n".join(lines)
 
 

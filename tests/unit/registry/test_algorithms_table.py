@@ -53,3 +53,33 @@ def test_formula_and_paper_extraction():
         "GRPO: ``A = r - m``; Dr. GRPO without the std."
     )
     assert tool.paper("no link here") == "-"
+
+
+def test_every_bundle_matches_its_papers_update_settings_or_says_why():
+    """Each conf/algorithm bundle, composed, against its paper's aggregation, policy epochs and
+    mini-batches (tools/algorithms_table.py ``PAPER_UPDATES``): a recovered value it departs from
+    needs a reason, and a bundle without an entry fails."""
+    tool = _tool()
+    bundles = sorted(p.stem for p in (REPO / "conf" / "algorithm").glob("*.yaml"))
+    missing = [b for b in bundles if b not in tool.PAPER_UPDATES]
+    assert not missing, f"bundles without a PAPER_UPDATES entry: {missing}"
+    for name in bundles:
+        ours = tool.bundle_settings(name)
+        *paper, source, why = tool.PAPER_UPDATES[name]
+        departs = [
+            (field, got, want)
+            for field, got, want in zip(("agg", "epochs", "mini-batches"), ours, paper, strict=True)
+            if want is not None and got != want
+        ]
+        assert source, name
+        assert not departs or why, f"{name} departs from its paper without a reason: {departs}"
+
+
+def test_the_bundles_that_follow_their_authors_code_take_its_aggregation():
+    """LLDS and HAPO average over tokens as their authors' code does (issue 74); E-GRPO and its
+    GRPO arm take the sequence mean of token means, one on-policy update per batch."""
+    tool = _tool()
+    assert tool.bundle_settings("llds")[0] == "token_mean"
+    assert tool.bundle_settings("hapo")[0] == "token_mean"
+    assert tool.bundle_settings("e_grpo") == ("seq_mean_token_mean", 1, 1)
+    assert tool.bundle_settings("grpo") == ("seq_mean_token_mean", 1, 1)
