@@ -36,6 +36,9 @@ PRESETS = sorted(p.stem for p in (REPO / "conf" / "algorithm").glob("*.yaml"))
 EXTRA = {
     "grpo+kl": ["algorithm=grpo", "kl.coef=0.05", "optim.policy_epochs=2"],
     "grpo+epochs": ["algorithm=grpo", "optim.policy_epochs=2", "optim.micro_batch_size=3"],
+    # PPO mini-batches (issue 74): the step's groups split over optimiser steps, off policy after
+    # the first
+    "grpo+minibatches": ["algorithm=grpo", "optim.mini_batch_size=4", "optim.micro_batch_size=3"],
 }
 CASES = {p: [f"algorithm={p}"] for p in PRESETS} | EXTRA
 #: cases run with the tiny LM's output layer scaled by this factor. HAPO standardises the
