@@ -85,3 +85,56 @@ def test_the_loss_keeps_the_top_tokens_and_is_ppo_clip_when_relaxed():
     assert float(early.metrics["d3s_token_share"]) == pytest.approx(8 / 15)
     with pytest.raises(ValueError, match=r"\[loss.d3s\] got PolicyLossInputs without entropy"):
         d3s_loss(PolicyLossInputs(logp, old, torch.ones(3, dtype=F64), torch.ones(3, 5)), cfg=cfg)
+
+
+# A hand-worked token-level example: 2 rollouts x 2 trained tokens, A = [2, -1] per rollout,
+# entropies [[0.1, 1.0], [1.5, 3.0]], ratios rho [[1.0, 1.1], [0.9, 1.2]] (inside [0.8, 1.28], so
+# no clip is active and each token's loss is -rho A):
+#   scores |A| H:   (0,0) 0.2  (0,1) 2.0  (1,0) 1.5  (1,1) 3.0
+#   (ranked by H alone the top two would be (1,1) and (1,0), by |A| alone (0,0) and (0,1))
+#   at progress 0, rho' = 0.5: ceil(0.5 * 4) = 2 tokens kept, (1,1) and (0,1)
+#   token losses:   (0,0) -2.0 (0,1) -2.2 (1,0) 0.9  (1,1) 1.2
+# The dropped tokens add 0 and still count in the normaliser:
+#   token_mean:          (-2.2 + 1.2) / 4                       = -0.25
+#   seq_mean_token_mean: (-2.2 / 2 + 1.2 / 2) / 2 = (-1.1 + 0.6) / 2 = -0.25
+# (all four kept, i.e. the selection ignored: (-2 - 2.2 + 0.9 + 1.2) / 4 = -0.525; the other two
+# kept instead, the selection inverted: (-2 + 0.9) / 4 = -0.275; the kept tokens alone as the
+# normaliser: (-2.2 + 1.2) / 2 = -0.5, and (-2.2 / 1 + 1.2 / 1) / 2 = -0.5 per rollout)
+# Gradients d loss / d logp = -A rho w on the kept tokens, 0 on the dropped ones, with w = 1/4
+# for both aggregations here (token_mean: 1 / 4 tokens; seq_mean_token_mean: 1 / (2 rollouts x 2)):
+#   (0,1): -2 x 1.1 / 4 = -0.55,  (1,1): 1 x 1.2 / 4 = 0.3
+HAND_RATIOS = [[1.0, 1.1], [0.9, 1.2]]
+HAND_ENTROPY = [[0.1, 1.0], [1.5, 3.0]]
+
+
+def hand_inputs(progress: float) -> PolicyLossInputs:
+    old = torch.tensor([[-1.0, -0.5], [-2.0, -0.7]], dtype=F64)
+    logp = (old + torch.tensor(HAND_RATIOS, dtype=F64).log()).requires_grad_(True)
+    return PolicyLossInputs(
+        logp,
+        old,
+        torch.tensor([2.0, -1.0], dtype=F64),
+        torch.ones(2, 2, dtype=torch.bool),
+        entropy=torch.tensor(HAND_ENTROPY, dtype=F64),
+        extras={"training_progress": progress},
+    )
+
+
+@pytest.mark.parametrize("agg", ["token_mean", "seq_mean_token_mean"])
+def test_the_loss_of_a_hand_worked_token_selection(agg):
+    x = hand_inputs(0.0)
+    out = d3s_loss(x, cfg=D3SLossConfig(name="d3s", agg=agg))
+    assert_close(out.loss, torch.tensor(-0.25, dtype=F64))
+    (grad,) = torch.autograd.grad(out.loss, x.logprobs)
+    assert_close(grad, torch.tensor([[0.0, -0.55], [0.0, 0.3]], dtype=F64))
+    assert float(out.metrics["d3s_token_share"]) == 0.5
+
+
+def test_the_hand_worked_example_relaxed_keeps_every_token():
+    # progress 0.25 of relax_until 0.5: rho' = 0.5 + 0.5 x 0.5 = 0.75, ceil(0.75 x 4) = 3 tokens:
+    # (1,1), (0,1), (1,0): (-2.2 + 0.9 + 1.2) / 4 = -0.025; at progress 0.5 all four: -0.525
+    part = d3s_loss(hand_inputs(0.25), cfg=D3SLossConfig(name="d3s", agg="token_mean"))
+    assert_close(part.loss, torch.tensor(-0.025, dtype=F64))
+    assert float(part.metrics["d3s_token_share"]) == 0.75
+    full = d3s_loss(hand_inputs(0.5), cfg=D3SLossConfig(name="d3s", agg="token_mean"))
+    assert_close(full.loss, torch.tensor(-0.525, dtype=F64))
