@@ -269,3 +269,43 @@ def test_under_data_parallelism_every_process_makes_the_most_stages(tiny_policy)
     assert figures["turn_stages"] == 3
     assert figures["seeupo_turn_rollouts"] == 0.0  # the first stage (turn 2) trains none here
     assert any((p != b).any() for p, b in zip(model.parameters(), before, strict=True))
+
+
+def test_each_stage_ratio_is_clipped_before_it_joins_the_factor():
+    # the code clips each stage's ratio to [1 - c, 1 + c] and then the running product again. The
+    # first stage alone cannot tell the two apart (M = clip(1 x r) = clip(r)); the second can.
+    # c = 0.2, three turns, so stage 0 trains turn 2, stage 1 turn 1, stage 2 turn 0:
+    # - rollout 0, turns 0, 1, 2 of 1, 2 and 1 tokens: stage 0 moved turn 2 by e^x = 1.5, stage 1
+    #   moved turn 1's two tokens by log 0.6 and log 0.8 (mean: r = sqrt(0.48) = 0.69282):
+    #     M after stage 0 = clip(1.5) = 1.2
+    #     M after stage 1 = clip(1.2 x clip(0.69282)) = clip(1.2 x 0.8) = 0.96
+    #     (without the per-stage clip: 1.2 x 0.69282 = 0.83138, inside [0.8, 1.2])
+    # - rollout 1, turn 0 only (two tokens): no later turn of it moved, M = 1
+    # - rollout 2, turns 0, 1, 2 of one token each, the mirror case: stage 0 moved turn 2 by 0.5,
+    #   stage 1 turn 1 by 1.5:
+    #     M = clip(0.5) = 0.8, then clip(0.8 x clip(1.5)) = clip(0.8 x 1.2) = 0.96
+    #     (without the per-stage clip: 0.8 x 1.5 = 1.2)
+    turns = torch.tensor([[0, 1, 1, 2], [0, 0, -1, -1], [0, 1, 2, -1]])
+    mask = turns >= 0
+    s0 = torch.zeros(3, 4, dtype=F64)
+    s1 = s0.clone()
+    s1[0, 3], s1[2, 2] = math.log(1.5), math.log(0.5)
+    s2 = s1.clone()
+    s2[0, 1], s2[0, 2], s2[2, 1] = math.log(0.6), math.log(0.8), math.log(1.5)
+    after_one = correction_factors(turns, [s0, s1], 3, 0.2)
+    assert after_one.tolist() == pytest.approx([1.2, 1.0, 0.8])
+    after_two = correction_factors(turns, [s0, s1, s2], 3, 0.2)
+    assert after_two.tolist() == pytest.approx([0.96, 1.0, 0.96])
+    # stage 2 of 3 trains turn 0 at ratio 1 with A = [1, -0.5, 0.25]: the rollouts' turn means of
+    # -A M are -0.96, 0.5 and -0.24, so the loss is (-0.96 + 0.5 - 0.24) / 3 = -0.233333; the
+    # gradient per turn-0 token is -A M / (the row's turn-0 tokens) / 3 rollouts:
+    # -0.96 / 1 / 3 = -0.32, 0.5 / 2 / 3 = 0.083333 and -0.24 / 1 / 3 = -0.08
+    adv = torch.tensor([1.0, -0.5, 0.25], dtype=F64)
+    x = inputs(s2, adv, 2, 3, earlier=[s0, s1], turns=turns, mask=mask)
+    out = seeupo_loss(x, cfg=CFG)
+    assert float(out.loss.detach()) == pytest.approx(-0.7 / 3, abs=1e-12)
+    (grad,) = torch.autograd.grad(out.loss, x.logprobs)
+    want = torch.zeros(3, 4, dtype=F64)
+    want[0, 0], want[1, :2], want[2, 0] = -0.32, 0.5 / 6, -0.08
+    assert_close(grad, want, atol=1e-12, rtol=0)
+    assert float(out.metrics["seeupo_correction_mean"]) == pytest.approx((0.96 + 1.0 + 0.96) / 3)
