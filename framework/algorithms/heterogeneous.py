@@ -38,7 +38,12 @@ from torch import Tensor
 from framework.algorithms.advantages import GRPOAdvantageConfig, grpo_advantage
 from framework.algorithms.aggregation import aggregate, masked_mean
 from framework.algorithms.group import group_sum
-from framework.algorithms.losses import ClipLossConfig, _masked_inputs, require_entropy
+from framework.algorithms.losses import (
+    ClipLossConfig,
+    _masked_inputs,
+    dual_clip,
+    require_entropy,
+)
 from framework.config import ComponentConfig, Problem, check_range
 from framework.registry import ADVANTAGES
 from framework.registry.kinds import POLICY_LOSSES
@@ -140,10 +145,7 @@ class HAPOLossConfig(ClipLossConfig):
         out = check_range(self.alpha, "alpha", low=0.0)
         out += check_range(self.beta, "beta", low=0.0)
         out += check_range(self.pivot, "pivot", low=0.0, high=1.0)
-        dual = self.dual_clip
-        if dual != 0:
-            out += check_range(dual, "dual_clip", low=1.0, low_inclusive=False, fix="use 10 or 0")
-        return out + super().problems()
+        return out + super().problems()  # dual_clip is checked there (ClipLossConfig)
 
 
 def entropy_scores(entropy: Tensor, mask: Tensor, pivot: float = 0.8) -> Tensor:
@@ -205,9 +207,7 @@ def hapo_loss(inputs: PolicyLossInputs, *, cfg: HAPOLossConfig) -> LossOutput:
     eff = redistributed(adv, ratio, scores, lo, hi, cfg.beta).masked_fill(~mask, 0.0)
     unclipped = -eff * ratio
     clipped = -eff * torch.minimum(torch.maximum(ratio, 1 - lo), 1 + hi)
-    per_token = torch.maximum(unclipped, clipped)
-    if cfg.dual_clip > 0:
-        per_token = torch.where(eff < 0, torch.minimum(per_token, -eff * cfg.dual_clip), per_token)
+    per_token = dual_clip(torch.maximum(unclipped, clipped), eff, cfg.dual_clip)
     loss = aggregate(per_token, mask, cfg.agg, cfg.norm_constant)
     with torch.no_grad():
         metrics = {
