@@ -420,6 +420,8 @@ def policy_update(
         )
     if plan.mini_batched and pad_passes is not None:  # every process steps as often
         spans = spans + [(len(micro), len(micro))] * pad_passes(len(spans))
+    # per mini-batch, the zero-loss passes that match the busiest process's micro-batches
+    extras = [pad_passes(b - a) if pad_passes is not None else 0 for a, b in spans]
     old: list[Tensor] | None = None
     kept: list[Tensor] | None = None  # the first mini-batch's own log-probs, kept on its pass
     passes: int = o.policy_epochs
@@ -459,7 +461,7 @@ def policy_update(
                 old_logprobs=mine,
                 reference=reference,
                 entropy=epoch == 0 and k == 0,
-                extra_passes=pad_passes(b - a) if pad_passes is not None else 0,
+                extra_passes=extras[k],
                 pass_index=epoch,
                 passes=passes,
                 history=None if history is None else history[a:b],

@@ -226,3 +226,30 @@ def test_the_spec_is_unchanged_by_the_mini_batch_size():
     cfg = load_config("train", ["optim.mini_batch_size=4"])
     assert isinstance(loss_spec(cfg.loss, cfg.kl), LossSpec)
     assert plan_options(cfg.optim, loss_spec(cfg.loss, cfg.kl)).mini_batch_size == 4
+
+
+def test_under_data_parallelism_every_process_makes_as_many_optimiser_steps(tiny_policy):
+    """Another process has four mini-batches: this one (three) adds an empty fourth, whose
+    optimiser step runs zero-loss passes to match the other's micro-batches."""
+    model, tok = tiny_policy
+    trajs = make_trajectories(len(tok))
+    cfg = load_config("train", ["algorithm=grpo"])
+    spec = loss_spec(cfg.loss, cfg.kl)
+    optim = OptimConfig(micro_batch_size=2, micro_batch_tokens=0, mini_batch_size=2)
+    batch = RolloutBatch.build(trajs, pad_id=0)
+    plan = batch.plan(ADVANTAGES, plan_options(optim, spec))
+    asked: list[int] = []
+
+    def pad_passes(mine: int) -> int:  # the module's all-reduce of the maximum
+        asked.append(mine)
+        return 1 if len(asked) == 1 else (1 if mine == 0 else 0)
+
+    policy = copy.deepcopy(model)
+    opt = torch.optim.SGD(policy.parameters(), lr=0.0)
+    steps = _Steps(policy, opt)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
+    figures = policy_update(policy, plan, spec, opt, sched, optim, pad_passes=pad_passes)
+    assert asked == [3, 1, 1, 1, 0]  # mini-batches, then each one's micro-batches
+    assert len(steps.grads) == 4 and figures["mini_batches"] == 4
+    # the padded step's gradient is exactly 0 (a zero loss through every parameter)
+    assert all(float(g.abs().sum()) == 0.0 for g in steps.grads[3].values())
