@@ -16,3 +16,50 @@ def plugin_state():
     plugins._state.attempted = saved[0]
     plugins._state.loaded[:] = saved[1]
     plugins._state.failed[:] = saved[2]
+
+
+class Checkout:
+    """A git checkout made for a test (:func:`study_checkout`): ``git(...)`` runs git in it,
+    ``commit()`` commits everything in it and returns the new commit."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def git(self, *args: str) -> str:
+        import subprocess
+
+        ident = ["-c", "user.name=test", "-c", "user.email=test@example.invalid"]
+        done = subprocess.run(
+            ["git", *ident, "-C", str(self.path), *args],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return done.stdout.strip()
+
+    def commit(self, message: str = "change") -> str:
+        self.git("add", "-A")
+        self.git("commit", "-q", "--no-verify", "-m", message)
+        return self.git("rev-parse", "HEAD")
+
+
+@pytest.fixture
+def study_checkout(tmp_path, monkeypatch):
+    """A clean git checkout with one commit (``framework/code.py``, ``conf/a.yaml``,
+    ``notes.md``) that seekrl-study takes for the code's checkout (its integrity checks,
+    framework/eval/study_integrity.py), so that a test does not depend on the state of the real
+    one."""
+    from framework.eval import study_integrity
+
+    checkout = Checkout(tmp_path / "checkout")
+    for rel, text in {
+        "framework/code.py": "x = 1\n",
+        "conf/a.yaml": "a: 1\n",
+        "notes.md": "n\n",
+    }.items():
+        (checkout.path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (checkout.path / rel).write_text(text)
+    checkout.git("init", "-q")
+    checkout.commit("first")
+    monkeypatch.setattr(study_integrity, "code_checkout", lambda: checkout.path)
+    return checkout

@@ -27,7 +27,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -106,8 +106,19 @@ def state_on_disk(root: Path, arm: str, seed: int) -> RunState:
     return RunState(arm, seed, "pending")
 
 
-def run_train(cfg: StudyConfig, arm: str, seed: int, root: Path) -> RunState:
-    """Train one (arm, seed) in a child process unless it is finished; never raises for a crash."""
+def run_train(
+    cfg: StudyConfig,
+    arm: str,
+    seed: int,
+    root: Path,
+    launch: Mapping[str, Any] | None = None,
+    context: Mapping[str, Any] | None = None,
+) -> RunState:
+    """Train one (arm, seed) in a child process unless it is finished; never raises for a crash.
+
+    ``launch`` (the tree it is launched on, :meth:`~framework.eval.study_integrity.TreeState.record`)
+    and ``context`` (what the study stands on) go to the run's provenance record with the times
+    it starts and finishes training (:mod:`framework.eval.study_integrity`); None records none."""
     known = state_on_disk(root, arm, seed)  # done: finished by an earlier invocation, its time
     if known.status == "done":
         return replace(known, earlier=TRAINED_BEFORE)
@@ -119,6 +130,10 @@ def run_train(cfg: StudyConfig, arm: str, seed: int, root: Path) -> RunState:
     failed.unlink(missing_ok=True)
     cmd = train_command(cfg, arm, seed, run)
     earlier = RESUMED if any(a.startswith("resume=") for a in cmd) else ""
+    if launch is not None:
+        from framework.eval.study_integrity import record_launch
+
+        record_launch(run, launch, context or {}, resumed=bool(earlier))
     print(
         f"seekrl-study: {'resuming' if earlier else 'training'} {arm} seed {seed} "
         f"(log: {run / 'train.log'})",
@@ -139,6 +154,10 @@ def run_train(cfg: StudyConfig, arm: str, seed: int, root: Path) -> RunState:
         failed.write_text(f"exit status {code}\n{tail}")
         print(f"seekrl-study: {arm} seed {seed} FAILED (exit {code}); see {failed}", flush=True)
         return RunState(arm, seed, "failed", seconds, error=tail[-2000:], earlier=earlier)
+    if launch is not None:
+        from framework.eval.study_integrity import record_trained
+
+        record_trained(run)
     # its time as its summary gives it, as on a later start
     return replace(state_on_disk(root, arm, seed), earlier=earlier)
 
@@ -211,6 +230,9 @@ def evaluate_once(
     partial = out.with_name(out.name + ".partial")
     in_child(_evaluate_child, eval_config(train_cfg, cfg, checkpoint, partial, start))
     (partial / EVAL_SETTINGS).write_text(json.dumps(eval_settings(cfg, start), indent=2) + "\n")
+    from framework.eval.study_integrity import record_evaluated
+
+    record_evaluated(partial)  # when it finished (UTC), for the run's provenance
     shutil.rmtree(out, ignore_errors=True)
     partial.rename(out)
     if cfg.eval.split == "test":
@@ -398,6 +420,8 @@ def check_preregistration(root: Path, cfg: StudyConfig, record: bool = True) -> 
             file=sys.stderr,
         )
         raise SystemExit(2)
+    from framework.eval.study_integrity import file_record
+
     settings = study_settings(cfg)
     path = root / PREREGISTRATION
     if not path.is_file():
@@ -406,6 +430,8 @@ def check_preregistration(root: Path, cfg: StudyConfig, record: bool = True) -> 
                 "preregistration": cfg.preregistration,
                 "git_commit": git_commit(),
                 "settings": settings,
+                # its file as it was: sha256, the commit that last changed it and when
+                "file": file_record(doc),
             }
             path.write_text(json.dumps(frozen, indent=2, sort_keys=True) + "\n")
         return
@@ -424,6 +450,213 @@ def check_preregistration(root: Path, cfg: StudyConfig, record: bool = True) -> 
             file=sys.stderr,
         )
         raise SystemExit(2)
+
+
+# -- integrity: a publishable study's table is made on one commit, from a committed tree -----------
+def left_to_make(
+    root: Path, jobs: Sequence[tuple[str, int]], kept_runs: set[tuple[str, int]]
+) -> list[tuple[str, int]]:
+    """The (arm, seed) jobs not yet trained and evaluated, here or in the kept archive."""
+    return [
+        (arm, seed)
+        for arm, seed in jobs
+        if (arm, seed) not in kept_runs
+        and not (
+            train_finished(run_dir_of(root, arm, seed))
+            and (root / "eval" / arm / f"seed{seed}" / "results.json").is_file()
+        )
+    ]
+
+
+def existing_commits(
+    root: Path, kept: Path | None, jobs: Sequence[tuple[str, int]]
+) -> dict[tuple[str, int], list[str]]:
+    """The commits the study's existing runs of ``jobs`` were made on, by (arm, seed): from their
+    run directories (the study's record of each launch, else the train process's
+    ``versions.json``; not a run with nothing to go on from, which trains from its start), the
+    study's archive and the kept archive (``archive_to``)."""
+    from framework.eval.study_archive import ARCHIVE, StudyArchive
+    from framework.eval.study_integrity import PROVENANCE, record_commits
+
+    archives = [StudyArchive(root / ARCHIVE)]
+    if kept is not None:
+        archives.append(StudyArchive(kept))
+    out: dict[tuple[str, int], list[str]] = {}
+    for arm, seed in jobs:
+        run = run_dir_of(root, arm, seed)
+        found: list[str] = []
+        if state_on_disk(root, arm, seed).status != "pending":
+            for name in (PROVENANCE, "versions.json"):
+                try:
+                    saved = json.loads((run / name).read_text())
+                except (OSError, json.JSONDecodeError):
+                    continue
+                found += record_commits(saved if name == PROVENANCE else {"versions": saved})
+                break
+        for archive in archives:
+            found += record_commits(archive.run(arm, seed) or {})
+        if found:
+            out[(arm, seed)] = list(dict.fromkeys(found))
+    return out
+
+
+def integrity_problems(
+    cfg: StudyConfig,
+    root: Path,
+    kept: Path | None,
+    jobs: Sequence[tuple[str, int]],
+    tree: Any,
+) -> list[str]:
+    """Why the publishable study ``cfg`` may not go on from the checkout ``tree``
+    (a :class:`~framework.eval.study_integrity.TreeState`), one line each: git cannot say, the tree
+    has uncommitted changes, runs of the table were made on another commit, or its
+    pre-registration is not committed as it is, changed, or is not an ancestor of the checkout."""
+    from framework.eval.study_integrity import SHOWN, publishable, same_commit, short
+
+    what = f"a publishable study ({', '.join(publishable(cfg))})"
+    out = []
+    if tree.error:
+        out.append(
+            f"[allow_dirty] got false, and git cannot say what this study's runs are made on: "
+            f"{tree.error}; expected a git checkout of the code for {what}, whose records name "
+            "their commit. Fix: run it from a git checkout, with git installed, or pass "
+            "allow_dirty=true (the report then marks its runs' commit unknown)."
+        )
+    elif tree.changed:
+        shown = ", ".join(tree.changed[:SHOWN])
+        more = f" and {len(tree.changed) - SHOWN} more" if len(tree.changed) > SHOWN else ""
+        out.append(
+            f"[allow_dirty] got false, with {len(tree.changed)} uncommitted change(s) in "
+            f"{tree.repo}: {shown}{more}; expected a clean checkout for {what} (its own folders "
+            "do not count, nor untracked files outside framework/ and conf/). Fix: commit or "
+            "stash the changes first, or pass allow_dirty=true (the report then marks each run "
+            "made on this tree)."
+        )
+    if tree.commit:
+        others = {
+            job: bad
+            for job, commits in existing_commits(root, kept, jobs).items()
+            if (bad := [c for c in commits if not same_commit(c, tree.commit)])
+        }
+        if others:
+            listed = "; ".join(
+                f"{arm} seed {seed}: {', '.join(short(c) for c in commits)}"
+                for (arm, seed), commits in list(others.items())[:SHOWN]
+            )
+            more = f"; and {len(others) - SHOWN} more" if len(others) > SHOWN else ""
+            afresh = "out_dir and archive_to" + (" and publish" if cfg.publish else "")
+            out.append(
+                f"[allow_dirty] got false, with {len(others)} run(s) of this table made on "
+                f"another commit (or tree) than this checkout's {short(tree.commit)} "
+                f"({listed}{more}); expected every run of {what} made on one commit. Fix: go on "
+                f"from the commit those runs were made on, start the table afresh (a new "
+                f"{afresh}), or pass allow_dirty=true (the report then names each run's commit)."
+            )
+    return out + preregistration_problems(cfg, root, tree)
+
+
+def preregistration_problems(cfg: StudyConfig, root: Path, tree: Any) -> list[str]:
+    """A test-split study's pre-registration that does not precede its runs: its file not
+    committed as it is, changed since the study froze it (:func:`check_preregistration`), or its
+    commit not an ancestor of the checkout's. [] for any other study, and for a file that is
+    missing (:func:`check_preregistration` refuses that)."""
+    from framework.eval.study_integrity import file_record, is_ancestor, short
+
+    doc = Path(cfg.preregistration.split("#", 1)[0])
+    if cfg.eval.split != "test" or not cfg.preregistration or not doc.is_file():
+        return []
+    now = file_record(doc)
+    path = root / PREREGISTRATION
+    frozen = (json.loads(path.read_text()).get("file") if path.is_file() else None) or {}
+    out = []
+    if not now["committed"]:
+        why = now.get("git_error") or "untracked, or changed since its last commit"
+        out.append(
+            f"[preregistration] got {cfg.preregistration!r}, whose file is not committed as it is "
+            f"({why}); expected a pre-registration committed before the study runs. Fix: commit "
+            f"it first (git add {doc} && git commit), or pass allow_dirty=true (the report then "
+            "says it is not shown to precede the runs)."
+        )
+    if frozen.get("sha256") and frozen["sha256"] != now["sha256"]:
+        out.append(
+            f"[preregistration] got {cfg.preregistration!r}, whose file changed since {root} was "
+            f"pre-registered (sha256 {frozen['sha256'][:12]} then, {now['sha256'][:12]} now); "
+            "expected the file the study froze. Fix: restore it"
+            + (f" (git show {short(frozen['commit'])}:<its path>)" if frozen.get("commit") else "")
+            + "; a changed design is a new study (a new pre-registration and out_dir)."
+        )
+    base = frozen.get("commit") or now["commit"]
+    if base and tree.commit and is_ancestor(Path(tree.repo), base, tree.commit) is False:
+        out.append(
+            f"[preregistration] got {cfg.preregistration!r}, committed in {short(base)}, which is "
+            f"not an ancestor of this checkout's commit {short(tree.commit)}; expected runs made "
+            "on a commit that contains their pre-registration. Fix: run from a checkout that "
+            f"does (git merge-base --is-ancestor {short(base)} HEAD), or pass allow_dirty=true."
+        )
+    return out
+
+
+def check_integrity(
+    cfg: StudyConfig,
+    root: Path,
+    kept: Path | None,
+    jobs: Sequence[tuple[str, int]],
+    kept_runs: set[tuple[str, int]] | None = None,
+    *,
+    quiet: bool = False,
+) -> Any:
+    """Refuse to start (or go on with) a publishable study on an uncommitted tree, on a commit
+    other than its table's existing runs', or with a pre-registration that does not precede its
+    runs (:func:`integrity_problems`; :mod:`framework.eval.study_integrity`), unless
+    ``allow_dirty``: then say so (unless ``quiet``) and go on; the runs' records say what they
+    were made on and the report marks them. A study with nothing left to make is not refused (it
+    only reports). Returns the tree (:class:`~framework.eval.study_integrity.TreeState`), for the
+    runs' records.
+
+    Raises:
+        SystemExit: status 2, with one line per problem, before anything is built or trained.
+    """
+    from framework.eval import study_integrity
+
+    tree = study_integrity.tree_state(
+        study_integrity.code_checkout(), study_integrity.study_folders(cfg)
+    )
+    if not study_integrity.publishable(cfg):
+        return tree
+    start_done = (root / "eval" / "start" / "results.json").is_file() or (
+        kept is not None and (kept / "eval" / "start.jsonl.gz").is_file()
+    )
+    if start_done and not left_to_make(root, jobs, kept_runs or set()):
+        return tree
+    problems = integrity_problems(cfg, root, kept, jobs, tree)
+    if not problems:
+        return tree
+    if cfg.allow_dirty:
+        if not quiet:
+            print(
+                "seekrl-study: allow_dirty=true: going on, and the report marks the runs made "
+                "so, although\n  " + "\n  ".join(problems),
+                flush=True,
+            )
+        return tree
+    print("\n".join(problems), file=sys.stderr)
+    raise SystemExit(2)
+
+
+def launch_context(cfg: StudyConfig, root: Path, tree: Any, data_key: dict[str, Any]) -> dict:
+    """What every run's provenance record of this invocation carries besides its launch:
+    ``allow_dirty``, the questions' ``data_key`` and, for a study with one, the pre-registration
+    (its file as it is now, :func:`~framework.eval.study_integrity.file_record`, and whether its
+    commit is an ancestor of the checkout's: ``ancestor``, None when git cannot say)."""
+    from framework.eval.study_integrity import file_record, is_ancestor
+
+    prereg = None
+    doc = Path(cfg.preregistration.split("#", 1)[0])
+    if cfg.preregistration and doc.is_file():
+        prereg = {"preregistration": cfg.preregistration, **file_record(doc)}
+        base, head = prereg.get("commit"), tree.commit
+        prereg["ancestor"] = is_ancestor(Path(tree.repo), base, head) if base and head else None
+    return {"allow_dirty": cfg.allow_dirty, "data_key": data_key, "preregistration": prereg}
 
 
 # -- what every run and evaluation of a study stands on ---------------------------------------------
@@ -907,6 +1140,9 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
     )
     if cfg.report_only:
         return report_so_far(cfg, root, jobs)
+    # a publishable study goes on only from a committed tree, on its table's commit: refused here,
+    # before anything is built or trained (and in a dry run), unless allow_dirty=true
+    tree = check_integrity(cfg, root, kept, jobs, kept_runs)
 
     # 1. the warm start every arm and seed shares (cached SFT), and its evaluation
     first = [
@@ -939,6 +1175,8 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
     train_cfg = warm_start(first_cfg)  # now only reads the cached policy's folder
     content = content_basis(train_cfg, cfg.eval.split)
     check_basis(root, content)
+    data_key = {"data": basis["data"], "questions_sha256": content["questions_sha256"]}
+    context = launch_context(cfg, root, tree, data_key)  # in every run's provenance record
     restored: dict[Any, dict] = {}
     check_record_folders(cfg, kept, {**basis, **content}, here)
     if kept is not None:
@@ -975,8 +1213,10 @@ def study(cfg: StudyConfig) -> dict[str, Any]:
             _write_status(root, states, jobs)
             pace.finish(f"{arm} seed {seed}", "done")
             continue
+        if left_to_make(root, [(arm, seed)], kept_runs):  # made now: on the tree checked first
+            tree = check_integrity(cfg, root, kept, jobs, kept_runs, quiet=True)
         try:
-            st = run_train(cfg, arm, seed, root)
+            st = run_train(cfg, arm, seed, root, tree.record(), context)
         except KeyboardInterrupt:
             st = RunState(arm, seed, "interrupted")
         states.append(st)

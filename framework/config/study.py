@@ -139,6 +139,16 @@ class StudyConfig:
             "trained and evaluated; its exported policy/ stays"
         },
     )
+    allow_dirty: bool = field(
+        default=False,
+        metadata={
+            "help": "let a publishable study (publish, archive_to or eval.split=test) start or go "
+            "on where it would be refused: uncommitted changes to the code (its own folders do not "
+            "count), runs of this table made on another commit, git missing, or a pre-registration "
+            "not committed as it is; the report then marks every run concerned "
+            "(framework/eval/study_integrity.py)"
+        },
+    )
     retry_failed: bool = field(
         default=False, metadata={"help": "run again the runs that crashed last time"}
     )

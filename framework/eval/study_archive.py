@@ -6,7 +6,10 @@
 * ``eval/start.jsonl.gz`` and ``eval/<arm>/seed<S>.jsonl.gz``: every evaluation's per-question,
   per-sample records (:mod:`framework.eval.records`);
 * ``training/<arm>/seed<S>.json``: each run's status, times, versions (git commit, precision, CPU),
-  the training curves the report draws (the logged scalars of :data:`CURVE_TAGS` only) and the
+  its provenance (when it trained and was evaluated, each launch's commit and uncommitted changes,
+  the questions' data key, the pre-registration: :mod:`framework.eval.study_integrity`; runs
+  archived before it was kept have none), the training curves the report draws (the logged
+  scalars of :data:`CURVE_TAGS` only) and the
   histogram of E-GRPO's normalised entity rate over its wrong training rollouts
   (:func:`~framework.eval.entity_credit.run_histogram`, from its saved trajectories);
 * ``test_evaluations.json``: how many times each policy was evaluated on the test split;
@@ -103,7 +106,7 @@ def archive_study(root: Path, cfg: Any, states: Sequence[Any]) -> Path:
         target = arc / TRAINING / s.arm / f"seed{s.seed}.json"
         if not run.is_dir() and target.is_file():
             continue  # archived elsewhere; the run directory is not here
-        _write_json(target, _run_record(run, s))
+        _write_json(target, _run_record(run, s, eval_dir(root, s.arm, s.seed)))
     for name in (TEST_COUNTS, BASIS):
         if (root / name).is_file():
             (arc / name).write_text((root / name).read_text())
@@ -141,7 +144,9 @@ def _as_plain(node: Any) -> Any:
     return node
 
 
-def _run_record(run: Path, state: Any) -> dict[str, Any]:
+def _run_record(run: Path, state: Any, evals: Path | None = None) -> dict[str, Any]:
+    from framework.eval.study_integrity import run_provenance
+
     scalars = read_scalars(run) if (run / "tensorboard").is_dir() else {}
     steps = scalars.get("timing/step", [])
     versions = _read_json(run / "versions.json") or {}
@@ -150,6 +155,9 @@ def _run_record(run: Path, state: Any) -> dict[str, Any]:
     earlier = summary.get("earlier_launches_peak_gb")  # resumed: the killed launches' peak
     if earlier is not None:
         peaks.append(float(earlier))
+    # when it trained and was evaluated, on what commit and tree, from which questions and
+    # pre-registration; a run the study did not record (made before these records) has none
+    provenance = run_provenance(run, evals) if evals is not None else None
     alarms = sorted(
         tag.split("/")[1]
         for tag, values in scalars.items()
@@ -175,6 +183,7 @@ def _run_record(run: Path, state: Any) -> dict[str, Any]:
         "curves": {
             t: [[int(x), float(y)] for x, y in scalars[t]] for t in CURVE_TAGS if t in scalars
         },
+        **({"provenance": provenance} if provenance is not None else {}),
     }
 
 

@@ -38,6 +38,7 @@ from framework.eval.paired import (
     variance_components,
 )
 from framework.eval.study_archive import CURVE_TAGS, StudyArchive, archive_study
+from framework.eval.study_integrity import integrity, integrity_lines
 
 #: per-rollout figures compared between arms (record field -> label)
 FIGURES = {
@@ -402,6 +403,10 @@ def write_report(
         for arm, seed in archive.runs(arms)
         if (run := archive.run(arm, seed)) is not None
     ]
+    # the runs' commits, trees, times and pre-registration (archives without them: no key)
+    provenance = integrity(archive, archive.runs(arms))
+    if provenance is not None:
+        summary["integrity"] = provenance
     table = ""
     if getattr(cfg, "screen", False):
         from framework.eval.screen import (
@@ -421,6 +426,8 @@ def write_report(
                 {"name": p["name"], "archive": p["archive"], "rows": p["rows"]} for p in parts
             ]
             table += parts_markdown(parts, row_machines(summary["screen"]))
+        if marks := integrity_lines(provenance):  # on the page too, above the table
+            table = "\n".join(marks) + "\n" + table
     (root / f"study{suffix}.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     text = _markdown(cfg, summary, plots, root, screen_table=table)
     if subset_of:
@@ -723,6 +730,8 @@ def _markdown(
     lines += _partial_lines(cfg, s)
     if screen_table:  # a screen's table (and its parts'), as its page shows it
         lines += [screen_table, ""]
+    else:  # the runs' commits and pre-registration (a screen's table begins with them)
+        lines += integrity_lines(s.get("integrity"))
     lines += ["## Pass@1 per arm (pooled over seeds)", ""]
     lines += [
         "| policy | seeds | samples per question | Pass@1 [95% CI] | Pass@k | tool calls | turns "

@@ -25,6 +25,14 @@ TRAIN = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _clean_checkout(study_checkout):
+    """Every study below takes a clean git checkout for the code's (tests/conftest.py), whatever
+    the state of the real one: a publishable study (archive_to, the test split) refuses an
+    uncommitted tree."""
+    return study_checkout
+
+
 def study_in_process(out: Path, *overrides: str, train: list[str] = TRAIN):
     from framework.cli.app import run_app
     from framework.cli.study import study
@@ -121,7 +129,9 @@ def test_a_crashed_run_is_reported_and_the_others_go_on(tmp_path):
 
 
 @pytest.mark.slow  # one tiny train and two evaluations: about 15 s
-def test_a_test_split_study_needs_a_preregistration_and_counts_its_evaluations(tmp_path, capsys):
+def test_a_test_split_study_needs_a_preregistration_and_counts_its_evaluations(
+    tmp_path, capsys, study_checkout
+):
     out = tmp_path / "study"
     one_arm = ["study=learn_cpu", "seeds=[0]", "eval.split=test"]  # learn_cpu: one arm, grpo
     with pytest.raises(SystemExit) as exc:  # refused before anything runs
@@ -129,8 +139,12 @@ def test_a_test_split_study_needs_a_preregistration_and_counts_its_evaluations(t
     assert exc.value.code == 2
     assert "[preregistration]" in capsys.readouterr().err
     assert not (out / "eval").exists()
-    doc = tmp_path / "prereg.md"
+    doc = study_checkout.path / "prereg.md"
     doc.write_text("## Pre-registration: tiny\n")
+    with pytest.raises(SystemExit):  # not committed yet: it does not precede the study
+        study_in_process(out, *one_arm, f"preregistration='{doc}#tiny'")
+    assert "whose file is not committed as it is" in capsys.readouterr().err
+    registered = study_checkout.commit("pre-register tiny")
     study_in_process(out, *one_arm, f"preregistration='{doc}#tiny'")
     assert json.loads((out / "test_evaluations.json").read_text()) == {
         "grpo/seed0": 1,
@@ -141,6 +155,10 @@ def test_a_test_split_study_needs_a_preregistration_and_counts_its_evaluations(t
     assert json.loads((out / "preregistration.json").read_text())["preregistration"].endswith(
         "#tiny"
     )
+    # committed before the first run began training, and an ancestor of its commit: said so
+    assert f"Pre-registration: `{doc}#tiny` (sha256 " in md
+    assert f"committed in `{registered[:12]}` at " in md
+    assert "precedes the first run (`grpo` seed 0, training from " in md
     with pytest.raises(SystemExit):  # frozen: another design is another study
         study_in_process(
             out, *one_arm[:-2], "seeds=[0,1]", "eval.split=test", f"preregistration='{doc}#tiny'"
@@ -157,7 +175,16 @@ def test_a_study_resumes_from_its_kept_archive_on_a_machine_without_its_runs(tmp
         assert (kept / rel).is_file()
     basis = json.loads((kept / "basis.json").read_text())
     assert {"data", "warm_start", "questions_sha256", "warm_start_sha256"} <= basis.keys()
-    assert json.loads((kept / "training" / "grpo" / "seed0.json").read_text())["config"]
+    record = json.loads((kept / "training" / "grpo" / "seed0.json").read_text())
+    assert record["config"]
+    # when it trained and was evaluated, on which commit, from which questions
+    prov = record["provenance"]
+    assert prov["train_started"] <= prov["train_ended"] <= prov["evaluated"]
+    assert prov["train_started"].endswith("Z") and prov["launches"][0]["changed"] == []
+    assert prov["data_key"] == {
+        "data": basis["data"],
+        "questions_sha256": basis["questions_sha256"],
+    }
 
     capsys.readouterr()
     again = study_in_process(tmp_path / "second", "seeds=[0]", f"archive_to={kept}")
@@ -190,3 +217,51 @@ def test_a_study_resumes_from_its_kept_archive_on_a_machine_without_its_runs(tmp
         )
     assert exc.value.code == 2
     assert "[archive_to] got" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # two tiny train runs and their evaluations: about 30 s
+def test_a_publishable_study_goes_on_only_from_a_committed_tree(
+    tmp_path, capsys, monkeypatch, study_checkout
+):
+    """Refused before anything is built, and again before each run; allow_dirty=true goes on and
+    the report marks the run made on the uncommitted tree."""
+    from framework.cli import study as study_cli
+
+    out, kept = tmp_path / "study", tmp_path / "kept"
+    args = ("study=learn_cpu", "seeds=[0,1]", f"archive_to={kept}")  # learn_cpu: one arm, grpo
+    code = study_checkout.path / "framework" / "code.py"
+    code.write_text("x = 2\n")
+    with pytest.raises(SystemExit) as exc:
+        study_in_process(out, *args)
+    assert exc.value.code == 2
+    assert "[allow_dirty] got false, with 1 uncommitted change(s)" in capsys.readouterr().err
+    assert not (out / "runs").exists() and not (out / "eval").exists() and not kept.exists()
+    head = study_checkout.commit()
+
+    # the code changes while the study runs: its next run is not launched on it
+    train = study_cli.run_train
+
+    def then_edit(*a, **k):
+        state = train(*a, **k)
+        code.write_text("x = 3\n")
+        return state
+
+    monkeypatch.setattr(study_cli, "run_train", then_edit)
+    with pytest.raises(SystemExit) as exc:
+        study_in_process(out, *args)
+    assert exc.value.code == 2
+    assert "M framework/code.py" in capsys.readouterr().err
+    assert (out / "runs" / "grpo" / "seed0" / "summary.json").is_file()
+    assert not (out / "runs" / "grpo" / "seed1").exists()
+
+    monkeypatch.setattr(study_cli, "run_train", train)
+    study_in_process(out, *args, "allow_dirty=true")
+    assert "allow_dirty=true: going on" in capsys.readouterr().out
+    md = (out / "study.md").read_text()
+    assert (
+        f"**Made on an uncommitted tree (`allow_dirty=true`):** `grpo` seed 1 (on `{head[:12]}`, "
+        "1 uncommitted change: `M framework/code.py`)" in md
+    )
+    assert "Commits mixed" not in md  # one commit, two trees
+    seed1 = json.loads((kept / "training" / "grpo" / "seed1.json").read_text())["provenance"]
+    assert seed1["allow_dirty"] and seed1["launches"][0]["changed"] == ["M framework/code.py"]

@@ -671,14 +671,17 @@ def test_a_dry_run_refuses_what_the_run_would_refuse_and_records_nothing(tmp_pat
     assert json.loads((out / "basis.json").read_text()) == other  # left as it was
 
 
-def test_a_dry_run_of_a_test_split_study_checks_its_preregistration_and_freezes_nothing(tmp_path):
+def test_a_dry_run_of_a_test_split_study_checks_its_preregistration_and_freezes_nothing(
+    tmp_path, study_checkout
+):
     from framework.cli.study import PREREGISTRATION
 
     out = tmp_path / "study"
     with pytest.raises(SystemExit) as exc:  # names no file here
         _dry_run(out, "eval.split=test", f"preregistration={tmp_path}/missing.md")
     assert exc.value.code == 2
-    plan = tmp_path / "plan.md"
+    plan = study_checkout.path / "plan.md"  # committed, as a test-split study's must be
     plan.write_text("# the study, written down first\n")
+    study_checkout.commit("pre-register the study")
     assert _dry_run(out, "eval.split=test", f"preregistration={plan}") == {}
     assert not (out / PREREGISTRATION).exists()  # the first real launch freezes the settings
