@@ -129,8 +129,8 @@ def eval_config_for(
 
 
 def journal_path(run_dir: Path, dataset: str) -> Path:
-    """Where the finished batches of ``dataset`` are kept until the evaluation ends: a rerun in the
-    same ``run_dir`` rolls out only the batches that are not there."""
+    """Where the finished waves of ``dataset`` are kept until the evaluation ends: a rerun in the
+    same ``run_dir`` rolls out only the waves that are not there."""
     return run_dir / f"journal-{dataset.replace('/', '_')}.jsonl"
 
 
@@ -172,6 +172,7 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
     k = cfg.samples_per_question
     rows: list[dict[str, Any]] = []
     datasets = {}
+    waves: dict[str, dict[str, int]] = {}
     try:
         for name, items in sets.items():
             # one plain line per batch of questions (a batch takes minutes), also on a terminal
@@ -185,9 +186,11 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
                 judge,
                 dataset=name,
                 batch_questions=cfg.batch_questions,
+                wave_questions=cfg.wave_questions,
                 progress=progress,
                 journal=journal_path(run_dir, name),
                 seed=cfg.seed,
+                waves=waves.setdefault(name, {}),
             )
             rows += got
             datasets[name] = {"overall": summarize(got, k), "by_hops": summarize_by_hops(got, k)}
@@ -199,6 +202,7 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
         "judge": cfg.judge.name,
         "seed": cfg.seed,
         "seconds": round(time.perf_counter() - clock, 1),
+        "schedule": schedule(cfg, backend, waves),
         "datasets": datasets,
     }
     write_outputs(run_dir, results, rows, notices)
@@ -215,6 +219,27 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
         )
     print(f"seekrl-eval: report {run_dir / 'report.md'} ({results['seconds']} s)")
     return results
+
+
+def schedule(cfg: EvalConfig, backend: Any, waves: Mapping[str, Any]) -> dict[str, Any]:
+    """How the rollouts were computed, beyond the seed: the settings a sample's tokens depend on
+    (the batches it decoded in and the rollout dtype) and, per dataset, the waves taken from the
+    journal of an interrupted launch (the same rows as rolled out now, so a resumed evaluation
+    can be told from an uninterrupted one, although their records are equal)."""
+    import torch
+
+    rollout = cfg.rollout
+    return {
+        "batch_questions": cfg.batch_questions,
+        "wave_questions": cfg.wave_questions or cfg.batch_questions,
+        "rollout_dtype": str(getattr(backend, "dtype", "")).removeprefix("torch."),
+        "rollout_dtype_reason": getattr(backend, "dtype_reason", None),
+        "decoder": getattr(rollout, "decoder", None),
+        "micro_batch": getattr(rollout, "micro_batch", None),
+        "prefix_cache_tokens": getattr(rollout, "prefix_cache_tokens", None),
+        "torch_threads": torch.get_num_threads(),
+        "waves": dict(waves),
+    }
 
 
 def main() -> None:

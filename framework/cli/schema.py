@@ -62,7 +62,18 @@ class EvalConfig:
         default=16,
         metadata={
             "help": "questions in flight: batch_questions x samples rollouts advance together, "
-            "a finished one replaced at once by the next (continuous batching)"
+            "a finished one replaced at once by the next of its wave (continuous batching)"
+        },
+    )
+    wave_questions: int = field(
+        default=0,
+        metadata={
+            "help": "questions per wave (0 = batch_questions): waves run one after another, each "
+            "from an empty decoder state, and each is journaled when it ends, so a resumed "
+            "evaluation gives the rows of an uninterrupted one byte for byte; a rollout's logits "
+            "carry the rounding of the batch it decodes in, so this and batch_questions are "
+            "settings of the evaluation, like seed (larger waves: fewer part-empty batches at "
+            "their ends, more lost to an interruption)"
         },
     )
     judge: Any = MISSING
@@ -96,6 +107,7 @@ class EvalConfig:
         out += check_range(self.samples_per_question, "samples_per_question", low=1)
         out += check_range(self.questions, "questions", low=0)
         out += check_range(self.batch_questions, "batch_questions", low=1)
+        out += check_range(self.wave_questions, "wave_questions", low=0)
         out += check_choice(self.split, "split", ("train", "validation", "test"))
         if self.labels and len(self.labels) != len(self.compare):
             out.append(

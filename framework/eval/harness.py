@@ -27,7 +27,8 @@ from framework.types import STATUS_OK, STATUSES
 
 def rollout_seed(seed: int, question_id: str, sample: int) -> int:
     """The sampling seed of sample ``sample`` of question ``question_id`` in an evaluation seeded
-    ``seed``: a 63-bit hash, so the draw is the same whichever batch, slot or process rolls it out."""
+    ``seed``: a 63-bit hash, so its random numbers are the same whichever batch, slot or process
+    rolls it out (its tokens, only for the same batches: :func:`rollout_rows`)."""
     text = f"{seed}/{question_id}/{sample}".encode()
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big") >> 1
 
@@ -41,24 +42,39 @@ def rollout_rows(
     dataset: str,
     entity_cfg: EntityRewardConfig | None = None,
     batch_questions: int = 16,
+    wave_questions: int = 0,
     progress: Progress | None = None,
     journal: Path | None = None,
     seed: int = 0,
+    waves: dict[str, int] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per rollout (``k`` per question), with correctness, tool use and entity matches.
 
-    Rollouts run with continuous batching: ``batch_questions * k`` of them in flight, a finished
-    one's place taken by the next waiting rollout. Sample ``j`` of question ``q`` draws its tokens
-    with :func:`rollout_seed` ``(seed, q, j)``, so its result depends neither on the batch nor the
-    slot it ran in nor on what ran before (a resumed run gives the rows of an uninterrupted one).
+    The questions are rolled out in consecutive waves of ``wave_questions`` (0: ``batch_questions``)
+    in the order given. A wave starts from an empty decoder state (:func:`restart_backend`), runs
+    with continuous batching (``batch_questions * k`` rollouts in flight, a finished one's place
+    taken by the next waiting rollout of the wave) and ends when all its rollouts have. Sample
+    ``j`` of question ``q`` draws its tokens with :func:`rollout_seed` ``(seed, q, j)``, so its
+    random numbers depend on nothing else; its logits do depend, in their last bits, on the rows it
+    decodes beside (matrix kernels and attention sum in an order set by the batch's rows and
+    padding), so a token whose draw falls at a boundary of its distribution can change with them.
+    A wave's rows are therefore a function of its questions and these settings alone, and an
+    evaluation resumed from its journal, which takes whole waves from it and rolls out the rest,
+    gives the rows of an uninterrupted one byte for byte (taking single questions, as this did
+    before, made the rest decode beside other rollouts than they had: issue 74).
+    ``batch_questions`` and ``wave_questions`` are settings of the evaluation like ``seed``: other
+    values give other draws.
 
     Args:
-        journal: a JSONL file that keeps each question as soon as its ``k`` samples are judged: a
-            rerun with the same ``k`` takes those questions from it and rolls out only the rest,
-            so an interrupted evaluation loses only the questions in flight.
+        journal: a JSONL file that keeps each wave as soon as its questions are judged: a rerun
+            with the same ``k``, ``seed``, ``batch_questions`` and ``wave_questions`` takes the
+            waves it holds (the same questions in the same order) and rolls out only the others,
+            so an interrupted evaluation loses only the wave in flight.
         progress: advanced as questions finish; questions taken from the journal move its position
             without counting in its rate.
         seed: the evaluation's sampling seed.
+        waves: if given, filled with ``waves`` (how many), ``from_journal`` (how many were taken
+            from the journal) and ``questions_from_journal``.
 
     Raises:
         ValueError: two items with the same question id (rows and journal are keyed by it).
@@ -68,31 +84,67 @@ def rollout_rows(
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
         raise ValueError(f"[{dataset}] question id {dup!r} appears twice; ids must be unique")
-    kept = read_journal(journal, k) if journal is not None else {}
-    by_id: dict[str, list[dict[str, Any]]] = {i: kept[i]["rows"] for i in ids if i in kept}
+    size = wave_questions or batch_questions
+    schedule = {"k": k, "seed": seed, "batch_questions": batch_questions, "wave_questions": size}
+    parts = [list(items[i : i + size]) for i in range(0, len(items), size)]
+    kept = read_journal(journal, schedule) if journal is not None else {}
+    by_id: dict[str, list[dict[str, Any]]] = {}
+    taken = 0
+    for part in parts:
+        rows = kept.get(tuple(it.id for it in part))
+        if rows is not None:
+            for it in part:
+                by_id[it.id] = [r for r in rows if r["question_id"] == it.id]
+            taken += 1
+    if waves is not None:
+        waves.update(waves=len(parts), from_journal=taken, questions_from_journal=len(by_id))
     if progress is not None and by_id:  # done by an earlier process: not in the rate
         progress.skip_to(len(by_id))
-    todo = [it for it in items if it.id not in by_id]
 
-    def finished(group: int, trajs: list[Trajectory]) -> None:
-        item = todo[group]
+    def finished(item: QAItem, trajs: list[Trajectory]) -> None:
         by_id[item.id] = question_rows(item, trajs, judge, dataset, entity_cfg)
-        if journal is not None:
-            append_journal(journal, {"question": item.id, "k": k, "rows": by_id[item.id]})
         if progress is not None:
             progress(len(by_id), len(items))
 
-    if todo:
-        loop.run(
-            [it.question for it in todo],
-            k,
-            max_in_flight=batch_questions * k,
-            seeds=[rollout_seed(seed, it.id, j) for it in todo for j in range(k)],
-            on_group_done=finished,
-        )
+    for index, part in enumerate(parts):
+        if part[0].id in by_id:
+            continue
+        _roll_wave(loop, part, k, batch_questions * k, seed, finished)
+        if journal is not None:
+            record = {"wave": index, **schedule, "questions": [it.id for it in part]}
+            rows = [row for it in part for row in by_id[it.id]]
+            append_journal(journal, {**record, "rows": rows})
     rows = [row for i in ids for row in by_id[i]]
     _normalise_rates(rows)
     return rows
+
+
+def _roll_wave(
+    loop: Any,
+    part: Sequence[QAItem],
+    k: int,
+    in_flight: int,
+    seed: int,
+    finished: Callable[[QAItem, list[Trajectory]], None],
+) -> None:
+    """Roll out one wave from a restarted backend; ``finished`` gets each question as it ends."""
+    restart_backend(loop)
+    loop.run(
+        [it.question for it in part],
+        k,
+        max_in_flight=in_flight,
+        seeds=[rollout_seed(seed, it.id, j) for it in part for j in range(k)],
+        on_group_done=lambda group, trajs: finished(part[group], trajs),
+    )
+
+
+def restart_backend(loop: Any) -> None:
+    """Make ``loop``'s backend start as a new one would (its ``restart()``, where it has one: the
+    transformers backend empties its KV prefix cache and its per-call seed count), so that what
+    it computes next does not depend on what it computed before."""
+    restart = getattr(getattr(loop, "backend", None), "restart", None)
+    if callable(restart):
+        restart()
 
 
 def question_rows(
@@ -139,18 +191,30 @@ def question_rows(
                 "match_rate": rate,
                 **entity_kinds(flags),
                 "think_text": t.think_text,
+                "response_digest": response_digest(t),
             }
         )
     return rows
 
 
-def read_journal(path: Path, k: int) -> dict[str, dict[str, Any]]:
-    """The finished questions in ``path`` by question id (none when it is missing). A last line cut
-    short by a kill is dropped from the file, so the next question appends after a whole line.
-    Lines of another ``k``, or of the batch-wise journal earlier versions wrote, are ignored."""
+def response_digest(traj: Trajectory) -> str:
+    """A 16-hex-digit digest of every token after the prompt (generated and tool responses): two
+    sample rows with the same digest are the same rollout, token for token."""
+    text = ",".join(map(str, traj.token_ids[traj.prompt_len :])).encode()
+    return hashlib.blake2b(text, digest_size=8).hexdigest()
+
+
+def read_journal(
+    path: Path, schedule: dict[str, Any]
+) -> dict[tuple[str, ...], list[dict[str, Any]]]:
+    """The finished waves in ``path`` (none when it is missing), by their question ids in order,
+    each with its rows. A last line cut short by a kill is dropped from the file, so the next wave
+    appends after a whole line. Lines of another ``schedule`` (``k``, ``seed``,
+    ``batch_questions``, ``wave_questions``), and the per-question or batch-wise lines earlier
+    versions wrote, are ignored: their rows came from other batches."""
     if not path.is_file():
         return {}
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     good = 0
     with path.open("rb") as f:
         for line in f:
@@ -161,8 +225,12 @@ def read_journal(path: Path, k: int) -> dict[str, dict[str, Any]]:
             if not line.endswith(b"\n"):
                 break
             good += len(line)
-            if record.get("k") == k and "question" in record:
-                out[str(record["question"])] = record
+            if (
+                isinstance(record, dict)
+                and "wave" in record
+                and all(record.get(key) == value for key, value in schedule.items())
+            ):
+                out[tuple(str(q) for q in record["questions"])] = record["rows"]
     if good < path.stat().st_size:
         with path.open("r+b") as f:
             f.truncate(good)
@@ -170,7 +238,7 @@ def read_journal(path: Path, k: int) -> dict[str, dict[str, Any]]:
 
 
 def append_journal(path: Path, record: dict[str, Any]) -> None:
-    """Append one question as one line, flushed to disk before the loop goes on."""
+    """Append one wave as one line, flushed to disk before the loop goes on."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as f:
         f.write(json.dumps(record) + "\n")

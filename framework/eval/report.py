@@ -157,6 +157,16 @@ def _markdown(results: dict[str, Any], plots: list[Path], notices: list[str]) ->
         f"{k} samples per question; judge `{results['judge']}`; seed {results['seed']}.",
         "",
     ]
+    plan = results.get("schedule")
+    if plan:
+        taken = sum(w.get("from_journal", 0) for w in plan.get("waves", {}).values())
+        lines += [
+            f"Rolled out in waves of {plan['wave_questions']} questions, "
+            f"{plan['batch_questions']} in flight, {plan['rollout_dtype']} weights"
+            + (f"; {taken} wave(s) taken from the journal of an interrupted run" if taken else "")
+            + ".",
+            "",
+        ]
     lines += [f"> {n}" for n in notices] + ([""] if notices else [])
     head = f"| dataset | questions | Pass@1 [95% CI] | Pass@{k} | pass^{k} | EM | F1 | tool calls | format errors | over budget |"
     lines += [head, "|" + "---|" * 10]

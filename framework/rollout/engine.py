@@ -162,8 +162,10 @@ class AgentLoop:
                 when one ends the next waiting rollout takes its place at the next turn, so no
                 batch waits for its slowest member (None: all at once).
             seeds: one sampling seed per rollout, in the returned order, handed to the backend's
-                ``generate(..., seeds=)``: each rollout's draws then depend on its seed and its own
-                tokens, not on its slot or its batch (None: the backend's own per-call seeding).
+                ``generate(..., seeds=)``: each rollout's random numbers then depend on its seed
+                and its own tokens, not on its slot or its batch (None: the backend's own per-call
+                seeding); its logits still carry the batch's rounding in their last bits
+                (:meth:`~framework.rollout.hf_backend.TransformersBackend.generate`).
             on_group_done: called with (question index, its rollouts) as soon as every rollout of
                 a question has ended (e.g. to save it before the rest are done).
         """

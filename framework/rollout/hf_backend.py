@@ -188,9 +188,13 @@ class TransformersBackend:
     ) -> list[Generation]:
         """New tokens for each sequence (see :class:`~framework.rollout.types.RolloutBackend`).
 
-        ``seeds`` (one per sequence) make each sequence's sampling a function of its seed and its
-        own tokens alone (``decoder=loop``); without them a call draws from torch's generator,
-        seeded per call."""
+        ``seeds`` (one per sequence) make each sequence's random numbers a function of its seed
+        and the token's position alone (``decoder=loop``); without them a call draws from torch's
+        generator, seeded per call. The logits a number is compared with are not bit-for-bit
+        independent of the other sequences: the kernels sum in an order set by the rows and
+        padding of the batch (on a CPU, the bf16 and fp32 matrix kernels give one row other
+        last bits at another row count), so a draw at a boundary of the distribution can pick
+        another token in another batch."""
         out: list[Generation | None] = [None] * len(sequences)
         if self.prefix_cache is not None:
             self.prefix_cache.new_call()
@@ -277,6 +281,15 @@ class TransformersBackend:
                 **kwargs,
             )
         return generated[:, width:].tolist()
+
+    def restart(self) -> None:
+        """Go on as a new backend with the same weights would: no KV entries kept from earlier
+        calls, and the per-call seed count back at 0. An evaluation starts each of its waves here
+        (:func:`framework.eval.harness.rollout_rows`), so a wave decodes the same whether it
+        follows other waves or opens a resumed evaluation in a new process."""
+        self.calls = 0
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()
 
     def update_weights(self, model: Any) -> None:
         """Generate with ``model``'s weights from now on (no copy when it is the same module);

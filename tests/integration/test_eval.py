@@ -92,6 +92,49 @@ def test_eval_of_a_trained_checkpoint_and_a_mismatched_one(tmp_path):
     assert exc.value.code == 2
 
 
+class Killed(Exception):
+    pass
+
+
+@pytest.mark.slow  # three tiny evaluations through the app: over 10 s on 2 shared cores
+def test_a_resumed_evaluation_writes_the_files_of_an_uninterrupted_one(tmp_path, monkeypatch):
+    """seekrl-eval killed in its third wave of one question and run again in the same directory
+    takes the two finished waves from its journal and writes the files of an uninterrupted run,
+    byte for byte; results.json says what came from the journal."""
+    import framework.eval.harness as harness
+
+    wide = ("rollout.policy.tiny_hidden=256", "batch_questions=1")
+    whole = eval_in_process(tmp_path / "whole", *wide)
+    assert whole["schedule"]["waves"]["synth/validation"]["from_journal"] == 0
+    assert whole["schedule"]["batch_questions"] == whole["schedule"]["wave_questions"] == 1
+    judged = harness.question_rows
+
+    def killed_at_the_third(*args, **kwargs):
+        if killed_at_the_third.calls == 2:
+            raise Killed
+        killed_at_the_third.calls += 1
+        return judged(*args, **kwargs)
+
+    killed_at_the_third.calls = 0
+    monkeypatch.setattr(harness, "question_rows", killed_at_the_third)
+    with pytest.raises(SystemExit):  # Hydra reports the exception and exits 1
+        eval_in_process(tmp_path / "resumed", *wide)
+    assert killed_at_the_third.calls == 2
+    monkeypatch.setattr(harness, "question_rows", judged)
+    assert (tmp_path / "resumed" / "journal-synth_validation.jsonl").is_file()
+    resumed = eval_in_process(tmp_path / "resumed", *wide)
+    assert resumed["schedule"]["waves"]["synth/validation"] == {
+        "waves": 4,
+        "from_journal": 2,
+        "questions_from_journal": 2,
+    }
+    for name in ("samples.jsonl", "records.jsonl.gz"):
+        assert (tmp_path / "resumed" / name).read_bytes() == (
+            tmp_path / "whole" / name
+        ).read_bytes()
+    assert not (tmp_path / "resumed" / "journal-synth_validation.jsonl").exists()
+
+
 def test_eval_refuses_an_empty_dataset(tmp_path, capsys):
     (tmp_path / "empty.jsonl").write_text("")
     with pytest.raises(SystemExit) as exc:
