@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import subprocess
 import sys
 import time
@@ -35,16 +34,6 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "docs" / "benchmarks" / "update.json"
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def build(args: argparse.Namespace) -> tuple[Any, Any, Any]:
@@ -178,6 +167,9 @@ def main() -> None:
             "vs_whole_per_optimizer_step": (sec / steps) / base,
             "vs_whole_per_rollout_pass": (sec / passes) / base,
         }
+    sys.path.insert(0, str(REPO))
+    from framework.training.precision import cpu_name
+
     out = {
         "cpu": cpu_name(),
         "settings": {k: getattr(args, k) for k in ARGS},
