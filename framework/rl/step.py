@@ -410,5 +410,13 @@ def rl_step(
     figures.update(timings)
     figures["train/lr"] = scheduler.get_last_lr()[0]
     figures["train/rollouts"] = len(batch.trajectories)
+    # what the step spent, for comparisons at equal compute (framework/eval/screen.py): every
+    # rollout it generated (each sampler round's, and an augmenter's), their generated tokens, and
+    # its optimiser steps (mini-batches x epochs, or one per turn stage)
+    figures["train/generated_rollouts"] = len(d.trajectories) + timings.get("augment/rollouts", 0)
+    figures["train/generated_tokens"] = generated + timings.get("augment/generated_tokens", 0)
+    figures["train/optimizer_steps"] = losses.get(
+        "optimizer_steps", losses.get("turn_stages", float(parts.optim.policy_epochs))
+    )
     figures = {k: float(v) for k, v in figures.items()}
     return StepResult(batch, advantages, figures)

@@ -234,6 +234,26 @@ def test_a_dropped_group_is_replaced_by_a_reserve_group():
     assert f["rollout/zero_variance_groups"] == pytest.approx(0.5)
 
 
+def test_a_step_records_what_it_spent():
+    """The compute a screen compares arms at (framework/eval/screen.py): every rollout generated,
+    the dropped group's and the reserve's too, their generated tokens, and the optimiser steps."""
+    first = [[ANSWER.format("Boston")]] * 2
+    second = [[ANSWER.format("Cincinnati")], [ANSWER.format("no")]]
+    groups = [GroupRequest(0, 2), GroupRequest(1, 2, reserve=True)]
+    result, _ = run_step([first, second], groups, keep=varied, rounds=True)
+    f = result.figures
+    assert f["train/generated_rollouts"] == 4.0 and f["train/rollouts"] == 2.0
+    assert f["train/generated_tokens"] == pytest.approx(4 * f["rollout/generated_tokens"])
+    assert f["train/optimizer_steps"] == 1.0  # one epoch, one mini-batch
+    scripts = [[ANSWER.format(a)] for a in ("Steven Spielberg", "no", "Cincinnati", "no")]
+    two = [GroupRequest(0, 2), GroupRequest(1, 2)]
+    result, _ = run_step(scripts, two, "optim.policy_epochs=2")
+    assert result.figures["train/optimizer_steps"] == 2.0
+    result, _ = run_step(scripts, two, "optim.policy_epochs=2", "optim.mini_batch_size=2")
+    assert result.figures["train/optimizer_steps"] == 4.0  # 2 mini-batches x 2 epochs
+    assert result.figures["loss/optimizer_steps"] == 4.0
+
+
 def test_no_reserve_is_rolled_out_when_every_group_is_kept():
     scripts = [[ANSWER.format("Steven Spielberg")], [ANSWER.format("no")]]
     groups = [GroupRequest(0, 2), GroupRequest(1, 2, reserve=True)]
