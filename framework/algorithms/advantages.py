@@ -6,7 +6,8 @@ Rollouts masked out of the loss (over budget) still count here: masking happens 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -36,6 +37,17 @@ class GRPOAdvantageConfig(ComponentConfig):
 
     def problems(self) -> list[Problem]:
         return check_range(self.epsilon, "epsilon", low=0.0, fix="use a small positive epsilon")
+
+
+def baseline_is_grpo(section: ComponentConfig, baseline: Any) -> bool:
+    """Whether the ``baseline`` train config's estimator is GRPO with ``section``'s GRPO fields
+    (``scale_by_std``, ``epsilon``, ``unbiased_std``): what the inert rules of GRPO's variants
+    (DPPO, DaGRPO) need before they may say the variant leaves GRPO's advantages as they are."""
+    from framework.config.inert import differing_fields
+
+    base = baseline.advantage
+    names = [f.name for f in fields(GRPOAdvantageConfig) if f.name != "name"]
+    return base.name == "grpo" and not differing_fields(section, base, names)
 
 
 @ADVANTAGES.register("grpo", config=GRPOAdvantageConfig)

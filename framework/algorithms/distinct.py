@@ -28,15 +28,34 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
-from framework.algorithms.advantages import GRPOAdvantageConfig, grpo_advantage
+from framework.algorithms.advantages import (
+    GRPOAdvantageConfig,
+    baseline_is_grpo,
+    grpo_advantage,
+)
 from framework.config import Problem, check_range
+from framework.config.inert import InertRule
 from framework.registry import ADVANTAGES
 from framework.types import AdvantageInputs
+
+
+def dagrpo_inert(section: Any, train: Any, baseline: Any) -> str | None:
+    """DaGRPO's inert rule (:mod:`framework.config.inert`): a Jaccard similarity is at most 1 and
+    the rule masks only above ``threshold``, so at ``threshold >= 1`` no rollout is masked and the
+    advantages are GRPO's (the baseline's estimator must be GRPO with the same fields). Below 1
+    whether it masks depends on the rollouts' texts (at 0.9 the v1 screen's run masked none),
+    which no config says: the rule gives None and the arm is trained."""
+    if section.threshold < 1.0 or not baseline_is_grpo(section, baseline):
+        return None
+    return (
+        f"threshold {section.threshold:g}: no two texts are more than 1 Jaccard-similar, so no "
+        "wrong rollout is masked and the advantages are GRPO's"
+    )
 
 
 @dataclass
@@ -51,6 +70,9 @@ class DaGRPOAdvantageConfig(GRPOAdvantageConfig):
         default=0.9,
         metadata={"help": "mask a wrong rollout this similar to a correct one (choice)"},
     )
+
+    #: at threshold >= 1 nothing is masked (dagrpo_inert); below it the texts decide
+    screen_inert: ClassVar[InertRule] = dagrpo_inert
 
     def problems(self) -> list[Problem]:
         return check_range(self.threshold, "threshold", low=0.0, high=1.0) + super().problems()

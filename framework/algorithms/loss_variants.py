@@ -32,8 +32,10 @@ from framework.algorithms.losses import (
     PolicyLossConfig,
     _clipped_objective,
     _masked_inputs,
+    on_policy_ratio_inert,
 )
 from framework.config import Problem, check, check_choice, check_range
+from framework.config.inert import InertRule
 from framework.registry.kinds import POLICY_LOSSES
 from framework.types import LossOutput, PolicyLossInputs
 
@@ -138,6 +140,9 @@ def nsr_loss(inputs: PolicyLossInputs, *, cfg: NSRLossConfig) -> LossOutput:
 @dataclass
 class ETRLossConfig(ClipLossConfig):
     needs_groups: ClassVar[bool] = True
+    #: on policy (ratio 1) no widened bound acts either: PPO-clip's gradient, summed over
+    #: whole-group micro-batches (on_policy_ratio_inert says so)
+    screen_inert: ClassVar[InertRule] = on_policy_ratio_inert
 
     advantage_elasticity: float = field(
         default=0.25,
@@ -239,6 +244,9 @@ def etr_loss(inputs: PolicyLossInputs, *, cfg: ETRLossConfig) -> LossOutput:
 
 @dataclass
 class CISPOLossConfig(PolicyLossConfig):
+    #: on policy the detached weight clip(1) is 1: PPO-clip's gradient (cispo_loss)
+    screen_inert: ClassVar[InertRule] = on_policy_ratio_inert
+
     clip_low: float = field(
         default=1.0,
         metadata={"help": "IS weight lower bound is 1 - clip_low (>= 1: no lower bound, MiniMax)"},

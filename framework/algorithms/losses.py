@@ -8,7 +8,7 @@ padding, dropped rollouts) neither change the loss nor receive gradient.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -16,6 +16,7 @@ from torch import Tensor
 from framework.algorithms.aggregation import AGG_MODES, aggregate, masked_mean
 from framework.algorithms.rollout_correction import CORRECTION_LEVELS, CORRECTION_MODES
 from framework.config import ComponentConfig, Problem, check, check_choice, check_range
+from framework.config.inert import InertRule, declared_rule, differing_fields, single_on_policy_step
 from framework.registry.kinds import POLICY_LOSSES
 from framework.types import LossOutput, PolicyLossInputs
 
@@ -107,10 +108,58 @@ class PolicyLossConfig(ComponentConfig):
         return out
 
 
+#: the fields every policy loss shares that decide how its per-token terms add up
+AGGREGATION_FIELDS = (
+    "agg",
+    "norm_constant",
+    "rollout_correction",
+    "rollout_correction_level",
+    "rollout_correction_threshold",
+)
+
+
+def on_policy_ratio_inert(section: Any, train: Any, baseline: Any) -> str | None:
+    """The inert rule (:mod:`framework.config.inert`) of a loss that sees the policy only through
+    the importance ratio ``ρ = π / π_old``, clipped or used as a detached weight (PPO-clip, GSPO,
+    CISPO, ETR): when every optimiser step is on policy, ``ρ`` is exactly 1 on every token, no
+    bound or weight acts, and the gradient is ``-A ∇log π`` aggregated by ``agg``, the same as
+    every loss of this rule under the same aggregation fields. The baseline's loss must declare
+    this rule too. A loss that keeps whole groups in a micro-batch (``needs_groups``) or trains
+    zero-advantage rollouts where the other skips them sums its micro-batches in another order:
+    its run differs from the baseline's by floating-point rounding only, which the reason says."""
+    base = baseline.loss
+    if declared_rule(type(base)) is not on_policy_ratio_inert:
+        return None
+    if differing_fields(section, base, AGGREGATION_FIELDS):
+        return None
+    steps = single_on_policy_step(train)
+    if steps is None:
+        return None
+    why = (
+        f"{steps} per batch: the importance ratio is exactly 1, so no clip bound or ratio weight "
+        f"acts and the gradient is -A grad log pi aggregated by {section.agg}, the baseline "
+        f"loss's ({base.name})"
+    )
+    mine, theirs = type(section), type(base)
+    if (mine.needs_groups, mine.zero_advantage_inert) != (
+        theirs.needs_groups,
+        theirs.zero_advantage_inert,
+    ):
+        why += (
+            "; its micro-batches are cut otherwise (whole groups), so its sums run in another "
+            "order and its run differs from the baseline's by rounding only"
+        )
+    return why
+
+
 @dataclass
 class ClipLossConfig(PolicyLossConfig):
     """PPO-clip's bounds, and its dual clip (:func:`dual_clip`), which every loss built on
     :func:`_clipped_objective` or :func:`ppo_clip_loss` applies."""
+
+    #: on policy (ratio 1) no bound acts: the plain policy gradient (not inherited: a subclass
+    #: that changes the objective declares its own rule or none)
+    screen_inert: ClassVar[InertRule] = on_policy_ratio_inert
 
     clip_low: float = field(default=0.2, metadata={"help": "ratio lower bound is 1 - clip_low"})
     clip_high: float = field(
@@ -256,6 +305,9 @@ def ppo_clip_loss(inputs: PolicyLossInputs, *, cfg: ClipLossConfig) -> LossOutpu
 
 @dataclass
 class GSPOLossConfig(ClipLossConfig):
+    #: on policy the sequence ratio is 1 and the gradient is PPO-clip's (gspo_loss)
+    screen_inert: ClassVar[InertRule] = on_policy_ratio_inert
+
     clip_low: float = field(default=3e-4, metadata={"help": "sequence ratio lower bound 1 - x"})
     clip_high: float = field(default=4e-4, metadata={"help": "sequence ratio upper bound 1 + x"})
 

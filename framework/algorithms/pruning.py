@@ -23,25 +23,60 @@ already. The draws are seeded by ``seed`` and the batch itself, so a run repeats
 When it prunes nothing: with a binary reward and groups of ``G`` rollouts, the smallest nonzero
 GRPO advantage is ``1 / (G - 1)`` of the largest (one correct rollout of ``G``: ``|A|`` is ``1/G``
 against ``(G-1)/G`` before the shared scaling), so the default threshold 0.1 catches no rollout
-with a signal unless ``G >= 12``. At the screen's groups of 4 (a third) DPPO is GRPO, and its
+with a signal unless ``G >= 12``. At the screen's groups of 8 (a seventh) DPPO is GRPO, and its
 screen run was GRPO's to the bit (``docs/benchmarks/screen.md`` marks it so); the rule acts on
 graded rewards (``reward=e_grpo``, ``f1``) or large groups, or with a threshold above
-``1 / (G - 1)``.
+``1 / (G - 1)``. A screen now knows this before training (:func:`dppo_inert`, the config's
+``screen_inert`` rule) and lists the arm as inert instead of training it.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
-from framework.algorithms.advantages import GRPOAdvantageConfig, grpo_advantage
+from framework.algorithms.advantages import (
+    GRPOAdvantageConfig,
+    baseline_is_grpo,
+    grpo_advantage,
+)
 from framework.config import Problem, check_range
+from framework.config.inert import InertRule, binary_reward, fixed_group_size
 from framework.registry import ADVANTAGES
 from framework.types import AdvantageInputs
+
+#: how far below ``1 / (G - 1)`` the threshold must be for the inert rule to trust it (the
+#: comparison runs in floating point)
+MARGIN = 1e-4
+
+
+def dppo_inert(section: Any, train: Any, baseline: Any) -> str | None:
+    """DPPO's inert rule (:mod:`framework.config.inert`; module docstring, "When it prunes
+    nothing"): with a binary reward and groups of ``G``, the batch's smallest nonzero ``|A|`` and
+    its largest both come from a group whose rollouts all share one outcome but one (``|r -
+    mean|`` is ``1/G`` and ``(G-1)/G`` there, and its std, the same for both, is the smallest of
+    any group), so a nonzero advantage is at least ``1 / (G - 1)`` of the largest, with or without
+    the std scaling. With ``threshold`` below that no rollout with a signal is low-signal,
+    every kept rollout has ``q = 1`` and ``A / 1 = A``, and a zero advantage stays 0: the
+    advantages are GRPO's exactly. Needs the baseline's estimator to be GRPO with the same
+    fields, and groups of one fixed size."""
+    if not baseline_is_grpo(section, baseline) or not binary_reward(train):
+        return None
+    group = fixed_group_size(train)
+    if group is None or group < 2:
+        return None
+    floor = 1.0 / (group - 1)
+    if section.threshold >= floor * (1.0 - MARGIN):
+        return None
+    return (
+        f"binary rewards in groups of {group}: the smallest nonzero |A| is 1/(G-1) = {floor:.3f} "
+        f"of the batch's largest, above threshold {section.threshold:g}, so no rollout with a "
+        "signal is pruned and the advantages are GRPO's exactly"
+    )
 
 
 @dataclass
@@ -59,6 +94,9 @@ class DPPOAdvantageConfig(GRPOAdvantageConfig):
         default=0.5, metadata={"help": "q, the keep probability of a low-signal rollout (choice)"}
     )
     seed: int = field(default=0, metadata={"help": "seed of the pruning draws (with the batch)"})
+
+    #: binary rewards in groups of G: nothing is pruned below threshold 1 / (G - 1) (dppo_inert)
+    screen_inert: ClassVar[InertRule] = dppo_inert
 
     def problems(self) -> list[Problem]:
         out = check_range(self.threshold, "threshold", low=0.0, high=1.0)

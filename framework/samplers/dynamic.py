@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from torch import Tensor
 
 from framework.config import Problem, check, check_range
+from framework.config.inert import InertRule
 from framework.registry.kinds import SAMPLERS
-from framework.samplers.uniform import UniformSampler, UniformSamplerConfig
+from framework.samplers.uniform import UniformSampler, UniformSamplerConfig, same_walk_inert
 from framework.types import GroupRequest
 
 
@@ -91,6 +92,9 @@ class HopCurriculumConfig(UniformSamplerConfig):
     start_hops: int | None = field(
         default=1, metadata={"help": "the largest hop count of the first stage"}
     )
+
+    #: hop_curriculum is uniform with start_hops set (same_walk_inert)
+    screen_inert: ClassVar[InertRule] = same_walk_inert
 
     def problems(self) -> list[Problem]:
         out = super().problems()

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
 from framework.config import ComponentConfig, Problem, check_range
+from framework.config.inert import InertRule, differing_fields
 from framework.registry.kinds import SAMPLERS
 from framework.types import GroupRequest
 
@@ -22,8 +23,29 @@ __all__ = [
 ]
 
 
+def same_walk_inert(section: Any, train: Any, baseline: Any) -> str | None:
+    """The inert rule (:mod:`framework.config.inert`) of ``uniform`` and ``hop_curriculum``:
+    ``hop_curriculum`` is ``uniform`` with its curriculum on (the same sampler class but for the
+    name an error message gives), so with ``start_hops`` set and every other field the same, the
+    two draw the same questions in the same order."""
+    base = baseline.sampler
+    names = {section.name, base.name}
+    if names != {"uniform", "hop_curriculum"} or section.start_hops is None:
+        return None
+    differing = [n for n in differing_fields(section, base) if n != "name"]
+    if differing:
+        return None
+    return (
+        f"with sampler.start_hops={section.start_hops}, uniform walks hop_curriculum's stages: "
+        "the same sampler under two names, so the questions are the baseline's"
+    )
+
+
 @dataclass
 class UniformSamplerConfig(ComponentConfig):
+    #: uniform with start_hops set is hop_curriculum (same_walk_inert)
+    screen_inert: ClassVar[InertRule] = same_walk_inert
+
     questions_per_step: int = field(default=64, metadata={"help": "groups per training step"})
     group_size: int = field(default=8, metadata={"help": "rollouts per question (G)"})
     shuffle: bool = field(default=True, metadata={"help": "reshuffle the questions every epoch"})
