@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from framework.config.problems import Problem, check, check_range
 
@@ -72,6 +73,14 @@ class StudyConfig:
     )
     baseline: str = field(default="grpo", metadata={"help": "arm the others are compared with"})
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    baseline_seeds: list[int] = field(
+        default_factory=list,
+        metadata={
+            "help": "the baseline arm's seeds when it runs more than the others (a replicated "
+            "baseline: at least 3, every seed of `seeds` among them; a screen shows their spread "
+            "as the noise band); [] = `seeds`"
+        },
+    )
     overrides: list[str] = field(
         default_factory=list, metadata={"help": "seekrl-train overrides shared by every run"}
     )
@@ -97,6 +106,22 @@ class StudyConfig:
             "help": "add an arm per registered method (every algorithm bundle, and every "
             "advantage estimator, loss and sampler no bundle selects, on the baseline bundle), "
             "plugins' too, and report the screening table (framework/eval/screen.py)"
+        },
+    )
+    matched_baselines: bool = field(
+        default=False,
+        metadata={
+            "help": "with screen=true: also train the baseline at each number of policy epochs "
+            "an arm takes beyond the baseline's (`<baseline>-epochs<n>`), so that an arm that "
+            "spends more optimiser steps is compared with a baseline that spends as many"
+        },
+    )
+    inert_arms: dict[str, str] = field(
+        default_factory=dict,
+        metadata={
+            "help": "arm -> why its runs would be the baseline's at these settings: listed in "
+            "the screening table, not trained; screen=true fills it when the study starts from "
+            "the components' rules (framework/config/inert.py)"
         },
     )
     only_arms: list[str] = field(
@@ -184,6 +209,17 @@ class StudyConfig:
             "distinct seeds",
             "list each seed once",
         )
+        if self.baseline_seeds:  # a replicated baseline: a noise band needs three seeds or more
+            out += check(
+                len(set(self.baseline_seeds)) == len(self.baseline_seeds)
+                and len(self.baseline_seeds) >= 3
+                and set(self.seeds) <= set(self.baseline_seeds),
+                "baseline_seeds",
+                self.baseline_seeds,
+                f"[] or at least 3 distinct seeds including every seed of seeds {self.seeds}",
+                "give the baseline seeds [0, 1, 2] (a spread from two seeds is one difference), "
+                "or [] for the study's seeds",
+            )
         if len(self.arms) > 1:
             out += check(
                 self.baseline in self.arms,
@@ -271,8 +307,26 @@ class StudyConfig:
     def directory(self) -> Path:
         return Path(self.out_dir or f"runs/study/{self.name}").expanduser()
 
+    def arm_seeds(self, arm: str) -> list[int]:
+        """The seeds ``arm`` runs (:func:`arm_seeds`)."""
+        return arm_seeds(self, arm)
+
     def start_samples(self) -> int:
         """Samples per question of the warm start's evaluation."""
         if self.eval.start_samples_per_question is not None:
             return self.eval.start_samples_per_question
         return self.eval.samples_per_question * len(self.seeds)
+
+
+def arm_seeds(cfg: Any, arm: str) -> list[int]:
+    """The seeds one arm of the study ``cfg`` runs: the baseline's ``baseline_seeds`` when set (a
+    replicated baseline), else the study's ``seeds``. ``cfg`` may be any object with ``seeds``
+    and ``baseline`` (a study config from before ``baseline_seeds`` had none)."""
+    extra = list(getattr(cfg, "baseline_seeds", None) or [])
+    return extra if extra and arm == cfg.baseline else list(cfg.seeds)
+
+
+def all_seeds(cfg: Any) -> list[int]:
+    """Every seed some arm of ``cfg`` runs: ``seeds``, then the baseline's further seeds."""
+    extra = list(getattr(cfg, "baseline_seeds", None) or [])
+    return list(dict.fromkeys([*cfg.seeds, *extra]))

@@ -11,7 +11,8 @@
   archived before it was kept have none), the training curves the report draws (the logged
   scalars of :data:`CURVE_TAGS` only) and the
   histogram of E-GRPO's normalised entity rate over its wrong training rollouts
-  (:func:`~framework.eval.entity_credit.run_histogram`, from its saved trajectories);
+  (:func:`~framework.eval.entity_credit.run_histogram`, from its saved trajectories), and what each
+  step spent (rollouts, generated tokens, optimiser steps: :data:`COMPUTE_TAGS`);
 * ``test_evaluations.json``: how many times each policy was evaluated on the test split;
 * ``basis.json``: the questions and warm start the study stands on (``seekrl-study``'s
   ``study_basis`` and ``content_basis``), so that a study resumed from its archive elsewhere
@@ -32,6 +33,7 @@ from dataclasses import asdict, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from framework.config.study import arm_seeds
 from framework.eval.curves import Series, read_scalars
 from framework.eval.entity_credit import run_histogram
 from framework.eval.records import RECORDS, read_records, write_records
@@ -55,17 +57,31 @@ CURVE_TAGS = (
     "rollout/tool_calls",
     "loss/entropy",
 )
+#: what each training step spent (``rl_step``'s figures), kept per run for the screen's compute
+#: columns and matching (framework/eval/screen.py): every rollout generated, their generated
+#: tokens, the optimiser steps; and, for runs logged before those, the trained rollouts, the
+#: generated tokens per rollout and the mini-batches' optimiser steps
+COMPUTE_TAGS = (
+    "train/generated_rollouts",
+    "train/generated_tokens",
+    "train/optimizer_steps",
+    "train/rollouts",
+    "rollout/generated_tokens",
+    "loss/optimizer_steps",
+)
 #: the study config fields the report depends on (not where it runs or how it was invoked)
 CONFIG_KEYS = (
     "name",
     "arms",
     "baseline",
     "seeds",
+    "baseline_seeds",
     "overrides",
     "eval",
     "bootstrap",
     "min_effect",
     "screen",
+    "inert_arms",
     "only_arms",
     "parts",
     "publish",
@@ -86,11 +102,13 @@ def archive_study(root: Path, cfg: Any, states: Sequence[Any]) -> Path:
     _write_json(
         arc / "study_config.json", study_settings(cfg), sort_keys=False
     )  # arm order is the report's
-    sources = [(None, None, arc / "eval" / "start.jsonl.gz")]
+    sources: list[tuple[str | None, int | None, Path]] = [
+        (None, None, arc / "eval" / "start.jsonl.gz")
+    ]
     sources += [
         (arm, seed, arc / "eval" / arm / f"seed{seed}.jsonl.gz")
         for arm in cfg.arms
-        for seed in cfg.seeds
+        for seed in arm_seeds(cfg, arm)  # a replicated baseline's further seeds too
     ]
     for arm, seed, target in sources:
         src = eval_dir(root, arm, seed)
@@ -116,7 +134,8 @@ def archive_study(root: Path, cfg: Any, states: Sequence[Any]) -> Path:
 def study_settings(cfg: Any) -> dict[str, Any]:
     """The study config's fields the report depends on (:data:`CONFIG_KEYS`), as plain data."""
     out = {k: v for k, v in _as_plain(cfg).items() if k in CONFIG_KEYS}
-    for key in ("only_arms", "parts"):  # unset: as settings recorded before the field say
+    # unset: as settings recorded before the field say
+    for key in ("only_arms", "parts", "baseline_seeds", "inert_arms"):
         if not out.get(key):
             out.pop(key, None)
     return out
@@ -183,6 +202,12 @@ def _run_record(run: Path, state: Any, evals: Path | None = None) -> dict[str, A
         "curves": {
             t: [[int(x), float(y)] for x, y in scalars[t]] for t in CURVE_TAGS if t in scalars
         },
+        # per step, what it spent (COMPUTE_TAGS); runs logged before the figures have none
+        **(
+            {"compute": {t: [[int(x), float(y)] for x, y in scalars[t]] for t in found}}
+            if (found := [t for t in COMPUTE_TAGS if t in scalars])
+            else {}
+        ),
         **({"provenance": provenance} if provenance is not None else {}),
     }
 
