@@ -1029,32 +1029,78 @@ def check_runs_match_arms(root: Path, drift: dict[tuple[str, int], list[str]]) -
 SCREENED_KINDS = ("advantage", "loss", "sampler", "augment")
 
 
+@dataclass(frozen=True)
+class BundleUpdate:
+    """How a bundle (composed with a study's shared overrides) updates: its policy epochs, its
+    mini-batch size and whether its loss trains turn by turn (``stages_per_turn``, which the
+    train config refuses with mini-batches)."""
+
+    policy_epochs: int
+    mini_batch_size: int
+    stages_per_turn: bool
+
+
 @functools.lru_cache(maxsize=8)
 def _bundle_choices(
     bundles: tuple[str, ...], overrides: tuple[str, ...]
-) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
-    """The component each bundle selects per screened kind, composed once per process.
+) -> tuple[tuple[str, tuple[tuple[str, str], ...], BundleUpdate], ...]:
+    """The component each bundle selects per screened kind, and how it updates
+    (:class:`BundleUpdate`), composed once per process (not validated: a turn-staged loss with
+    the shared overrides' mini-batches is refused by the train config, and the screen gives its
+    arm ``optim.mini_batch_size=0``).
 
     Composing the train config of every bundle takes seconds (Hydra), and the bundles' files do
     not change while a process runs; a component registered later (a plugin) changes no bundle's
     choice, and a new bundle changes ``bundles``, the key.
     """
-    from framework.cli.app import load_config
+    from framework.cli.app import compose
 
     out = []
     for bundle in bundles:
-        cfg = load_config("train", [*overrides, f"algorithm={bundle}"])
-        out.append((bundle, tuple((kind, getattr(cfg, kind).name) for kind in SCREENED_KINDS)))
+        cfg = compose("train", [*overrides, f"algorithm={bundle}"])
+        update = BundleUpdate(
+            int(cfg.optim.policy_epochs),
+            int(cfg.optim.get("mini_batch_size", 0) or 0),
+            _stages_per_turn(str(cfg.loss.name)),
+        )
+        choices = tuple((kind, str(getattr(cfg, kind).name)) for kind in SCREENED_KINDS)
+        out.append((bundle, choices, update))
     return tuple(out)
 
 
-def screen_arms(baseline: str, *, overrides: Sequence[str] = ()) -> dict[str, list[str]]:
+def _stages_per_turn(loss: str) -> bool:
+    """Whether the registered loss ``loss`` trains turn by turn (``stages_per_turn``)."""
+    from framework.registry import ALL
+
+    cls = ALL["loss"].get(loss).config_cls if loss in ALL["loss"] else None
+    return bool(getattr(cls, "stages_per_turn", False))
+
+
+#: the arm's override that makes a turn-staged loss (SeeUPO) trainable under shared mini-batches
+WHOLE_BATCH = "optim.mini_batch_size=0"
+
+
+def reference_label(baseline: str, epochs: int) -> str:
+    """The label of the baseline at ``epochs`` policy epochs (a matched baseline)."""
+    return f"{baseline}-epochs{epochs}"
+
+
+def screen_arms(
+    baseline: str, *, overrides: Sequence[str] = (), matched: bool = False
+) -> dict[str, list[str]]:
     """One arm per registered method: the bundles first (the baseline bundle leading), then each
     component no bundle selects, on the baseline bundle.
+
+    A loss that acts only off policy gets a second policy epoch (``optim.policy_epochs=2``); a
+    loss that trains turn by turn (SeeUPO), where the shared overrides split batches into
+    mini-batches, gets one mini-batch (``optim.mini_batch_size=0``), which it needs.
 
     Args:
         baseline: the bundle every swapped-in component is compared with (``algorithm=<it>``).
         overrides: the study's shared overrides (they decide, e.g., the sampler the arms share).
+        matched: also the baseline at each number of policy epochs some arm takes beyond the
+            baseline's (:func:`reference_label`, e.g. ``grpo-epochs2``), right after it: an arm
+            that spends more optimiser steps is compared with it (framework/eval/screen.py).
 
     Raises:
         ValueError: ``baseline`` is not an algorithm bundle.
@@ -1071,18 +1117,37 @@ def screen_arms(baseline: str, *, overrides: Sequence[str] = ()) -> dict[str, li
         )
     arms: dict[str, list[str]] = {baseline: [f"algorithm={baseline}"]}
     selected: dict[str, set[str]] = {kind: set() for kind in SCREENED_KINDS}
-    for bundle, choices in _bundle_choices(tuple(bundles), tuple(overrides)):
+    updates: dict[str, BundleUpdate] = {}
+    for bundle, choices, update in _bundle_choices(tuple(bundles), tuple(overrides)):
         for kind, name in choices:
             selected[kind].add(name)
-        arms.setdefault(bundle, [f"algorithm={bundle}"])
+        updates[bundle] = update
+        args = [f"algorithm={bundle}"]
+        if update.stages_per_turn and update.mini_batch_size:
+            args.append(WHOLE_BATCH)
+        arms.setdefault(bundle, args)
+    base = updates[baseline]
+    epochs = {arm: updates[arm].policy_epochs for arm in arms}
     for kind in SCREENED_KINDS:
         for entry in ALL[kind]:
             if entry.name in selected[kind]:
                 continue
             args = [f"algorithm={baseline}", f"{kind}={entry.name}"]
+            label = f"{kind}-{entry.name}"
+            epochs[label] = base.policy_epochs
             if getattr(entry.config_cls, "acts_off_policy_only", False):
                 args.append("optim.policy_epochs=2")
-            arms[f"{kind}-{entry.name}"] = args
+                epochs[label] = 2
+            if getattr(entry.config_cls, "stages_per_turn", False) and base.mini_batch_size:
+                args.append(WHOLE_BATCH)
+            arms[label] = args
+    if matched:  # the baseline at each budget of epochs an arm takes, right after it
+        more = sorted({n for n in epochs.values() if n > base.policy_epochs})
+        refs = {
+            reference_label(baseline, n): [f"algorithm={baseline}", f"optim.policy_epochs={n}"]
+            for n in more
+        }
+        arms = {baseline: arms.pop(baseline), **refs, **arms}
     return arms
 
 
@@ -1106,18 +1171,74 @@ def selected_arms(cfg: StudyConfig) -> dict[str, list[str]]:
     return {arm: args for arm, args in cfg.arms.items() if arm in keep}
 
 
+def with_inert_arms(cfg: StudyConfig) -> StudyConfig:
+    """``cfg`` with ``inert_arms`` filled for a screen: every arm whose train config the
+    components' rules show to train exactly as the baseline's
+    (:func:`framework.eval.screen.inert_reason`), with why; the study lists them and trains none
+    of them. Said in the study's log. An arm whose config does not compose is left to train (its
+    run fails with the config error and the study reports it)."""
+    from framework.cli.app import load_config
+    from framework.eval.screen import inert_reason
+
+    def composed(arm: str) -> Any:
+        try:
+            return load_config("train", [*cfg.overrides, *cfg.arms[arm], *STUDY_TRAIN_ARGS])
+        except (Exception, SystemExit):
+            return None
+
+    base = composed(cfg.baseline)
+    found: dict[str, str] = {}
+    for arm in cfg.arms:
+        if base is None or arm == cfg.baseline or arm in cfg.inert_arms:
+            continue
+        arm_cfg = composed(arm)
+        if arm_cfg is not None and (why := inert_reason(arm_cfg, base)):
+            found[arm] = why
+    inert = {**found, **{a: why for a, why in cfg.inert_arms.items() if a in cfg.arms}}
+    if inert:
+        print(
+            f"seekrl-study: {len(inert)} arm(s) inert at these settings, not trained (their runs "
+            "would be the baseline's; the table lists them with the reason):\n"
+            + "\n".join(f"  {arm:<16} {why}" for arm, why in inert.items()),
+            flush=True,
+        )
+    return replace(cfg, inert_arms=inert)
+
+
+def study_jobs(cfg: StudyConfig) -> list[tuple[str, int]]:
+    """The study's (arm, seed) runs in the order they are made: seed by seed, every arm of a
+    seed before the next seed, so that a study stopped part way has comparable arms (the same
+    seeds done) rather than one arm's seeds and none of the next; a replicated baseline's further
+    seeds (``baseline_seeds``) right after its first run, so that the noise band they give is
+    there before the methods' runs; no run of an arm in ``inert_arms``."""
+    inert = cfg.inert_arms or {}
+    extra = [s for s in cfg.arm_seeds(cfg.baseline) if s not in cfg.seeds]
+    jobs: list[tuple[str, int]] = []
+    for i, seed in enumerate(cfg.seeds):
+        for arm in cfg.arms:
+            if arm in inert:
+                continue
+            jobs.append((arm, seed))
+            if i == 0 and arm == cfg.baseline:
+                jobs += [(arm, s) for s in extra]
+    return jobs
+
+
 def study(cfg: StudyConfig) -> dict[str, Any]:
     from framework.cli.app import load_config
     from framework.sft.warm_start import warm_start
 
     root = cfg.directory()
     if cfg.screen:  # an arm per registered method, found now (framework/eval/screen.py)
-        cfg = replace(cfg, arms={**screen_arms(cfg.baseline, overrides=cfg.overrides), **cfg.arms})
+        found = screen_arms(cfg.baseline, overrides=cfg.overrides, matched=cfg.matched_baselines)
+        cfg = replace(cfg, arms={**found, **cfg.arms})
     if cfg.only_arms:
         cfg = replace(cfg, arms=selected_arms(cfg))
-    # seed by seed, every arm of a seed before the next seed: a study stopped part way has
-    # comparable arms (the same seeds done) rather than one arm's seeds and none of the next
-    jobs = [(arm, seed) for seed in cfg.seeds for arm in cfg.arms]
+    # a screen's arms the config shows to be the baseline's, not trained (a report from an
+    # archive alone has them from the archive's config)
+    if cfg.screen and not (cfg.report_only and not _evaluated_here(root)):
+        cfg = with_inert_arms(cfg)
+    jobs = study_jobs(cfg)  # seed by seed; a replicated baseline's seeds first
     print(
         f"seekrl-study: {cfg.name}: {len(cfg.arms)} arm(s) x {len(cfg.seeds)} seed(s) in {root}",
         flush=True,
@@ -1351,6 +1472,14 @@ def _arm_config(cfg: StudyConfig, root: Path, arm: str, seed: int, strict: bool 
         if strict:
             raise
         return None
+
+
+def _evaluated_here(root: Path) -> bool:
+    """Whether the study directory holds an evaluation of its own (not only an archive)."""
+    return (
+        any((root / "eval").glob("*/seed*/samples.jsonl"))
+        or (root / "eval" / "start" / "samples.jsonl").is_file()
+    )
 
 
 def _kept_runs(kept: Path | None, jobs: Sequence[tuple[str, int]]) -> set[tuple[str, int]]:

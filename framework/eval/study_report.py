@@ -21,6 +21,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+from framework.config.study import all_seeds, arm_seeds
 from framework.eval.curves import curve_table, plot_arms
 from framework.eval.entity_credit import pooled
 from framework.eval.metrics import entity_comparison, summarize_samples
@@ -345,14 +346,16 @@ def write_subset_report(root: Path, cfg: Any, seeds: Sequence[int]) -> dict[str,
     """
     from dataclasses import replace
 
-    extra = [s for s in seeds if s not in cfg.seeds]
+    extra = [s for s in seeds if s not in all_seeds(cfg)]
     if not seeds or extra:
         raise ValueError(
             f"[only_seeds] got {list(seeds)}; expected some of the study's seeds "
             f"{list(cfg.seeds)}. Fix: pass only_seeds=[...] from those."
         )
     tag = "_seeds_" + "_".join(str(s) for s in seeds)
-    subset = replace(cfg, seeds=list(seeds), only_seeds=[])
+    subset = replace(cfg, seeds=[s for s in seeds if s in cfg.seeds], only_seeds=[])
+    if getattr(cfg, "baseline_seeds", None):  # a replicated baseline: its seeds of the subset
+        subset = replace(subset, baseline_seeds=[s for s in cfg.baseline_seeds if s in seeds])
     return write_report(root, subset, publish=False, suffix=tag, subset_of=list(cfg.seeds))
 
 
@@ -369,7 +372,7 @@ def write_report(
     (:func:`publish_screen`) unless ``publish`` is off. ``subset_of``: the study's seeds, when
     ``cfg.seeds`` is a subset of them (:func:`write_subset_report`)."""
     archive = StudyArchive(root / "archive")
-    arms, seeds = list(cfg.arms), list(cfg.seeds)
+    arms, seeds = list(cfg.arms), all_seeds(cfg)  # with a replicated baseline's further seeds
     summary = summarize_study(archive, arms, seeds, cfg.baseline, cfg.bootstrap, cfg.min_effect)
     runs = {arm: [archive.curves(arm, s) for s in seeds] for arm in arms}
     runs = {a: [c for c in r if c] for a, r in runs.items()}
@@ -417,7 +420,7 @@ def write_report(
             screen_rows,
         )
 
-        summary["screen"] = screen_rows(summary, archive, arms, cfg.baseline)
+        summary["screen"] = screen_rows(summary, archive, arms, cfg.baseline, cfg=cfg)
         parts = screen_parts(cfg)
         in_parts = {r["arm"]: p["name"] for p in parts for r in p["rows"]}
         table = screen_markdown(cfg, summary["screen"], in_parts=in_parts)
@@ -629,20 +632,27 @@ def _sizing_lines(s: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _baseline_seeds(cfg: Any) -> str:
+    """``" (the baseline `grpo`: [0, 1, 2])"`` for a replicated baseline, else ``""``."""
+    extra = getattr(cfg, "baseline_seeds", None) or []
+    return f" (the baseline `{cfg.baseline}`: {list(extra)})" if extra else ""
+
+
 def _partial_lines(cfg: Any, s: dict[str, Any]) -> list[str]:
     """A warning when some (arm, seed) of the study is not evaluated yet: the tables cover only
     the evaluated ones, and arms pooled over different seeds are compared as they are."""
     status = {(r["arm"], r["seed"]): r["status"] for r in s.get("runs", [])}
+    inert = getattr(cfg, "inert_arms", None) or {}  # listed by the screen, never trained
+    jobs = [(a, seed) for a in cfg.arms if a not in inert for seed in arm_seeds(cfg, a)]
     missing = [
         f"{arm} seed {seed} ({status.get((arm, seed), 'pending')})"
-        for arm in cfg.arms
-        for seed in cfg.seeds
+        for arm, seed in jobs
         if seed not in s["arms"].get(arm, {}).get("seeds", [])
     ]
     if not missing:
         return []
     return [
-        f"**Partial report:** {len(missing)} of {len(cfg.arms) * len(cfg.seeds)} runs not "
+        f"**Partial report:** {len(missing)} of {len(jobs)} runs not "
         f"evaluated yet, left out of every table: {', '.join(missing)}. An arm is pooled "
         "over its evaluated seeds only (the `seeds` column), so arms with different seeds are "
         "compared on different seed sets.",
@@ -717,7 +727,8 @@ def _markdown(
         f"# Study `{cfg.name}`",
         "",
         f"Arms: {arms}; seeds "
-        f"{list(cfg.seeds)}; shared overrides: `{' '.join(cfg.overrides) or '(none)'}`.",
+        f"{list(cfg.seeds)}{_baseline_seeds(cfg)}; shared overrides: "
+        f"`{' '.join(cfg.overrides) or '(none)'}`.",
         f"Evaluation: {e.questions or 'all'} {e.split} questions x {e.samples_per_question} samples "
         f"per run (the warm start: {_start_k(s)}), sampling seed {e.seed}, the same for every "
         f"policy. Intervals: 95% percentile bootstrap ({cfg.bootstrap} resamples); differences are "

@@ -265,3 +265,65 @@ def test_a_publishable_study_goes_on_only_from_a_committed_tree(
     assert "Commits mixed" not in md  # one commit, two trees
     seed1 = json.loads((kept / "training" / "grpo" / "seed1.json").read_text())["provenance"]
     assert seed1["allow_dirty"] and seed1["launches"][0]["changed"] == ["M framework/code.py"]
+
+
+@pytest.mark.slow  # six tiny one-step train runs, seven evaluations: about 2 min (3 on busy cores)
+def test_a_screen_with_a_replicated_baseline_inert_arms_and_matched_compute(tmp_path, capsys):
+    """study=screen_v2's machinery end to end on the tiny policy (issue 74): the baseline trained
+    with seeds 0, 1, 2 (the noise band); DPPO (binary rewards, groups of 2) and CISPO (one
+    on-policy step) found inert from their configs and not trained; LLDS's two epochs compared
+    with the baseline at two epochs (grpo-epochs2); dynamic sampling's reserve rollouts
+    unmatched; Holm and BH beside the raw p-values; the report regenerates from the archive
+    alone. (The tiny policy never answers, so no run updates its weights: every evaluation is
+    the baseline's, and LLDS's run is identical to it, no comparison.)"""
+    out = tmp_path / "screen"
+    keep = "only_arms=[llds,grpo-epochs2,sampler-dapo_dynamic,dppo,loss-cispo]"
+    train = [*TRAIN, "trainer.max_steps=1"]
+    result = study_in_process(out, "study=screen_v2", keep, train=train)
+    log = capsys.readouterr().out
+    assert "seekrl-study: 2 arm(s) inert at these settings, not trained" in log
+    made = {"grpo": (0, 1, 2), "grpo-epochs2": (0,), "llds": (0,), "sampler-dapo_dynamic": (0,)}
+    for arm, seeds in made.items():
+        for seed in seeds:
+            assert (out / "runs" / arm / f"seed{seed}" / "policy" / "config.json").is_file()
+    assert not (out / "runs" / "dppo").exists() and not (out / "runs" / "loss-cispo").exists()
+    rows = {r["arm"]: r for r in result["screen"]}
+    assert "binary rewards in groups of 2" in rows["dppo"]["inert"]
+    assert "importance ratio is exactly 1" in rows["loss-cispo"]["inert"]
+    assert rows["dppo"]["pass@1"] is None and rows["dppo"]["verdict"].startswith(
+        "inert at these settings, not trained (advantage=dppo:"
+    )
+    band = rows["grpo"]["noise_band"]
+    assert band["seeds"] == [0, 1, 2] and len(band["pairs"]) == 3
+    assert rows["grpo"]["seeds"] == [0, 1, 2] and rows["llds"]["seeds"] == [0]
+    # compute per step: 2 questions x 2 rollouts; one optimiser step, two with two epochs
+    assert rows["grpo"]["compute"]["rollouts"] == 4.0
+    assert rows["grpo"]["compute"]["optimizer_steps"] == 1.0
+    assert rows["grpo-epochs2"]["compute"]["optimizer_steps"] == 2.0
+    assert rows["llds"]["compute"]["optimizer_steps"] == 2.0
+    assert rows["llds"]["compared_with"] == "grpo-epochs2" and not rows["llds"]["unmatched"]
+    assert rows["llds"]["identical_to_baseline"] and rows["llds"]["p_holm"] is None
+    dynamic = rows["sampler-dapo_dynamic"]  # no group has a signal: the reserve is rolled out
+    assert dynamic["compute"]["rollouts"] == 8.0 and "8.0 rollouts per step" in dynamic["unmatched"]
+    assert dynamic["p_value"] is not None and dynamic["p_holm"] is not None
+    assert rows["grpo-epochs2"]["reference"] and rows["grpo-epochs2"]["p_holm"] is None
+    md = (out / "study.md").read_text()
+    assert (
+        "## Screening table (4 methods evaluated, 2 inert at these settings, baseline `grpo`)"
+    ) in md
+    assert "| p: raw, Holm, BH | within seed noise |" in md and "Noise band: the baseline" in md
+    assert "vs `grpo-epochs2`" in md and "Inert at these settings: `dppo`, `loss-cispo`." in md
+    assert "adjusted over the table's 1 comparison against the baseline" in md
+    record = json.loads((out / "archive" / "training" / "grpo" / "seed2.json").read_text())
+    assert record["compute"]["train/generated_rollouts"] == [[1, 4.0]]
+    saved = json.loads((out / "archive" / "study_config.json").read_text())
+    assert saved["baseline_seeds"] == [0, 1, 2]
+    assert set(saved["inert_arms"]) == {"dppo", "loss-cispo"}
+
+    import shutil
+
+    published = tmp_path / "published"
+    shutil.copytree(out / "archive", published / "archive")
+    study_in_process(published, "report_only=true")
+    for name in ("study.md", "study.json"):
+        assert (published / name).read_text() == (out / name).read_text()
