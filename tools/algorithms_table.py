@@ -16,6 +16,7 @@ writes, and when a method has no test file.
 from __future__ import annotations
 
 import argparse
+import functools
 import inspect
 import re
 import sys
@@ -112,6 +113,7 @@ every bundle and fails when one departs from a recovered value without a reason.
 """
 
 
+@functools.cache
 def bundle_settings(name: str) -> tuple[str, int, int]:
     """``(loss.agg, optim.policy_epochs, mini-batches)`` of the composed bundle ``name``, its
     mini-batches 1 when the whole batch is one (``optim.mini_batch_size=0``) and else written as

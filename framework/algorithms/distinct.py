@@ -17,7 +17,7 @@ abstract and summaries were readable, and no code was found. The summaries say t
 distinctiveness is scored by an LLM over pairs of samples (ours: token Jaccard of a wrong rollout
 against a correct one) and its anchors come from expert data.
 
-How often it acts: in the screen's DaGRPO run (32 steps of 4 groups of 4, binary reward, seed 0)
+How often it acts: in the screen's DaGRPO run (32 steps of 2 groups of 8, binary reward, seed 0)
 158 wrong rollouts shared a group with a correct one; the most similar was 0.87 Jaccard-similar
 to it (median 0.58; 8 above 0.8, 24 above 0.7), so the 0.9 threshold masked none, and the run was
 GRPO's to the bit (``docs/benchmarks/screen.md`` marks it so). A lower ``threshold`` acts; which

@@ -519,10 +519,10 @@ def test_jobs_run_the_baselines_seeds_first_and_no_inert_arm():
     assert study_jobs(plain) == [("grpo", 0), ("a", 0), ("grpo", 1), ("a", 1)]
 
 
-def test_every_arm_of_screen_v2_composes_with_its_mini_batches():
+def test_the_arms_of_screen_v2():
     """Screen v2's arms: the baseline at 2 epochs right after the baseline (the off-policy losses
-    and the two-epoch bundles take 2), SeeUPO on whole batches (it trains turn by turn), and every
-    arm composes and validates with 2 optimiser steps per batch (SeeUPO aside)."""
+    and the two-epoch bundles take 2), SeeUPO on whole batches (it trains turn by turn); the slow
+    test below composes and validates every arm with 2 optimiser steps per batch (SeeUPO aside)."""
     study = load_config("study", ["study=screen_v2"])
     arms = screen_arms(study.baseline, overrides=study.overrides, matched=True)
     assert list(arms)[:2] == ["grpo", "grpo-epochs2"]
@@ -530,6 +530,12 @@ def test_every_arm_of_screen_v2_composes_with_its_mini_batches():
     assert arms["seeupo"] == ["algorithm=seeupo", "optim.mini_batch_size=0"]
     assert arms["llds"] == ["algorithm=llds"]  # its bundle's 2 epochs: matched by grpo-epochs2
     assert "grpo-epochs2" not in screen_arms(study.baseline, overrides=study.overrides)
+
+
+@pytest.mark.slow  # composes all 43 arms: about 30 s
+def test_every_arm_of_screen_v2_validates_with_two_optimiser_steps_per_batch():
+    study = load_config("study", ["study=screen_v2"])
+    arms = screen_arms(study.baseline, overrides=study.overrides, matched=True)
     for arm, args in arms.items():
         cfg = load_config("train", [*study.overrides, *args, *STUDY_TRAIN_ARGS])
         assert cfg.sampler.start_hops == 2, arm
