@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from framework.cli.app import run_app
+from framework.config.inert import config_leaves
 from framework.config.study import StudyConfig
 from framework.eval.study_archive import BASIS, archived_config
 
@@ -964,15 +965,6 @@ def keep_archive(root: Path, cfg: StudyConfig, states: Sequence[RunState]) -> No
 RUN_LOCAL_KEYS = ("run_dir", "resume", "rollout.policy.", "logger.save_dir")
 
 
-def _leaves(node: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(node, dict):
-        out: dict[str, Any] = {}
-        for key, value in node.items():
-            out.update(_leaves(value, f"{prefix}{key}."))
-        return out
-    return {prefix[:-1]: node}
-
-
 def config_drift(run: Path | dict[str, Any] | None, arm_cfg: Any) -> list[str]:
     """How the config ``run`` was trained (or began) with differs from its arm's config now.
 
@@ -984,12 +976,12 @@ def config_drift(run: Path | dict[str, Any] | None, arm_cfg: Any) -> list[str]:
     from omegaconf import OmegaConf
 
     if isinstance(run, dict):
-        old = _leaves(run)
+        old = config_leaves(run)
     elif run is None or not (run / "config.yaml").is_file():
         return []
     else:
-        old = _leaves(OmegaConf.to_container(OmegaConf.load(run / "config.yaml")))
-    new = _leaves(OmegaConf.to_container(OmegaConf.structured(arm_cfg)))
+        old = config_leaves(OmegaConf.to_container(OmegaConf.load(run / "config.yaml")))
+    new = config_leaves(OmegaConf.to_container(OmegaConf.structured(arm_cfg)))
     return [
         f"{key}: {old[key]!r} -> {new[key]!r}"
         for key in sorted(old.keys() & new.keys())

@@ -48,6 +48,16 @@ def declared_rule(cls: type) -> InertRule | None:
     return rule if callable(rule) else None
 
 
+def config_leaves(node: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested dict (a config as plain containers) as ``{"dotted.key": leaf}``."""
+    if isinstance(node, dict):
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            out.update(config_leaves(value, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: node}
+
+
 def differing_fields(a: Any, b: Any, names: Sequence[str] | None = None) -> list[str]:
     """The fields (``names``, or every dataclass field of both) whose values differ between two
     configs; a field only one has counts as differing."""

@@ -82,6 +82,7 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
+from framework.config.inert import config_leaves, declared_rule
 from framework.eval.paired import interval_side
 from framework.health.config import monitor_config
 from framework.registry.kinds import HEALTH_MONITORS
@@ -113,15 +114,6 @@ TOKEN_TOLERANCE = 0.5
 LABEL_KEYS = ("algorithm",)
 
 
-def _leaves(node: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(node, dict):
-        out: dict[str, Any] = {}
-        for key, value in node.items():
-            out.update(_leaves(value, f"{prefix}{key}."))
-        return out
-    return {prefix[:-1]: node}
-
-
 def inert_reason(arm: Any, baseline: Any) -> str | None:
     """Why the train config ``arm`` trains exactly as ``baseline`` does, from the two configs
     alone, or None when it may not (module docstring, "Inert at these settings").
@@ -133,10 +125,8 @@ def inert_reason(arm: Any, baseline: Any) -> str | None:
     that says None) leaves the arm to be trained. The reasons are joined, section by section."""
     from omegaconf import OmegaConf
 
-    from framework.config.inert import declared_rule
-
-    a = _leaves(OmegaConf.to_container(OmegaConf.structured(arm)))
-    b = _leaves(OmegaConf.to_container(OmegaConf.structured(baseline)))
+    a = config_leaves(OmegaConf.to_container(OmegaConf.structured(arm)))
+    b = config_leaves(OmegaConf.to_container(OmegaConf.structured(baseline)))
     missing = object()
     keys = sorted(
         k
