@@ -2,7 +2,7 @@
 checkout's update, side by side in one run.
 
     python3 tools/bench/update.py                               # this checkout alone
-    python3 tools/bench/update.py --peer /tmp/seekrl-old        # also an older checkout's update
+    python3 tools/bench/update.py --peer /tmp/seekrl-old --peer-python /tmp/venv-old/bin/python
 
 One fixed batch (``--rollouts`` rollouts in groups of ``--group``, prompts of 64 tokens and
 responses of ``--response`` tokens, random advantages) of a random Llama of the shape
@@ -15,6 +15,9 @@ each timed ``--rounds`` times in alternation after a warm-up, from the same star
 - ``epochs2``: two epochs over the whole batch (one behaviour pass, two steps);
 - ``peer``: the ``whole`` arm run by the checkout at ``--peer`` (its own ``framework``, in a child
   process, on the same batch), for "no slower than before".
+
+Every arm runs in ``--alternations`` fresh processes, the arms' order rotated each time (the
+machine's pace drifts; a fixed order gave the first arm a 1.6x penalty here).
 
 Figures: median seconds per update, per optimiser step and per rollout-pass (an optimiser step's
 share of the batch), each as a ratio to ``whole``. Written to ``docs/benchmarks/update.json`` with
@@ -107,10 +110,14 @@ def time_arm(args: argparse.Namespace, mini: int, epochs: int) -> dict[str, floa
     return {"seconds": median(seconds), "optimizer_steps": steps, "epochs": epochs}
 
 
-def child(args: argparse.Namespace, repo: Path, mini: int, epochs: int) -> dict[str, float]:
-    """One arm timed in its own process, importing ``framework`` from ``repo``."""
+def child(
+    args: argparse.Namespace, repo: Path, mini: int, epochs: int, python: str = sys.executable
+) -> dict[str, float]:
+    """One arm timed in its own process, importing ``framework`` from ``repo`` (with ``python``,
+    whose environment must resolve ``framework`` to ``repo``: an editable install elsewhere wins
+    over ``sys.path``)."""
     cmd = [
-        sys.executable,
+        python,
         str(Path(__file__).resolve()),
         "--arm",
         f"{mini},{epochs}",
@@ -135,12 +142,22 @@ def main() -> None:
     ap.add_argument("--micro", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--alternations", type=int, default=5, help="processes per arm")
     ap.add_argument("--peer", type=Path, default=None, help="an older checkout to compare with")
+    ap.add_argument(
+        "--peer-python",
+        default=sys.executable,
+        help="the interpreter of an environment with --peer installed (editable)",
+    )
     ap.add_argument("--arm", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--repo", type=Path, default=REPO, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.arm is not None:  # a child: one arm, its figures as one JSON line
         sys.path.insert(0, str(args.repo))
+        import framework
+
+        if Path(framework.__file__).resolve().parents[1] != args.repo.resolve():
+            raise SystemExit(f"framework comes from {framework.__file__}, not {args.repo}")
         mini, epochs = (int(v) for v in args.arm.split(","))
         print(json.dumps(time_arm(args, mini, epochs)))
         return
@@ -149,11 +166,14 @@ def main() -> None:
     results: dict[str, list[dict[str, float]]] = {name: [] for name in arms}
     if args.peer is not None:
         results["peer"] = []
-    for _ in range(2):  # two alternations of every arm, each in a fresh process
-        for name, (mini, epochs) in arms.items():
-            results[name].append(child(args, REPO, mini, epochs))
-        if args.peer is not None:
-            results["peer"].append(child(args, args.peer.resolve(), 0, 1))
+    order = [*arms, *(["peer"] if args.peer is not None else [])]
+    for a in range(args.alternations):  # each arm in a fresh process, the order rotated each time
+        for name in order[a % len(order) :] + order[: a % len(order)]:
+            if name == "peer":
+                assert args.peer is not None
+                results["peer"].append(child(args, args.peer.resolve(), 0, 1, args.peer_python))
+            else:
+                results[name].append(child(args, REPO, *arms[name]))
     base = median(r["seconds"] for r in results["whole"])
     table = {}
     for name, runs in results.items():
