@@ -34,6 +34,7 @@ from framework.eval.screen import (
 from framework.eval.study_archive import StudyArchive
 from framework.eval.study_report import summarize_study
 from framework.registry import load_components
+from tests.unit.eval.test_screen import _Archive  # the archive fake the v1 tests read
 
 load_components(plugins=False)
 
@@ -61,22 +62,6 @@ def test_holm_and_benjamini_hochberg_by_hand():
     # one test is adjusted to itself; no test, nothing
     assert holm([0.03]) == benjamini_hochberg([0.03]) == [0.03]
     assert holm([]) == benjamini_hochberg([]) == []
-
-
-class _Archive:
-    """An archive's reading side: each (arm, seed) run's record and its evaluation records."""
-
-    def __init__(self, runs, records):
-        self._runs, self._records = runs, records
-
-    def run(self, arm, seed):
-        return self._runs.get((arm, seed))
-
-    def has_eval(self, arm, seed=None):
-        return (arm, seed) in self._records
-
-    def records(self, arm, seed=None):
-        return self._records[(arm, seed)]
 
 
 def _summary(diffs):
