@@ -35,7 +35,23 @@ from typing import TYPE_CHECKING, Any
 from framework.cli.app import run_app
 from framework.config.inert import config_leaves
 from framework.config.study import StudyConfig
+from framework.eval import study_integrity
 from framework.eval.study_archive import BASIS, archived_config
+from framework.eval.study_integrity import (
+    PROVENANCE,
+    SHOWN,
+    file_record,
+    is_ancestor,
+    publishable,
+    record_commits,
+    record_evaluated,
+    record_launch,
+    record_trained,
+    same_commit,
+    short,
+    study_folders,
+    tree_state,
+)
 
 if TYPE_CHECKING:
     from framework.eval.study_archive import StudyArchive
@@ -132,8 +148,6 @@ def run_train(
     cmd = train_command(cfg, arm, seed, run)
     earlier = RESUMED if any(a.startswith("resume=") for a in cmd) else ""
     if launch is not None:
-        from framework.eval.study_integrity import record_launch
-
         record_launch(run, launch, context or {}, resumed=bool(earlier))
     print(
         f"seekrl-study: {'resuming' if earlier else 'training'} {arm} seed {seed} "
@@ -156,8 +170,6 @@ def run_train(
         print(f"seekrl-study: {arm} seed {seed} FAILED (exit {code}); see {failed}", flush=True)
         return RunState(arm, seed, "failed", seconds, error=tail[-2000:], earlier=earlier)
     if launch is not None:
-        from framework.eval.study_integrity import record_trained
-
         record_trained(run)
     # its time as its summary gives it, as on a later start
     return replace(state_on_disk(root, arm, seed), earlier=earlier)
@@ -231,8 +243,6 @@ def evaluate_once(
     partial = out.with_name(out.name + ".partial")
     in_child(_evaluate_child, eval_config(train_cfg, cfg, checkpoint, partial, start))
     (partial / EVAL_SETTINGS).write_text(json.dumps(eval_settings(cfg, start), indent=2) + "\n")
-    from framework.eval.study_integrity import record_evaluated
-
     record_evaluated(partial)  # when it finished (UTC), for the run's provenance
     shutil.rmtree(out, ignore_errors=True)
     partial.rename(out)
@@ -421,8 +431,6 @@ def check_preregistration(root: Path, cfg: StudyConfig, record: bool = True) -> 
             file=sys.stderr,
         )
         raise SystemExit(2)
-    from framework.eval.study_integrity import file_record
-
     settings = study_settings(cfg)
     path = root / PREREGISTRATION
     if not path.is_file():
@@ -477,7 +485,6 @@ def existing_commits(
     ``versions.json``; not a run with nothing to go on from, which trains from its start), the
     study's archive and the kept archive (``archive_to``)."""
     from framework.eval.study_archive import ARCHIVE, StudyArchive
-    from framework.eval.study_integrity import PROVENANCE, record_commits
 
     archives = [StudyArchive(root / ARCHIVE)]
     if kept is not None:
@@ -512,8 +519,6 @@ def integrity_problems(
     (a :class:`~framework.eval.study_integrity.TreeState`), one line each: git cannot say, the tree
     has uncommitted changes, runs of the table were made on another commit, or its
     pre-registration is not committed as it is, changed, or is not an ancestor of the checkout."""
-    from framework.eval.study_integrity import SHOWN, publishable, same_commit, short
-
     what = f"a publishable study ({', '.join(publishable(cfg))})"
     out = []
     if tree.error:
@@ -561,8 +566,6 @@ def preregistration_problems(cfg: StudyConfig, root: Path, tree: Any) -> list[st
     committed as it is, changed since the study froze it (:func:`check_preregistration`), or its
     commit not an ancestor of the checkout's. [] for any other study, and for a file that is
     missing (:func:`check_preregistration` refuses that)."""
-    from framework.eval.study_integrity import file_record, is_ancestor, short
-
     doc = Path(cfg.preregistration.split("#", 1)[0])
     if cfg.eval.split != "test" or not cfg.preregistration or not doc.is_file():
         return []
@@ -617,12 +620,9 @@ def check_integrity(
     Raises:
         SystemExit: status 2, with one line per problem, before anything is built or trained.
     """
-    from framework.eval import study_integrity
-
-    tree = study_integrity.tree_state(
-        study_integrity.code_checkout(), study_integrity.study_folders(cfg)
-    )
-    if not study_integrity.publishable(cfg):
+    # the module's code_checkout, looked up at call time (tests point it at a temporary checkout)
+    tree = tree_state(study_integrity.code_checkout(), study_folders(cfg))
+    if not publishable(cfg):
         return tree
     start_done = (root / "eval" / "start" / "results.json").is_file() or (
         kept is not None and (kept / "eval" / "start.jsonl.gz").is_file()
@@ -649,8 +649,6 @@ def launch_context(cfg: StudyConfig, root: Path, tree: Any, data_key: dict[str, 
     ``allow_dirty``, the questions' ``data_key`` and, for a study with one, the pre-registration
     (its file as it is now, :func:`~framework.eval.study_integrity.file_record`, and whether its
     commit is an ancestor of the checkout's: ``ancestor``, None when git cannot say)."""
-    from framework.eval.study_integrity import file_record, is_ancestor
-
     prereg = None
     doc = Path(cfg.preregistration.split("#", 1)[0])
     if cfg.preregistration and doc.is_file():

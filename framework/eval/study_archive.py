@@ -37,6 +37,7 @@ from framework.config.study import arm_seeds
 from framework.eval.curves import Series, read_scalars
 from framework.eval.entity_credit import run_histogram
 from framework.eval.records import RECORDS, read_records, write_records
+from framework.eval.study_integrity import run_provenance
 from framework.types import STATUS_FORMAT_ERROR, STATUS_OVER_BUDGET
 
 ARCHIVE = "archive"
@@ -164,8 +165,6 @@ def _as_plain(node: Any) -> Any:
 
 
 def _run_record(run: Path, state: Any, evals: Path | None = None) -> dict[str, Any]:
-    from framework.eval.study_integrity import run_provenance
-
     scalars = read_scalars(run) if (run / "tensorboard").is_dir() else {}
     steps = scalars.get("timing/step", [])
     versions = _read_json(run / "versions.json") or {}
