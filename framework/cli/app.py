@@ -21,7 +21,9 @@ def prepare() -> None:
     """Register built-ins, load plugins and store the app schemas (idempotent)."""
     from framework.cli.search_path import register
     from framework.registry import load_components
+    from framework.training.precision import register_resolvers
 
+    register_resolvers()
     load_components()
     store_schemas()
     register()

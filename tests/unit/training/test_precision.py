@@ -57,3 +57,42 @@ def test_trainer_config_accepts_auto_and_resolves_it():
     assert t.problems() == []
     assert t.precision_choice().precision in ("32-true", "bf16-mixed")
     assert TrainerConfig(precision="fp8").problems()  # still refused
+
+
+@pytest.mark.parametrize(("value", "flag"), [("0", None), ("1", "SEEKRL_NATIVE_BF16=1")])
+def test_environment_overrides_this_machines_detection(monkeypatch, value, flag):
+    monkeypatch.setenv("SEEKRL_NATIVE_BF16", value)
+    assert native_bf16() == flag
+    assert native_bf16(SAPPHIRE_RAPIDS) == "avx512_bf16"  # an injected CPU is not overridden
+    choice = choose_precision("auto", "cpu", cpu="this CPU")
+    assert choice.precision == ("32-true" if flag is None else "bf16-mixed")
+    assert ("SEEKRL_NATIVE_BF16" in choice.reason) is True
+
+
+def test_environment_override_refuses_other_values(monkeypatch):
+    monkeypatch.setenv("SEEKRL_NATIVE_BF16", "yes")
+    with pytest.raises(ValueError, match=r"^\[SEEKRL_NATIVE_BF16\] got 'yes'; expected 0 or 1"):
+        native_bf16()
+
+
+@pytest.mark.parametrize(
+    ("trainer", "env", "expected"),
+    [
+        ({"precision": "32-true", "accelerator": "cpu"}, "1", 32),
+        ({"precision": "bf16-mixed", "accelerator": "cpu"}, "0", 64),
+        ({"precision": "auto", "accelerator": "cpu"}, "0", 32),
+        ({"precision": "auto", "accelerator": "cpu"}, "1", 64),
+        ({"precision": "32-true", "accelerator": "gpu"}, "0", 64),  # a GPU is never the slow path
+        ({"precision": "auto"}, "0", 32),  # the trainer's accelerator defaults to the CPU
+    ],
+)
+def test_bf16_or_fp32_resolver_follows_the_trainers_precision(monkeypatch, trainer, env, expected):
+    from omegaconf import OmegaConf
+
+    from framework.training.precision import register_resolvers
+
+    monkeypatch.setenv("SEEKRL_NATIVE_BF16", env)
+    register_resolvers()
+    register_resolvers()  # idempotent
+    cfg = OmegaConf.create({"trainer": trainer, "size": "${bf16_or_fp32:64,32}"})
+    assert cfg.size == expected
