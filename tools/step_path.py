@@ -7,7 +7,7 @@ part of the function they are written in), and collapses consecutive calls in on
 *stop*. A *return* is a stop in a file the path had already left: the
 count a reader pays in jumping back and forth. Run from the repository root:
 
-    python3 tools/step_path.py --depth 2 --out docs/step_path.json
+    python3 tools/step_path.py --depth 2 --out docs/dev/step_path.json
 
 Compare two commits by running it in a second checkout of the other commit
 (``PYTHONPATH=<checkout> python3 <checkout>/tools/step_path.py``).

@@ -1,8 +1,10 @@
-"""A new advantage estimator added by following the README alone, selected with ``advantage=NAME``.
+"""A new advantage estimator added by following the extension guide alone, selected with
+``advantage=NAME``.
 
-The code and the command-line overrides are read from the README's "Adding a component" section, so
-the documented route is the tested one: the module becomes a plugin (an entry point naming it, as the
-README's "Plugins" section says) and the train config binds it like any built-in.
+The code and the command-line overrides are read from the "Adding a component" section of
+``docs/extending.md``, so the documented route is the tested one: the module becomes a plugin (an
+entry point naming it, as the page's "Plugins" section says) and the train config binds it like any
+built-in.
 """
 
 from __future__ import annotations
@@ -19,23 +21,25 @@ from framework.cli.app import load_config
 from framework.registry import ADVANTAGES, plugins
 from framework.types import AdvantageInputs
 
-README = Path(__file__).resolve().parents[3] / "README.md"
+GUIDE = Path(__file__).resolve().parents[3] / "docs" / "extending.md"
 
 
 def _readme_recipe() -> tuple[str, list[str]]:
     """The code block of "Adding a component" and the overrides it says to select it with."""
-    text = README.read_text(encoding="utf-8")
-    section = text[text.index("### Adding a component") :]
+    text = GUIDE.read_text(encoding="utf-8")
+    section = text[text.index("## Adding a component") :]
     section = section[: section.index("\n## ")]
     code = re.search(r"```python\n(.*?)```", section, re.S)
     select = re.search(r"select it with `([^`]+)`", section)
-    assert code and select, "README: 'Adding a component' lost its example or its select line"
+    assert code and select, (
+        "docs/extending.md: 'Adding a component' lost its example or its select line"
+    )
     return code.group(1), select.group(1).split()
 
 
 @pytest.fixture
 def readme_plugin(tmp_path, monkeypatch, plugin_state):
-    """The README's code as a module that a (fake) ``seekrl.plugins`` entry point names."""
+    """The guide's code as a module that a (fake) ``seekrl.plugins`` entry point names."""
     code, overrides = _readme_recipe()
     module = f"my_components_{tmp_path.name.replace('-', '_').lower()}"
     (tmp_path / f"{module}.py").write_text(code)

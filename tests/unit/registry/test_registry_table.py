@@ -1,4 +1,5 @@
-"""The registries' declared call signatures match the built-ins, and the README's table matches both."""
+"""The registries' declared call signatures match the built-ins, and the table of docs/components.md
+matches both."""
 
 from __future__ import annotations
 
@@ -130,11 +131,11 @@ def test_check_catches_an_undeclared_shared_parameter():
         _check_call("sampler", "cls(questions, *, cfg, seed)", _targets("sampler"))
 
 
-def test_readme_table_is_generated_from_the_registries():
+def test_components_page_table_is_generated_from_the_registries():
     tool = _tool()
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    assert tool.readme_table(readme) == tool.render(), (
-        "README.md's registry table is out of date. Fix: python3 tools/registry_table.py"
+    page = (REPO / "docs" / "components.md").read_text(encoding="utf-8")
+    assert tool.page_table(page) == tool.render(), (
+        "docs/components.md's registry table is out of date. Fix: python3 tools/registry_table.py"
     )
 
 
