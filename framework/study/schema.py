@@ -105,7 +105,7 @@ class StudyConfig:
         metadata={
             "help": "add an arm per registered method (every algorithm bundle, and every "
             "advantage estimator, loss and sampler no bundle selects, on the baseline bundle), "
-            "plugins' too, and report the screening table (framework/eval/screen.py)"
+            "plugins' too, and report the screening table (framework/study/screen.py)"
         },
     )
     matched_baselines: bool = field(
@@ -171,7 +171,7 @@ class StudyConfig:
             "on where it would be refused: uncommitted changes to the code (its own folders do not "
             "count), runs of this table made on another commit, git missing, or a pre-registration "
             "not committed as it is; the report then marks every run concerned "
-            "(framework/eval/study_integrity.py)"
+            "(framework/study/integrity.py)"
         },
     )
     retry_failed: bool = field(
