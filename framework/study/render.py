@@ -254,9 +254,35 @@ def _seed_lines(cfg: Any, s: dict[str, Any]) -> list[str]:
 def study_markdown(
     cfg: Any, s: dict[str, Any], plots: Sequence[Path], root: Path, screen_table: str = ""
 ) -> str:
+    """The report ``study.md`` from the summary ``s`` (:func:`~framework.study.summary.
+    summarize_study`), the curves' ``plots`` (linked relative to ``root``) and, for a screen, its
+    table (``screen_table``), which stands in for the provenance lines it begins with."""
+    lines = _header_lines(cfg, s)
+    lines += _partial_lines(cfg, s)
+    if screen_table:  # a screen's table (and its parts'), as its page shows it
+        lines += [screen_table, ""]
+    else:  # the runs' commits and pre-registration (a screen's table begins with them)
+        lines += integrity_lines(s.get("integrity"))
+    lines += _arm_lines(s)
+    lines += _versus_lines("the warm start", s["versus_start"])
+    lines += _hop_lines(s)
+    lines += _versus_lines(f"`{cfg.baseline}`", s["versus_baseline"])
+    lines += _seed_lines(cfg, s)
+    lines += _three_way_lines(s)
+    lines += _decision_lines(s)
+    lines += _sizing_lines(s)
+    lines += _bridge_lines(s)
+    lines += _entity_rate_lines(s.get("wrong_entity_rates") or {})
+    lines += _curve_lines(s, plots, root)
+    lines += _run_lines(s)
+    return "\n".join(lines)
+
+
+def _header_lines(cfg: Any, s: dict[str, Any]) -> list[str]:
+    """The title, the arms and seeds, how every policy was evaluated, the test-split count."""
     e = cfg.eval
     arms = ", ".join(f"`{a}` ({' '.join(v)})" for a, v in cfg.arms.items())
-    lines = [
+    return [
         f"# Study `{cfg.name}`",
         "",
         f"Arms: {arms}; seeds "
@@ -271,12 +297,12 @@ def study_markdown(
         _test_line(s),
         "",
     ]
-    lines += _partial_lines(cfg, s)
-    if screen_table:  # a screen's table (and its parts'), as its page shows it
-        lines += [screen_table, ""]
-    else:  # the runs' commits and pre-registration (a screen's table begins with them)
-        lines += integrity_lines(s.get("integrity"))
-    lines += ["## Pass@1 per arm (pooled over seeds)", ""]
+
+
+def _arm_lines(s: dict[str, Any]) -> list[str]:
+    """Pass@1 and the other figures of the warm start and of each arm pooled over its seeds,
+    then of each seed."""
+    lines = ["## Pass@1 per arm (pooled over seeds)", ""]
     lines += [
         "| policy | seeds | samples per question | Pass@1 [95% CI] | Pass@k | tool calls | turns "
         "| format errors |",
@@ -309,41 +335,46 @@ def study_markdown(
                 f"| {arm} | {seed} | {p['pass@1']:.3f} {_ci(p['pass@1_ci'])} | {gain} | "
                 f"{p['tool_calls']:.2f} |"
             )
-    if s["versus_start"]:
-        lines += ["", "## Each arm minus the warm start (paired over questions)", ""]
-        lines += [
-            "| arm | " + " | ".join(FIGURES.values()) + " |",
-            "|---" * (len(FIGURES) + 1) + "|",
-        ]
-        for arm, d in s["versus_start"].items():
-            lines.append(f"| {arm} | " + " | ".join(_diff(d[f]) for f in FIGURES.values()) + " |")
-        lines += _power_lines(s["versus_start"])
-    if s["by_hops"]:
-        lines += ["", "### Pass@1 by hop count, each arm minus the warm start (paired)", ""]
-        lines += [
-            "| arm | hops | questions | warm start | arm | difference |",
-            "|---|---|---|---|---|---|",
-        ]
-        for arm, by in s["by_hops"].items():
-            for h, d in by.items():
-                lines.append(
-                    f"| {arm} | {h} | {d['questions']} | {d['a_mean']:.3f} | {d['b_mean']:.3f} | "
-                    f"{_diff(d)} |"
-                )
-    if s["versus_baseline"]:
-        lines += ["", f"## Each arm minus `{cfg.baseline}` (paired over questions)", ""]
-        lines += [
-            "| arm | " + " | ".join(FIGURES.values()) + " |",
-            "|---" * (len(FIGURES) + 1) + "|",
-        ]
-        for arm, d in s["versus_baseline"].items():
-            lines.append(f"| {arm} | " + " | ".join(_diff(d[f]) for f in FIGURES.values()) + " |")
-        lines += _power_lines(s["versus_baseline"])
-    lines += _seed_lines(cfg, s)
-    lines += _three_way_lines(s)
-    lines += _decision_lines(s)
-    lines += _sizing_lines(s)
+    return lines
+
+
+def _versus_lines(whom: str, versus: dict[str, dict[str, Any]]) -> list[str]:
+    """Each arm minus ``whom`` (the warm start, or the baseline) in every figure, paired over
+    questions, with what each Pass@1 comparison can detect; [] when there is none."""
+    if not versus:
+        return []
+    lines = ["", f"## Each arm minus {whom} (paired over questions)", ""]
     lines += [
+        "| arm | " + " | ".join(FIGURES.values()) + " |",
+        "|---" * (len(FIGURES) + 1) + "|",
+    ]
+    for arm, d in versus.items():
+        lines.append(f"| {arm} | " + " | ".join(_diff(d[f]) for f in FIGURES.values()) + " |")
+    return lines + _power_lines(versus)
+
+
+def _hop_lines(s: dict[str, Any]) -> list[str]:
+    """Pass@1 by hop count, each arm minus the warm start; [] when the rows carry no hops."""
+    if not s["by_hops"]:
+        return []
+    lines = ["", "### Pass@1 by hop count, each arm minus the warm start (paired)", ""]
+    lines += [
+        "| arm | hops | questions | warm start | arm | difference |",
+        "|---|---|---|---|---|---|",
+    ]
+    for arm, by in s["by_hops"].items():
+        for h, d in by.items():
+            lines.append(
+                f"| {arm} | {h} | {d['questions']} | {d['a_mean']:.3f} | {d['b_mean']:.3f} | "
+                f"{_diff(d)} |"
+            )
+    return lines
+
+
+def _bridge_lines(s: dict[str, Any]) -> list[str]:
+    """The entity analysis on the hidden bridge entities, per policy (:func:`~framework.study.
+    summary.bridge_analysis`)."""
+    lines = [
         "",
         "## Entity analysis on the hidden bridge entities (anchor and answer not counted)",
         "",
@@ -367,22 +398,31 @@ def study_markdown(
                 f"{_pct(en['mean_matched_wrong'])} | {en['bridge_match_rate']:.3f} | "
                 f"{_pct(en['wrong_with_a_bridge'])} |"
             )
-    lines += _entity_rate_lines(s.get("wrong_entity_rates") or {})
-    if s["curves"]:
-        lines += [
-            "",
-            "## Training curves (first quarter -> last quarter of the steps, mean over seeds)",
-            "",
-            "| arm | metric | runs | first | last | change |",
-            "|---|---|---|---|---|---|",
-        ]
-        for r in s["curves"]:
-            lines.append(
-                f"| {r['arm']} | {r['tag']} | {r['runs']} | {r['first']:.3f} | {r['last']:.3f} | "
-                f"{r['change']:+.3f} |"
-            )
-        lines += [""] + [f"![{p.stem}]({p.relative_to(root)})" for p in plots]
-    lines += ["", "## Runs", ""]
+    return lines
+
+
+def _curve_lines(s: dict[str, Any], plots: Sequence[Path], root: Path) -> list[str]:
+    """The training curves' first and last quarters per arm and metric, and the plots."""
+    if not s["curves"]:
+        return []
+    lines = [
+        "",
+        "## Training curves (first quarter -> last quarter of the steps, mean over seeds)",
+        "",
+        "| arm | metric | runs | first | last | change |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in s["curves"]:
+        lines.append(
+            f"| {r['arm']} | {r['tag']} | {r['runs']} | {r['first']:.3f} | {r['last']:.3f} | "
+            f"{r['change']:+.3f} |"
+        )
+    return [*lines, "", *(f"![{p.stem}]({p.relative_to(root)})" for p in plots)]
+
+
+def _run_lines(s: dict[str, Any]) -> list[str]:
+    """Every run's status, times, commit and precision, the failed runs, where the rest is."""
+    lines = ["", "## Runs", ""]
     lines += [
         "| arm | seed | status | training seconds (all steps) | last launch (s) | git commit | precision |"
     ]
@@ -398,10 +438,10 @@ def study_markdown(
     if failed:
         lines += ["", "**Failed runs** (left out of every table above; see their study_error.txt):"]
         lines += [f"- {r['arm']} seed {r['seed']}: {r['dir']}" for r in failed]
-    lines += [
+    return [
+        *lines,
         "",
         "Each run's resolved config is `runs/<arm>/seed<S>/config.yaml`, its package versions, CPU, "
         "precision and git commit `versions.json`; the evaluations are in `eval/`.",
         "",
     ]
-    return "\n".join(lines)

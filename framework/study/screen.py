@@ -281,73 +281,10 @@ def screen_rows(
             if arm in inert:
                 rows.append(_inert_row(arm, inert[arm]))
             continue
-        tokens, steps, seconds, peaks, alarms, stopped = [], 0, 0.0, [], set(), []
-        trained = 0.0  # training wall seconds of every seed, every launch
-        resumed = False
-        cpus: list[str] = []
-        methods: list[Mapping[str, str]] = []
-        curve = None  # the first seed's per-step training accuracy
-        for seed in figures["seeds"]:
-            recs = archive.records(arm, seed)
-            tokens += [float(r["response_tokens"]) for r in recs if r.get("response_tokens")]
-            run = archive.run(arm, seed) or {}
-            if seed == figures["seeds"][0]:
-                curve = (run.get("curves") or {}).get(SHARED_METRIC)
-            if run.get("train_seconds"):
-                trained += float(run["train_seconds"])
-                if run.get("steps"):
-                    seconds += float(run["train_seconds"])
-                    steps += int(run["steps"])
-            if run.get("peak_gb") is not None:
-                peaks.append(float(run["peak_gb"]))
-            # resumed from a checkpoint written before checkpoints kept the peak: its summary,
-            # hence its peak, is its last launch's only
-            resumed |= bool((run.get("config") or {}).get("resume")) and (
-                run.get("earlier_launches_peak_gb") is None
-            )
-            alarms |= set(run.get("alarms", []))
-            versions = run.get("versions") or {}
-            cpu = versions.get("cpu")
-            if cpu and versions.get("precision"):  # what the CPU ran: bf16 or fp32 differ
-                cpu = f"{cpu}, {versions['precision']}"
-            if cpu and cpu not in cpus:
-                cpus.append(cpu)
-            methods += [m for m in run.get("methods", []) if m not in methods]
-            if run.get("stopped_by"):
-                stopped.append(str(run["stopped_by"].get("monitor", "a monitor")))
-        identical = arm != baseline and same_as_baseline(archive, arm, baseline, figures["seeds"])
-        rows.append(
-            {
-                "arm": arm,
-                "seeds": figures["seeds"],
-                "pass@1": figures["pass@1"],
-                "pass@1_ci": figures["pass@1_ci"],
-                "minus_baseline": None,  # set below, against the baseline or a reference
-                "detectable": None,
-                "tool_calls": figures["tool_calls"],
-                # the share of evaluation samples whose output broke the tool-call format
-                "format_errors": figures.get("format_error_rate"),
-                # the share that ran out of turns, tool calls or tokens without an answer
-                "over_budget": figures.get("over_budget_rate"),
-                "questions": figures.get("questions"),
-                "response_tokens": sum(tokens) / len(tokens) if tokens else None,
-                # per training step: rollouts generated, their generated tokens, optimiser steps
-                "compute": arm_compute(archive, arm, figures["seeds"]),
-                "seconds_per_step": seconds / steps if steps else None,
-                "train_seconds": trained or None,
-                "peak_gb": max(peaks) if peaks else None,
-                "peak_last_launch": resumed,
-                "machines": cpus,
-                "monitors_fired": sorted(alarms),
-                "stopped_by": stopped,
-                "identical_to_baseline": identical,
-                "inert": inert.get(arm),  # predicted inert, yet evaluated (an earlier run)
-                "reference": refs.get(arm),
-                "fidelity": arm_fidelity(methods),
-                # the first seed's per-step training accuracy, [[step, value], ...]
-                "accuracy_curve": sorted(curve) if curve else None,
-            }
-        )
+        row = _evaluated_row(archive, arm, figures, baseline)
+        row["inert"] = inert.get(arm)  # predicted inert, yet evaluated (an earlier run)
+        row["reference"] = refs.get(arm)
+        rows.append(row)
     base_seeds = arm_seeds(cfg, baseline) if cfg is not None else None
     _compare(rows, summary, archive, baseline, n_boot)
     _adjust(rows, baseline)
@@ -365,6 +302,105 @@ def screen_rows(
         )
         r["verdict"] = _reading(r, baseline)
     return rows
+
+
+def _evaluated_row(
+    archive: Any, arm: str, figures: Mapping[str, Any], baseline: str
+) -> dict[str, Any]:
+    """The row of an evaluated arm before its comparison: its summary ``figures`` and what its
+    runs' records say (:func:`_run_facts`); the caller sets ``inert`` and ``reference``."""
+    facts = _run_facts(archive, arm, figures["seeds"])
+    tokens, steps, seconds, peaks = (
+        facts["tokens"],
+        facts["steps"],
+        facts["seconds"],
+        facts["peaks"],
+    )
+    curve = facts["curve"]
+    identical = arm != baseline and same_as_baseline(archive, arm, baseline, figures["seeds"])
+    return {
+        "arm": arm,
+        "seeds": figures["seeds"],
+        "pass@1": figures["pass@1"],
+        "pass@1_ci": figures["pass@1_ci"],
+        "minus_baseline": None,  # set below, against the baseline or a reference
+        "detectable": None,
+        "tool_calls": figures["tool_calls"],
+        # the share of evaluation samples whose output broke the tool-call format
+        "format_errors": figures.get("format_error_rate"),
+        # the share that ran out of turns, tool calls or tokens without an answer
+        "over_budget": figures.get("over_budget_rate"),
+        "questions": figures.get("questions"),
+        "response_tokens": sum(tokens) / len(tokens) if tokens else None,
+        # per training step: rollouts generated, their generated tokens, optimiser steps
+        "compute": arm_compute(archive, arm, figures["seeds"]),
+        "seconds_per_step": seconds / steps if steps else None,
+        "train_seconds": facts["trained"] or None,
+        "peak_gb": max(peaks) if peaks else None,
+        "peak_last_launch": facts["resumed"],
+        "machines": facts["cpus"],
+        "monitors_fired": sorted(facts["alarms"]),
+        "stopped_by": facts["stopped"],
+        "identical_to_baseline": identical,
+        "inert": None,
+        "reference": None,
+        "fidelity": arm_fidelity(facts["methods"]),
+        # the first seed's per-step training accuracy, [[step, value], ...]
+        "accuracy_curve": sorted(curve) if curve else None,
+    }
+
+
+def _run_facts(archive: Any, arm: str, seeds: Sequence[int]) -> dict[str, Any]:
+    """What the records of the arm's evaluated ``seeds`` say, gathered over them: response tokens,
+    training steps and seconds, peaks, whether a peak is a last launch's only, CPUs, methods,
+    monitors fired and stopping, and the first seed's training accuracy curve."""
+    tokens, steps, seconds, peaks, alarms, stopped = [], 0, 0.0, [], set(), []
+    trained = 0.0  # training wall seconds of every seed, every launch
+    resumed = False
+    cpus: list[str] = []
+    methods: list[Mapping[str, str]] = []
+    curve = None  # the first seed's per-step training accuracy
+    for seed in seeds:
+        recs = archive.records(arm, seed)
+        tokens += [float(r["response_tokens"]) for r in recs if r.get("response_tokens")]
+        run = archive.run(arm, seed) or {}
+        if seed == seeds[0]:
+            curve = (run.get("curves") or {}).get(SHARED_METRIC)
+        if run.get("train_seconds"):
+            trained += float(run["train_seconds"])
+            if run.get("steps"):
+                seconds += float(run["train_seconds"])
+                steps += int(run["steps"])
+        if run.get("peak_gb") is not None:
+            peaks.append(float(run["peak_gb"]))
+        # resumed from a checkpoint written before checkpoints kept the peak: its summary,
+        # hence its peak, is its last launch's only
+        resumed |= bool((run.get("config") or {}).get("resume")) and (
+            run.get("earlier_launches_peak_gb") is None
+        )
+        alarms |= set(run.get("alarms", []))
+        versions = run.get("versions") or {}
+        cpu = versions.get("cpu")
+        if cpu and versions.get("precision"):  # what the CPU ran: bf16 or fp32 differ
+            cpu = f"{cpu}, {versions['precision']}"
+        if cpu and cpu not in cpus:
+            cpus.append(cpu)
+        methods += [m for m in run.get("methods", []) if m not in methods]
+        if run.get("stopped_by"):
+            stopped.append(str(run["stopped_by"].get("monitor", "a monitor")))
+    return {
+        "tokens": tokens,
+        "steps": steps,
+        "seconds": seconds,
+        "trained": trained,
+        "peaks": peaks,
+        "resumed": resumed,
+        "cpus": cpus,
+        "methods": methods,
+        "alarms": alarms,
+        "stopped": stopped,
+        "curve": curve,
+    }
 
 
 def _compare(

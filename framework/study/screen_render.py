@@ -74,6 +74,45 @@ def screen_markdown(
     inert = [r for r in rows if r.get("pass@1") is None]
     base_row = next((r for r in rows if r["arm"] == cfg.baseline), None)
     band = (base_row or {}).get("noise_band")
+    lines = _intro_lines(cfg, rows, title, base_row)
+    lines += _coverage_lines(cfg, rows, in_parts or {})
+    # the CPUs the runs trained on (a screen longer than one machine's life spans several):
+    # seconds per step and peak memory compare only between rows of one machine
+    machines = row_machines(rows)
+    lettered = list(dict.fromkeys([*machines_before, *machines]))
+    letter = {m: chr(ord("A") + i) for i, m in enumerate(lettered)}
+    if machines:
+        lines += [
+            "Machines (the CPU each run trained on, and its precision; s / step and peak GB "
+            "compare only between rows of one machine): "
+            + "; ".join(f"{letter[m]} = {m}" for m in machines)
+            + ".",
+            "",
+        ]
+    lines += _table_lines(rows, cfg.baseline, band is not None, letter)
+    if any(r.get("peak_last_launch") for r in rows):
+        lines += [
+            "",
+            "Peak GB (last launch): the run was resumed from a checkpoint (a session ended "
+            "while it trained), and its peak is that of its last launch only; s / step counts "
+            "every step of every launch.",
+        ]
+    lines += _band_lines(band, cfg.baseline)
+    lines += _adjustment_lines(rows, cfg.baseline)
+    lines += _compute_lines(rows)
+    lines += _unchanged_lines(rows, inert)
+    lines += _cost_lines(rows, letter)
+    text = [*lines, *_power_lines(rows, cfg.baseline), *_monitor_lines(evaluated, cfg.baseline)]
+    return "\n".join(text) + "\n"
+
+
+def _intro_lines(
+    cfg: Any, rows: Sequence[Mapping[str, Any]], title: str, base_row: Mapping[str, Any] | None
+) -> list[str]:
+    """The table's heading (its count of methods, its baseline) and what its figures are: the
+    seeds, the questions the records hold, the comparison, a candidate, the columns."""
+    evaluated = [r for r in rows if r.get("pass@1") is not None]
+    inert = [r for r in rows if r.get("pass@1") is None]
     seeds = sorted({s for r in rows if r["arm"] != cfg.baseline for s in r["seeds"]})
     base_seeds = sorted((base_row or {}).get("seeds") or [])
     if not seeds or base_seeds == seeds or not base_seeds:
@@ -97,7 +136,7 @@ def screen_markdown(
     count = f"{_methods(len(evaluated))} evaluated"
     if inert:
         count += f", {len(inert)} inert at these settings"
-    lines = [
+    return [
         f"## {title} ({count}, baseline `{cfg.baseline}`)",
         "",
         f"{who}: each interval below is one run's, so a difference says how this run differed "
@@ -116,9 +155,15 @@ def screen_markdown(
         "ran out of turns, tool calls or tokens without an answer.",
         "",
     ]
-    # a screen part way (longer than one machine's life): which methods the table lacks yet
+
+
+def _coverage_lines(
+    cfg: Any, rows: Sequence[Mapping[str, Any]], in_parts: Mapping[str, str]
+) -> list[str]:
+    """A screen part way (longer than one machine's life): the methods the table lacks yet, those
+    a part of the screen evaluated (``in_parts``), and, for a part itself, what it keeps."""
+    lines: list[str] = []
     done = {r["arm"] for r in rows}
-    in_parts = in_parts or {}
     elsewhere = [arm for arm in getattr(cfg, "arms", {}) if arm not in done and arm in in_parts]
     missing = [arm for arm in getattr(cfg, "arms", {}) if arm not in done and arm not in in_parts]
     if elsewhere:
@@ -149,26 +194,19 @@ def screen_markdown(
             "from another warm start or ran in another precision.",
             "",
         ]
-    # the CPUs the runs trained on (a screen longer than one machine's life spans several):
-    # seconds per step and peak memory compare only between rows of one machine
-    machines = row_machines(rows)
-    lettered = list(dict.fromkeys([*machines_before, *machines]))
-    letter = {m: chr(ord("A") + i) for i, m in enumerate(lettered)}
-    if machines:
-        lines += [
-            "Machines (the CPU each run trained on, and its precision; s / step and peak GB "
-            "compare only between rows of one machine): "
-            + "; ".join(f"{letter[m]} = {m}" for m in machines)
-            + ".",
-            "",
-        ]
-    noise_col = band is not None
+    return lines
+
+
+def _table_lines(
+    rows: Sequence[Mapping[str, Any]], baseline: str, noise_col: bool, letter: Mapping[str, str]
+) -> list[str]:
+    """The table itself: its header and a row per arm (``noise_col``: the band's column)."""
     header = ["method", "fidelity", "Pass@1 [95% CI]", "minus baseline [95% CI]"]
     header += ["p: raw, Holm, BH", *(["within seed noise"] if noise_col else [])]
     header += ["tool calls", "format errors", "over budget", "tokens / rollout"]
     header += ["rollouts / step", "generated tokens / step", "optimiser steps / step"]
     header += ["s / step", "peak GB", "machine", "monitors fired", "reading"]
-    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in rows:
         if r.get("pass@1") is None:  # inert at these settings: listed, not trained
             cells = [f"`{r['arm']}`", r.get("fidelity", ""), "not trained", "", ""]
@@ -187,7 +225,7 @@ def screen_markdown(
             f"`{r['arm']}`",
             r.get("fidelity", ""),
             f"{r['pass@1']:.3f} [{low:.3f}, {high:.3f}]",
-            _diff_cell(r, cfg.baseline),
+            _diff_cell(r, baseline),
             _p_cell(r),
             *noise,
             _num(r["tool_calls"], ".2f"),
@@ -202,16 +240,15 @@ def screen_markdown(
             r["verdict"],
         ]
         lines.append("| " + " | ".join(cells) + " |")
-    if any(r.get("peak_last_launch") for r in rows):
-        lines += [
-            "",
-            "Peak GB (last launch): the run was resumed from a checkpoint (a session ended "
-            "while it trained), and its peak is that of its last launch only; s / step counts "
-            "every step of every launch.",
-        ]
-    lines += _band_lines(band, cfg.baseline)
-    lines += _adjustment_lines(rows, cfg.baseline)
-    lines += _compute_lines(rows)
+    return lines
+
+
+def _unchanged_lines(
+    rows: Sequence[Mapping[str, Any]], inert: Sequence[Mapping[str, Any]]
+) -> list[str]:
+    """Under the table: the arms inert at these settings (not trained) and the arms whose runs
+    came out the baseline's exactly, and why neither says anything about its method."""
+    lines: list[str] = []
     if inert:
         names = ", ".join(f"`{r['arm']}`" for r in inert)
         lines += [
@@ -232,9 +269,7 @@ def screen_markdown(
             "methods (the module of each component, linked from docs/algorithms.md, says why "
             "where it is known).",
         ]
-    lines += _cost_lines(rows, letter)
-    text = [*lines, *_power_lines(rows, cfg.baseline), *_monitor_lines(evaluated, cfg.baseline)]
-    return "\n".join(text) + "\n"
+    return lines
 
 
 def _band_lines(band: Mapping[str, Any] | None, baseline: str) -> list[str]:

@@ -211,88 +211,132 @@ def summarize_study(
     if start is not None:
         out["start"] = overall(start)
         clusters.update(_clusters(start))
-    # the warm start's per-question figures, shared by every arm's comparisons
-    start_pq = {key: per_question(start, key) for key in FIGURES} if start is not None else {}
     for arm in arms:
         seeds_done = [s for s in seeds if archive.has_eval(arm, s)]
         if not seeds_done:
             continue
-        per_seed = {}
-        figures: dict[str, list[dict[Any, float]]] = {k: [] for k in FIGURES}
-        results, seed_rows = [], []
-        for s in seeds_done:
-            rows = archive.records(arm, s)
+        seed_rows = [archive.records(arm, s) for s in seeds_done]
+        for rows in seed_rows:
             clusters.update(_clusters(rows))
-            seed_rows.append(rows)
-            o = overall(rows)
-            results.append(o)
-            per_seed[s] = {k: o[k] for k in ("pass@1", "pass@1_ci", "pass@k", "tool_calls")}
-            per_seed[s] |= {k: o[k] for k in ("turns", "format_error_rate", "over_budget_rate")}
-            for key in FIGURES:
-                figures[key].append(per_question(rows, key))
+        figures = {key: [per_question(rows, key) for rows in seed_rows] for key in FIGURES}
         all_rows[arm] = [r for rows in seed_rows for r in rows]
         pooled[arm] = {key: pooled_per_question(v) for key, v in figures.items()}
         by_seed[arm] = figures
-        p1 = _mean_ci(pooled[arm]["correct"], n_boot)
-        out["arms"][arm] = {
-            "seeds": seeds_done,
-            "pass@1": p1.diff,
-            "pass@1_ci": [p1.low, p1.high],
-            "questions": p1.n,
-            "k": min(r["k"] for r in results),
-            "pass@k": sum(r["pass@k"] for r in results) / len(results),
-            "tool_calls": sum(r["tool_calls"] for r in results) / len(results),
-            "turns": sum(r["turns"] for r in results) / len(results),
-            "format_error_rate": sum(r["format_error_rate"] for r in results) / len(results),
-            "over_budget_rate": sum(r["over_budget_rate"] for r in results) / len(results),
-            "per_seed": per_seed,
-            "entity": bridge_analysis(_grouped(all_rows[arm])),
-        }
+        out["arms"][arm] = _arm_figures(seeds_done, seed_rows, pooled[arm], all_rows[arm], n_boot)
         if start is not None:
-            out["versus_start"][arm] = {
-                label: result_dict(paired_bootstrap(start_pq[key], pooled[arm][key], n_boot=n_boot))
-                for key, label in FIGURES.items()
-            }
-            for s, seed_p1 in zip(seeds_done, figures["correct"], strict=True):
-                per_seed[s]["minus_start"] = result_dict(
-                    paired_bootstrap(start_pq["correct"], seed_p1, n_boot=n_boot)
-                )
-            if len(seeds_done) > 1:
-                out["versus_start_seeds"][arm] = {
-                    label: result_dict(seed_bootstrap([start_pq[key]], figures[key], n_boot=n_boot))
-                    for key, label in FIGURES.items()
-                }
-            out["pass1_three_ways"][f"{arm} - start"] = _three_ways(
-                [start_pq["correct"]], figures["correct"], clusters, n_boot, min_effect
+            _versus_start(
+                out, arm, start, seed_rows, pooled[arm], figures, clusters, n_boot, min_effect
             )
-            out["sizing"][f"{arm} - start"] = _sizing(start, all_rows[arm], min_effect)
-            by_hops = _by_hops(start, seed_rows, n_boot)
-            if by_hops:
-                out["by_hops"][arm] = by_hops
     if baseline in pooled:
         for arm in pooled:
-            if arm == baseline:
-                continue
-            out["versus_baseline"][arm] = {
-                label: result_dict(
-                    paired_bootstrap(pooled[baseline][key], pooled[arm][key], n_boot=n_boot)
+            if arm != baseline:
+                _versus_baseline(
+                    out, arm, baseline, pooled, by_seed, all_rows, clusters, n_boot, min_effect
                 )
-                for key, label in FIGURES.items()
-            }
-            if len(by_seed[arm]["correct"]) > 1 or len(by_seed[baseline]["correct"]) > 1:
-                out["versus_baseline_seeds"][arm] = {
-                    label: result_dict(
-                        seed_bootstrap(by_seed[baseline][key], by_seed[arm][key], n_boot=n_boot)
-                    )
-                    for key, label in FIGURES.items()
-                }
-            out["pass1_three_ways"][f"{arm} - {baseline}"] = _three_ways(
-                by_seed[baseline]["correct"], by_seed[arm]["correct"], clusters, n_boot, min_effect
-            )
-            out["sizing"][f"{arm} - {baseline}"] = _sizing(
-                all_rows[baseline], all_rows[arm], min_effect
-            )
     return out
+
+
+def _arm_figures(
+    seeds_done: Sequence[int],
+    seed_rows: Sequence[Sequence[dict[str, Any]]],
+    pooled: Mapping[str, Mapping[Any, float]],
+    rows: Sequence[dict[str, Any]],
+    n_boot: int,
+) -> dict[str, Any]:
+    """One arm's figures: Pass@1 pooled over its seeds with its interval, the other figures as
+    the mean of its seeds', each seed's, and the bridge-entity analysis of all its rows."""
+    per_seed: dict[int, dict[str, Any]] = {}
+    results = []
+    for s, srows in zip(seeds_done, seed_rows, strict=True):
+        o = overall(srows)
+        results.append(o)
+        per_seed[s] = {k: o[k] for k in ("pass@1", "pass@1_ci", "pass@k", "tool_calls")}
+        per_seed[s] |= {k: o[k] for k in ("turns", "format_error_rate", "over_budget_rate")}
+    p1 = _mean_ci(pooled["correct"], n_boot)
+    return {
+        "seeds": list(seeds_done),
+        "pass@1": p1.diff,
+        "pass@1_ci": [p1.low, p1.high],
+        "questions": p1.n,
+        "k": min(r["k"] for r in results),
+        "pass@k": sum(r["pass@k"] for r in results) / len(results),
+        "tool_calls": sum(r["tool_calls"] for r in results) / len(results),
+        "turns": sum(r["turns"] for r in results) / len(results),
+        "format_error_rate": sum(r["format_error_rate"] for r in results) / len(results),
+        "over_budget_rate": sum(r["over_budget_rate"] for r in results) / len(results),
+        "per_seed": per_seed,
+        "entity": bridge_analysis(_grouped(rows)),
+    }
+
+
+def _versus_start(
+    out: dict[str, Any],
+    arm: str,
+    start: Sequence[dict[str, Any]],
+    seed_rows: Sequence[Sequence[dict[str, Any]]],
+    pooled: Mapping[str, Mapping[Any, float]],
+    figures: Mapping[str, Sequence[Mapping[Any, float]]],
+    clusters: Mapping[QuestionKey, Any],
+    n_boot: int,
+    min_effect: float,
+) -> None:
+    """Into ``out``: ``arm`` minus the warm start in every figure (its seeds pooled, each seed's
+    Pass@1, and with its seeds resampled too), the Pass@1 difference three ways, the sizing of the
+    next evaluation and the difference by hop count."""
+    start_pq = {key: per_question(start, key) for key in FIGURES}
+    per_seed = out["arms"][arm]["per_seed"]
+    out["versus_start"][arm] = {
+        label: result_dict(paired_bootstrap(start_pq[key], pooled[key], n_boot=n_boot))
+        for key, label in FIGURES.items()
+    }
+    for s, seed_p1 in zip(per_seed, figures["correct"], strict=True):
+        per_seed[s]["minus_start"] = result_dict(
+            paired_bootstrap(start_pq["correct"], seed_p1, n_boot=n_boot)
+        )
+    if len(per_seed) > 1:
+        out["versus_start_seeds"][arm] = {
+            label: result_dict(seed_bootstrap([start_pq[key]], figures[key], n_boot=n_boot))
+            for key, label in FIGURES.items()
+        }
+    out["pass1_three_ways"][f"{arm} - start"] = _three_ways(
+        [start_pq["correct"]], figures["correct"], clusters, n_boot, min_effect
+    )
+    out["sizing"][f"{arm} - start"] = _sizing(
+        start, [r for rs in seed_rows for r in rs], min_effect
+    )
+    by_hops = _by_hops(start, seed_rows, n_boot)
+    if by_hops:
+        out["by_hops"][arm] = by_hops
+
+
+def _versus_baseline(
+    out: dict[str, Any],
+    arm: str,
+    baseline: str,
+    pooled: Mapping[str, Mapping[str, Mapping[Any, float]]],
+    by_seed: Mapping[str, Mapping[str, Sequence[Mapping[Any, float]]]],
+    all_rows: Mapping[str, Sequence[dict[str, Any]]],
+    clusters: Mapping[QuestionKey, Any],
+    n_boot: int,
+    min_effect: float,
+) -> None:
+    """Into ``out``: ``arm`` minus the baseline in every figure (pooled, and with the seeds
+    resampled too where either has several), the Pass@1 difference three ways and the sizing."""
+    out["versus_baseline"][arm] = {
+        label: result_dict(paired_bootstrap(pooled[baseline][key], pooled[arm][key], n_boot=n_boot))
+        for key, label in FIGURES.items()
+    }
+    if len(by_seed[arm]["correct"]) > 1 or len(by_seed[baseline]["correct"]) > 1:
+        out["versus_baseline_seeds"][arm] = {
+            label: result_dict(
+                seed_bootstrap(by_seed[baseline][key], by_seed[arm][key], n_boot=n_boot)
+            )
+            for key, label in FIGURES.items()
+        }
+    out["pass1_three_ways"][f"{arm} - {baseline}"] = _three_ways(
+        by_seed[baseline]["correct"], by_seed[arm]["correct"], clusters, n_boot, min_effect
+    )
+    out["sizing"][f"{arm} - {baseline}"] = _sizing(all_rows[baseline], all_rows[arm], min_effect)
 
 
 def _grouped(rows: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
