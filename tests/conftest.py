@@ -47,9 +47,9 @@ class Checkout:
 def study_checkout(tmp_path, monkeypatch):
     """A clean git checkout with one commit (``framework/code.py``, ``conf/a.yaml``,
     ``notes.md``) that seekrl-study takes for the code's checkout (its integrity checks,
-    framework/eval/study_integrity.py), so that a test does not depend on the state of the real
+    framework/study/integrity.py), so that a test does not depend on the state of the real
     one."""
-    from framework.eval import study_integrity
+    from framework.study import integrity as study_integrity
 
     checkout = Checkout(tmp_path / "checkout")
     for rel, text in {

@@ -10,7 +10,7 @@ study directory made by a version without that setting, or for one whose runs ar
 
 A run's exported ``policy/`` (its final weights), its records and logs stay; only
 ``runs/<arm>/seed<S>/checkpoints/*.ckpt`` go, and only when the run is finished and its
-``eval/<arm>/seed<S>/results.json`` is written (:func:`framework.cli.study.prune_checkpoints`).
+``eval/<arm>/seed<S>/results.json`` is written (:func:`framework.study.runs.prune_checkpoints`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from framework.cli.study import prune_checkpoints  # noqa: E402
+from framework.study.runs import prune_checkpoints  # noqa: E402
 
 
 def prune_study(root: Path) -> int:

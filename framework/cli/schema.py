@@ -24,11 +24,11 @@ from omegaconf import MISSING
 
 from framework.config.app import RUN_DIR
 from framework.config.problems import Problem, check, check_choice, check_range
-from framework.config.study import StudyConfig
 from framework.retrieval.types import remote_problem
 from framework.rl.config import TrainConfig
 from framework.rollout.engine import AgentConfig
 from framework.sft.config import SFTConfig
+from framework.study.schema import StudyConfig
 
 
 @dataclass

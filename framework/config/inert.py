@@ -1,6 +1,6 @@
 """Inert at these settings: what a component's config alone shows it changes nothing.
 
-A screen (``seekrl-study screen=true``, :mod:`framework.eval.screen`) compares each method with a
+A screen (``seekrl-study screen=true``, :mod:`framework.study.screen`) compares each method with a
 baseline at one set of training settings. Some methods reduce to the baseline there exactly: a
 ratio-based loss when every optimiser step is on policy (its importance ratio is 1), a pruning
 rule no binary-reward advantage falls under, a sampler that is the baseline's under another name.

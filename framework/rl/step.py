@@ -410,7 +410,7 @@ def rl_step(
     figures.update(timings)
     figures["train/lr"] = scheduler.get_last_lr()[0]
     figures["train/rollouts"] = len(batch.trajectories)
-    # what the step spent, for comparisons at equal compute (framework/eval/screen.py): every
+    # what the step spent, for comparisons at equal compute (framework/study/compute.py): every
     # rollout it generated (each sampler round's, and an augmenter's), their generated tokens, and
     # its optimiser steps (mini-batches x epochs, or one per turn stage)
     figures["train/generated_rollouts"] = len(d.trajectories) + timings.get("augment/rollouts", 0)

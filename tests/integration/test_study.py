@@ -35,7 +35,7 @@ def _clean_checkout(study_checkout):
 
 def study_in_process(out: Path, *overrides: str, train: list[str] = TRAIN):
     from framework.cli.app import run_app
-    from framework.cli.study import study
+    from framework.study.runner import study
 
     args = [
         f"out_dir={out}",
@@ -225,7 +225,7 @@ def test_a_publishable_study_goes_on_only_from_a_committed_tree(
 ):
     """Refused before anything is built, and again before each run; allow_dirty=true goes on and
     the report marks the run made on the uncommitted tree."""
-    from framework.cli import study as study_cli
+    from framework.study import runner as study_cli
 
     out, kept = tmp_path / "study", tmp_path / "kept"
     args = ("study=learn_cpu", "seeds=[0,1]", f"archive_to={kept}")  # learn_cpu: one arm, grpo

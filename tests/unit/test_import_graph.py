@@ -5,7 +5,7 @@ Layers, bottom to top; a module imports from its own layer and the layers below 
     0. shared leaves  ``framework/__init__.py``, ``types.py``, ``paths.py`` (files and the cache
                       directory), ``progress.py``, ``accelerators.py`` (keeps JAX off the GPU)
     1. config and     ``config/`` (problems, the component base class, the checks app schemas share,
-       registries     the study schema, validation) and ``registry/`` (the registries and plugin
+       registries     validation) and ``registry/`` (the registries and plugin
                       loading; ``plugins.py`` is the old name of ``registry/plugins.py``). One layer:
                       validation looks component names up in the registries, and the registries
                       check configs against ``config.component``. Nothing in ``config/`` imports
@@ -21,7 +21,12 @@ Layers, bottom to top; a module imports from its own layer and the layers below 
                       Lightning module and data module, and the run that fits them), which the
                       train app calls as a library. ``rl/`` may import ``sft/``, never the reverse
     6. apps           ``cli/`` and ``__main__.py``: compose, validate, call the layers below; the app
-                      schemas (``cli/schema.py``) live here because they compose every layer
+                      schemas (``cli/schema.py``) live here because they compose every layer.
+                      ``study/``: the study and the screen (its schema, runs, checks, archive,
+                      statistics, Markdown, runner), the library the study app calls. It composes
+                      the train and eval apps' configs (``cli/app.py``) and runs them, and their
+                      evaluation, in child processes, so it sits beside ``cli/``, which imports its
+                      schema and its entry point; no module cycle joins the two
 
 Packages of one layer may import each other (the vLLM backend loads training's LoRA adapters,
 training reads rollout's trajectory types), but no modules of two packages may form an import cycle.
@@ -52,7 +57,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     ),
     frozenset({"lightning"}),
     frozenset({"sft", "rl"}),
-    frozenset({"cli", "__main__"}),
+    frozenset({"cli", "study", "__main__"}),
 )
 
 #: what ``config/`` may not import: it is imported by every component

@@ -235,7 +235,7 @@ def test_a_dropped_group_is_replaced_by_a_reserve_group():
 
 
 def test_a_step_records_what_it_spent():
-    """The compute a screen compares arms at (framework/eval/screen.py): every rollout generated,
+    """The compute a screen compares arms at (framework/study/compute.py): every rollout generated,
     the dropped group's and the reserve's too, their generated tokens, and the optimiser steps."""
     first = [[ANSWER.format("Boston")]] * 2
     second = [[ANSWER.format("Cincinnati")], [ANSWER.format("no")]]

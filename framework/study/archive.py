@@ -7,11 +7,11 @@
   per-sample records (:mod:`framework.eval.records`);
 * ``training/<arm>/seed<S>.json``: each run's status, times, versions (git commit, precision, CPU),
   its provenance (when it trained and was evaluated, each launch's commit and uncommitted changes,
-  the questions' data key, the pre-registration: :mod:`framework.eval.study_integrity`; runs
+  the questions' data key, the pre-registration: :mod:`framework.study.integrity`; runs
   archived before it was kept have none), the training curves the report draws (the logged
   scalars of :data:`CURVE_TAGS` only) and the
   histogram of E-GRPO's normalised entity rate over its wrong training rollouts
-  (:func:`~framework.eval.entity_credit.run_histogram`, from its saved trajectories), and what each
+  (:func:`~framework.study.entity_credit.run_histogram`, from its saved trajectories), and what each
   step spent (rollouts, generated tokens, optimiser steps: :data:`COMPUTE_TAGS`);
 * ``test_evaluations.json``: how many times each policy was evaluated on the test split;
 * ``basis.json``: the questions and warm start the study stands on (``seekrl-study``'s
@@ -20,7 +20,7 @@
 
 :func:`archive_study` brings the archive up to date from the study directory (it never deletes:
 an archive copied elsewhere without its study directory stays whole), and :class:`StudyArchive`
-reads it. The report (:mod:`framework.eval.study_report`) reads nothing else, so a committed
+reads it. The report (:mod:`framework.study.report`) reads nothing else, so a committed
 archive regenerates the published tables exactly: ``seekrl-study report_only=true
 out_dir=<the directory that holds archive/>``.
 """
@@ -28,24 +28,31 @@ out_dir=<the directory that holds archive/>``.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from collections.abc import Sequence
 from dataclasses import asdict, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from framework.config.study import arm_seeds
 from framework.eval.curves import Series, read_scalars
-from framework.eval.entity_credit import run_histogram
+from framework.eval.paired import load_samples
 from framework.eval.records import RECORDS, read_records, write_records
-from framework.eval.study_integrity import run_provenance
+from framework.study.entity_credit import run_histogram
+from framework.study.integrity import run_provenance
+from framework.study.layout import (
+    ARCHIVE,
+    BASIS,
+    TEST_COUNTS,
+    TRAINING,
+    eval_dir,
+    run_dir_of,
+    saved_config,
+)
+from framework.study.runs import RunState, train_finished
+from framework.study.schema import StudyConfig, arm_seeds
 from framework.types import STATUS_FORMAT_ERROR, STATUS_OVER_BUDGET
 
-ARCHIVE = "archive"
-#: the archive's folder of run records (not ``runs/``, which .gitignore keeps out of commits)
-TRAINING = "training"
-TEST_COUNTS = "test_evaluations.json"
-#: the study's basis (what its runs and evaluations were made on), in the study and its archive
-BASIS = "basis.json"
 #: training curves drawn per arm (mean over seeds, band = min..max)
 CURVE_TAGS = (
     "rollout/reward",
@@ -58,8 +65,10 @@ CURVE_TAGS = (
     "rollout/tool_calls",
     "loss/entropy",
 )
+
+
 #: what each training step spent (``rl_step``'s figures), kept per run for the screen's compute
-#: columns and matching (framework/eval/screen.py): every rollout generated, their generated
+#: columns and matching (framework/study/screen.py): every rollout generated, their generated
 #: tokens, the optimiser steps; and, for runs logged before those, the trained rollouts, the
 #: generated tokens per rollout and the mini-batches' optimiser steps
 COMPUTE_TAGS = (
@@ -70,6 +79,8 @@ COMPUTE_TAGS = (
     "rollout/generated_tokens",
     "loss/optimizer_steps",
 )
+
+
 #: the study config fields the report depends on (not where it runs or how it was invoked)
 CONFIG_KEYS = (
     "name",
@@ -87,13 +98,10 @@ CONFIG_KEYS = (
     "parts",
     "publish",
 )
+
+
 #: versions.json fields kept per run
 VERSION_KEYS = ("git_commit", "precision", "precision_reason", "cpu", "platform", "packages")
-
-
-def eval_dir(root: Path, arm: str | None, seed: int | None = None) -> Path:
-    """The study's evaluation directory of the warm start (``arm`` None) or of one run."""
-    return root / "eval" / "start" if arm is None else root / "eval" / arm / f"seed{seed}"
 
 
 def archive_study(root: Path, cfg: Any, states: Sequence[Any]) -> Path:
@@ -117,8 +125,6 @@ def archive_study(root: Path, cfg: Any, states: Sequence[Any]) -> Path:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes((src / RECORDS).read_bytes())
         elif (src / "samples.jsonl").is_file():  # an evaluation from before records existed
-            from framework.eval.paired import load_samples
-
             write_records(target, load_samples(src))
     for s in states:
         run = root / "runs" / s.arm / f"seed{s.seed}"
@@ -143,7 +149,7 @@ def study_settings(cfg: Any) -> dict[str, Any]:
 
 
 def archived_config(saved: dict[str, Any], cfg: Any) -> Any:
-    """``cfg`` (a :class:`~framework.config.study.StudyConfig`) with the settings an archive was
+    """``cfg`` (a :class:`~framework.study.schema.StudyConfig`) with the settings an archive was
     made with (arms, seeds, baseline, evaluation, analysis); settings the archive predates keep
     ``cfg``'s values, and so does ``publish`` (where a screen's page goes is the command's choice:
     a copy of a published archive reported elsewhere must not overwrite the committed page)."""
@@ -213,18 +219,6 @@ def _run_record(run: Path, state: Any, evals: Path | None = None) -> dict[str, A
 
 #: the config sections whose components may name a paper (a run's methods)
 METHOD_SECTIONS = ("reward", "advantage", "loss", "sampler", "augment")
-
-
-def saved_config(run: Path) -> dict[str, Any] | None:
-    """A run's resolved config as it saved it (``config.yaml``), as plain data; None when it is
-    missing or unreadable."""
-    import yaml
-
-    try:
-        data = yaml.safe_load((run / "config.yaml").read_text())
-    except (OSError, yaml.YAMLError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def run_methods(run: Path) -> list[dict[str, str]]:
@@ -313,3 +307,66 @@ class StudyArchive:
 
     def test_evaluations(self) -> dict[str, int]:
         return _read_json(self.path / TEST_COUNTS) or {}
+
+
+def kept_jobs(kept: Path | None, jobs: Sequence[tuple[str, int]]) -> set[tuple[str, int]]:
+    """The (arm, seed) jobs the kept archive (``archive_to``) holds finished and evaluated."""
+    archive = StudyArchive(kept) if kept is not None else None
+    if archive is None or not archive.exists():
+        return set()
+    return {
+        (arm, seed)
+        for arm, seed in jobs
+        if archive.has_eval(arm, seed) and (archive.run(arm, seed) or {}).get("status") == "done"
+    }
+
+
+def restore_kept(kept: Path, root: Path, jobs: Sequence[tuple[str, int]]) -> dict[Any, dict]:
+    """Bring into ``<root>/archive`` what the kept archive (``archive_to``) holds and ``root`` does
+    not: the warm start's evaluation and each finished, evaluated (arm, seed). Those are not made
+    again. Returns their training records, keyed by ``(arm, seed)`` (``None`` for the warm start's
+    evaluation, with an empty record)."""
+    archive = StudyArchive(kept)
+    if not archive.exists():
+        return {}
+    local = root / ARCHIVE
+    restored: dict[Any, dict] = {}
+
+    def copy(rel: Path) -> None:
+        (local / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(kept / rel, local / rel)
+
+    if not (eval_dir(root, None) / "results.json").is_file() and archive.has_eval(None):
+        copy(Path("eval") / "start.jsonl.gz")
+        restored[None] = {}
+    for arm, seed in sorted(kept_jobs(kept, jobs)):
+        here = (
+            train_finished(run_dir_of(root, arm, seed))
+            or (eval_dir(root, arm, seed) / "results.json").is_file()
+        )
+        if here:  # made on this machine: its own records (archive_study) stand
+            continue
+        copy(Path("eval") / arm / f"seed{seed}.jsonl.gz")
+        copy(Path("training") / arm / f"seed{seed}.json")
+        restored[(arm, seed)] = archive.run(arm, seed) or {}
+    return restored
+
+
+def keep_archive(root: Path, cfg: StudyConfig, states: Sequence[RunState]) -> None:
+    """Bring ``<root>/archive`` up to date with the runs of ``states`` (the one just evaluated:
+    the records of earlier runs are already there) and copy it to ``archive_to`` (new and changed
+    files; nothing there is deleted): commit that folder and the study survives its machine."""
+    if not cfg.archive_to:
+        return
+    archive_study(root, cfg, states)
+    src, dst = root / ARCHIVE, Path(cfg.archive_to)
+    if src.resolve() == dst.resolve():
+        return
+    for f in sorted(p for p in src.rglob("*") if p.is_file()):
+        target = dst / f.relative_to(src)
+        if target.is_file() and target.read_bytes() == f.read_bytes():
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + ".tmp")
+        shutil.copyfile(f, tmp)
+        os.replace(tmp, target)

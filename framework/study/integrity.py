@@ -5,7 +5,7 @@ A study is *publishable* (:func:`publishable`) when what it writes is meant to b
 read as a result: it publishes a page (``publish``), keeps its archive where it is committed
 (``archive_to``), or evaluates on the test split (a confirmatory study, pre-registered).
 ``seekrl-study`` refuses to start such a study, before anything is built or trained
-(:func:`framework.cli.study.check_integrity`), and before each later run of it:
+(:func:`framework.study.checks.check_integrity`), and before each later run of it:
 
 * on an uncommitted tree (:func:`tree_state`): a tracked file of the code's checkout changed, or a
   file git does not ignore added under ``framework/`` or ``conf/`` (which the runs load: Hydra
@@ -24,9 +24,9 @@ said so and refused the same way.
 Each run's record in the archive (``training/<arm>/seed<S>.json``) holds its ``provenance``
 (:func:`run_provenance`): when it began and ended training and when its evaluation finished (UTC,
 ISO 8601), every launch's commit and uncommitted changes, whether ``allow_dirty`` was set, the
-questions' data key (:func:`framework.cli.study.study_basis`'s ``data`` and
-:func:`~framework.cli.study.content_basis`'s ``questions_sha256``) and the pre-registration's record
-(its file's sha256, the commit that last changed it and when). The report reads them
+questions' data key (:func:`framework.study.basis.study_basis`'s ``data`` and
+:func:`~framework.study.basis.content_basis`'s ``questions_sha256``) and the pre-registration's
+record (its file's sha256, the commit that last changed it and when). The report reads them
 (:func:`integrity`): archives from before these records have none, and their reports are as they
 were.
 """
@@ -41,6 +41,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+from framework.study.layout import published_records
 
 #: in a run directory: the study's record of the run's launches (see :func:`run_provenance`)
 PROVENANCE = "provenance.json"
@@ -198,8 +200,6 @@ def publishable(cfg: Any) -> list[str]:
 def study_folders(cfg: Any) -> list[Path]:
     """The folders the study writes its records to while it runs (and its parts' records): a
     change there is the study's own, not the code's."""
-    from framework.eval.study_report import published_records
-
     out = [cfg.directory()]
     if cfg.archive_to:
         out.append(Path(cfg.archive_to))

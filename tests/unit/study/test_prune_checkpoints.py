@@ -7,9 +7,9 @@ import importlib.util
 import json
 from pathlib import Path
 
-from framework.cli.study import prune_checkpoints
+from framework.study.runs import prune_checkpoints
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def make_run(root: Path, arm: str, seed: int, *, finished: bool, evaluated: bool) -> Path:

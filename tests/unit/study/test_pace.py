@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from framework.cli.study import RESUMED, TRAINED_BEFORE, StudyPace
+from framework.study.runner import StudyPace
+from framework.study.runs import RESUMED, TRAINED_BEFORE
 
 
 def test_the_pace_comes_from_the_runs_that_did_work_now():

@@ -24,6 +24,7 @@ from framework.rollout.metrics import (
     entity_rule,
     wrong_entity_rates,
 )
+from framework.study.layout import saved_config
 from framework.types import STATUS_OK
 
 #: the histogram's interior bins over (0, 1), beside the masses at exactly 0 and at 1
@@ -33,7 +34,6 @@ INTERIOR_EDGES = (0.0, 0.25, 0.5, 0.75, 1.0)
 def reward_config(run: Path) -> Any:
     """The run's reward config, typed through the reward registry from its saved ``config.yaml``
     (None when the file or the reward cannot be read: the default rule and exact match apply)."""
-    from framework.eval.study_archive import saved_config
     from framework.registry import REWARDS, load_components
 
     section = (saved_config(run) or {}).get("reward")

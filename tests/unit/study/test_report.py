@@ -10,9 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from framework.eval.study_archive import StudyArchive, archive_study
-from framework.eval.study_report import summarize_study as summarize_archive
-from framework.eval.study_report import write_study
+from framework.study.archive import StudyArchive, archive_study
+from framework.study.report import write_study
+from framework.study.summary import summarize_study as summarize_archive
 
 
 def summarize_study(root, arms, seeds, baseline, n_boot, min_effect=0.05):
@@ -224,8 +224,8 @@ def test_write_study_lists_failed_runs(study_dir):
 
 
 def test_report_only_writes_the_report_so_far_and_names_what_is_missing(study_dir, capsys):
-    from framework.cli.study import study
-    from framework.config.study import StudyConfig, StudyEvalConfig
+    from framework.study.runner import study
+    from framework.study.schema import StudyConfig, StudyEvalConfig
 
     # seed 2 of `new` was interrupted after a checkpoint; seed 2 of `base` never started
     ckpts = study_dir / "runs" / "new" / "seed2" / "checkpoints"
@@ -268,8 +268,8 @@ def test_a_complete_report_is_not_called_partial(study_dir):
 
 
 def test_report_only_without_evaluations_is_a_clear_error(tmp_path, capsys):
-    from framework.cli.study import study
-    from framework.config.study import StudyConfig
+    from framework.study.runner import study
+    from framework.study.schema import StudyConfig
 
     cfg = StudyConfig(arms={"a": ["algorithm=grpo"]}, baseline="a", out_dir=str(tmp_path))
     cfg.report_only = True
@@ -280,7 +280,7 @@ def test_report_only_without_evaluations_is_a_clear_error(tmp_path, capsys):
 
 
 def test_dry_run_and_report_only_together_are_rejected():
-    from framework.config.study import StudyConfig
+    from framework.study.schema import StudyConfig
 
     cfg = StudyConfig(arms={"a": ["x=1"]}, baseline="a", dry_run=True, report_only=True)
     assert any(p.path == "report_only" for p in cfg.problems())
@@ -313,7 +313,7 @@ def test_answer_clusters_widen_the_interval_and_power_is_reported(tmp_path):
 
 def _report_only_cfg(study_dir):
     """``report_only=true`` over the ``study_dir`` fixture, as the command line would build it."""
-    from framework.config.study import StudyConfig, StudyEvalConfig
+    from framework.study.schema import StudyConfig, StudyEvalConfig
 
     return StudyConfig(
         name="t",
@@ -330,8 +330,8 @@ def _report_only_cfg(study_dir):
 def test_a_committed_archive_regenerates_the_report_exactly(study_dir, tmp_path, capsys):
     import shutil
 
-    from framework.cli.study import study
-    from framework.config.study import StudyConfig
+    from framework.study.runner import study
+    from framework.study.schema import StudyConfig
 
     cfg = _report_only_cfg(study_dir)
     first = study(cfg)
@@ -359,8 +359,8 @@ def test_a_committed_archive_regenerates_the_report_exactly(study_dir, tmp_path,
 def test_a_seed_subset_is_reported_beside_the_study_and_regenerates(study_dir, tmp_path, capsys):
     import shutil
 
-    from framework.cli.study import study
-    from framework.config.study import StudyConfig
+    from framework.study.runner import study
+    from framework.study.schema import StudyConfig
 
     cfg = _report_only_cfg(study_dir)
     main = study(cfg)
@@ -394,7 +394,7 @@ def test_a_seed_subset_is_reported_beside_the_study_and_regenerates(study_dir, t
 
 
 def test_test_split_evaluations_are_counted_and_printed(study_dir):
-    from framework.cli.study import count_test_evaluation
+    from framework.study.runs import count_test_evaluation
 
     count_test_evaluation(study_dir, "start")
     assert count_test_evaluation(study_dir, "start") == {"start": 2}
@@ -405,8 +405,8 @@ def test_test_split_evaluations_are_counted_and_printed(study_dir):
 
 
 def test_report_only_with_only_the_warm_start_evaluated(tmp_path, capsys):
-    from framework.cli.study import study
-    from framework.config.study import StudyConfig, StudyEvalConfig
+    from framework.study.runner import study
+    from framework.study.schema import StudyConfig, StudyEvalConfig
 
     root = tmp_path / "study"
     _eval_dir(root / "eval" / "start", {"q1": [True, False], "q2": [False, False]})
@@ -429,7 +429,7 @@ def test_report_only_with_only_the_warm_start_evaluated(tmp_path, capsys):
 
 
 def test_the_decision_rule():
-    from framework.eval.study_report import _decision_lines, verdict
+    from framework.study.render import _decision_lines, verdict
 
     assert verdict("e_grpo - grpo", {"ci": [0.01, 0.09]}) == "e_grpo beats grpo"
     assert verdict("e_grpo - grpo", {"ci": [-0.09, -0.001]}) == "grpo beats e_grpo"
@@ -460,7 +460,7 @@ def test_an_evaluation_counts_its_format_errors_and_its_samples_lost_to_the_budg
     records read back from the archive give shares 1/4 and 2/4, and Pass@1 counts only the
     answered sample that was right (1/4)."""
     from framework.eval.records import write_records
-    from framework.eval.study_report import overall
+    from framework.study.summary import overall
 
     statuses = ["ok", "format_error", "over_budget", "over_budget"]
     rows = [

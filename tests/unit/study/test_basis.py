@@ -5,16 +5,10 @@ from dataclasses import asdict, dataclass, field, replace
 import pytest
 from omegaconf import OmegaConf
 
-from framework.cli.study import (
-    BASIS,
-    EVAL_SETTINGS,
-    check_basis,
-    check_evals_match,
-    check_runs_match_arms,
-    config_drift,
-    eval_settings,
-)
-from framework.config.study import StudyConfig, StudyEvalConfig
+from framework.study.basis import check_basis, check_runs_match_arms, config_drift
+from framework.study.layout import BASIS
+from framework.study.runs import EVAL_SETTINGS, check_evals_match, eval_settings
+from framework.study.schema import StudyConfig, StudyEvalConfig
 
 
 def test_a_study_is_pinned_to_its_questions_and_warm_start(tmp_path, capsys):
@@ -140,7 +134,7 @@ def test_evaluations_without_recorded_settings_are_checked_on_k_and_seed(tmp_pat
 def test_in_child_runs_the_target_in_another_process(tmp_path):
     from pathlib import Path
 
-    from framework.cli.study import in_child
+    from framework.study.runs import in_child
 
     out = tmp_path / "pid.txt"
     in_child(Path.write_text, out, "written by the child")
@@ -150,7 +144,7 @@ def test_in_child_runs_the_target_in_another_process(tmp_path):
 def test_in_child_passes_on_a_failed_childs_exit_status():
     import os
 
-    from framework.cli.study import in_child
+    from framework.study.runs import in_child
 
     with pytest.raises(SystemExit) as exc:
         in_child(os._exit, 2)  # e.g. a config or dataset error in the evaluation
@@ -163,7 +157,7 @@ def test_sigterm_to_the_study_goes_on_to_the_child_and_reads_as_interrupted(caps
     import threading
     import time
 
-    from framework.cli.study import INTERRUPTED, in_child
+    from framework.study.runs import INTERRUPTED, in_child
 
     timer = threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGTERM))
     timer.start()
@@ -194,7 +188,7 @@ def test_ctrl_c_in_the_child_outside_a_training_step_reads_as_interrupted(capfd)
     # evaluation) no checkpoint callback handles it: the child ends with INTERRUPTED, no traceback
     import signal
 
-    from framework.cli.study import INTERRUPTED, in_child
+    from framework.study.runs import INTERRUPTED, in_child
 
     with pytest.raises(SystemExit) as exc:
         in_child(_ctrl_c, signal.SIGINT)  # KeyboardInterrupt inside the child
@@ -221,12 +215,12 @@ _PARENTS = {
 import sys
 sys.path.insert(0, sys.argv[1])
 from sleeper import pid_then_sleep
-from framework.cli.study import in_child
+from framework.study.runs import in_child
 in_child(pid_then_sleep, sys.argv[2])
 """,
     "popen": """
 import subprocess, sys
-from framework.cli.study import _child_env
+from framework.study.runs import _child_env
 child = (
     f"import sys; sys.path.insert(0, {sys.argv[1]!r}); "
     "from framework.cli.interrupt import stop_with_parent; stop_with_parent(); "
@@ -333,7 +327,7 @@ def test_the_warm_start_is_evaluated_with_as_many_samples_as_an_arm_pooled_over_
 
 
 def test_a_test_split_study_needs_its_preregistration_and_is_frozen(tmp_path, capsys):
-    from framework.cli.study import PREREGISTRATION, check_preregistration
+    from framework.study.checks import PREREGISTRATION, check_preregistration
 
     e = StudyEvalConfig(split="test")
     unregistered = StudyConfig(arms={"a": []}, baseline="a", eval=e)
@@ -388,7 +382,7 @@ def test_a_basis_key_the_record_predates_is_recorded_not_refused(tmp_path):
 
 
 def test_a_kept_archive_on_another_basis_or_eval_is_refused(tmp_path, capsys):
-    from framework.cli.study import check_kept_archive
+    from framework.study.basis import check_kept_archive
 
     cfg = StudyConfig(arms={"a": []}, seeds=[0], eval=StudyEvalConfig(questions=100))
     basis = {"data": "abc", "warm_start_sha256": "w1"}
@@ -416,7 +410,7 @@ def test_a_refusal_caused_by_the_machine_says_so(tmp_path, capsys):
     # the archived runs trained in bf16 on a CPU with native bf16; here auto chose fp32, so the
     # auto-following keys (questions, warm start) differ: the message names the precision as the
     # cause and its fix, and a machine of the same precision gets the plain message
-    from framework.cli.study import check_kept_archive
+    from framework.study.basis import check_kept_archive
     from framework.training.precision import PrecisionChoice
 
     cfg = StudyConfig(arms={"a": []}, seeds=[0])
@@ -464,7 +458,7 @@ def test_a_refusal_caused_by_the_machine_says_so(tmp_path, capsys):
 def test_a_screen_does_not_publish_over_records_of_another_basis(tmp_path, capsys):
     # a screen started afresh (new out_dir and archive_to) with the shipped page would copy its
     # archive over the committed records beside that page: refused before anything is built
-    from framework.cli.study import check_kept_archive, check_publish_target
+    from framework.study.basis import check_kept_archive, check_publish_target
     from framework.training.precision import PrecisionChoice
 
     page = tmp_path / "docs" / "screen.md"
@@ -503,7 +497,7 @@ def test_a_screen_does_not_publish_over_records_of_another_basis(tmp_path, capsy
 
 
 def test_what_the_kept_archive_holds_is_restored_and_not_made_again(tmp_path):
-    from framework.cli.study import restore_kept
+    from framework.study.archive import restore_kept
 
     cfg = StudyConfig(arms={"a": [], "b": [], "c": []}, seeds=[0])
     kept = tmp_path / "kept"
@@ -525,8 +519,9 @@ def test_what_the_kept_archive_holds_is_restored_and_not_made_again(tmp_path):
 
 
 def test_the_archive_is_kept_after_each_evaluation_without_deleting_there(tmp_path):
-    from framework.cli.study import RunState, keep_archive
     from framework.eval.records import write_records
+    from framework.study.archive import keep_archive
+    from framework.study.runs import RunState
 
     root = tmp_path / "study"
     kept = tmp_path / "docs" / "archive"
@@ -603,7 +598,7 @@ def test_a_finished_run_has_the_time_its_summary_gives_now_and_on_a_later_start(
     """The archived record of a run must not change when the study restarts and finds it done."""
     import subprocess
 
-    from framework.cli import study
+    from framework.study import runs as study
 
     root = tmp_path / "study"
     run = study.run_dir_of(root, "a", 0)
@@ -621,7 +616,7 @@ def test_a_run_that_went_on_from_a_checkpoint_says_so(tmp_path, monkeypatch):
     """Its time here is only its remainder, so the study's pace must not count it as a run."""
     import subprocess
 
-    from framework.cli import study
+    from framework.study import runs as study
 
     root = tmp_path / "study"
     run = study.run_dir_of(root, "a", 0)
@@ -645,7 +640,7 @@ _TINY = [
 
 def _dry_run(out, *extra):
     from framework.cli.app import run_app
-    from framework.cli.study import study
+    from framework.study.runner import study
 
     overrides = "overrides=[" + ",".join(f"'{a}'" for a in _TINY) + "]"
     argv = [f"out_dir={out}", overrides, "dry_run=true", f"hydra.run.dir={out}/.hydra", *extra]
@@ -674,7 +669,7 @@ def test_a_dry_run_refuses_what_the_run_would_refuse_and_records_nothing(tmp_pat
 def test_a_dry_run_of_a_test_split_study_checks_its_preregistration_and_freezes_nothing(
     tmp_path, study_checkout
 ):
-    from framework.cli.study import PREREGISTRATION
+    from framework.study.checks import PREREGISTRATION
 
     out = tmp_path / "study"
     with pytest.raises(SystemExit) as exc:  # names no file here

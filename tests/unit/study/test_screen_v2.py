@@ -13,28 +13,25 @@ import pytest
 import torch
 
 from framework.cli.app import load_config
-from framework.cli.study import STUDY_TRAIN_ARGS, screen_arms, study_jobs
-from framework.config.study import StudyConfig
 from framework.eval.records import write_records
-from framework.eval.screen import (
+from framework.registry import load_components
+from framework.study.archive import StudyArchive
+from framework.study.arms import inert_reason, screen_arms, study_jobs
+from framework.study.compute import arm_compute, reference_arms, run_compute, spends_more
+from framework.study.runs import STUDY_TRAIN_ARGS
+from framework.study.schema import StudyConfig
+from framework.study.screen import (
     ALPHA,
     CANDIDATE,
     IDENTICAL,
-    arm_compute,
     benjamini_hochberg,
     holm,
-    inert_reason,
     noise_band,
-    reference_arms,
-    run_compute,
-    screen_markdown,
     screen_rows,
-    spends_more,
 )
-from framework.eval.study_archive import StudyArchive
-from framework.eval.study_report import summarize_study
-from framework.registry import load_components
-from tests.unit.eval.test_screen import _Archive  # the archive fake the v1 tests read
+from framework.study.screen_render import screen_markdown
+from framework.study.summary import summarize_study
+from tests.unit.study.test_screen import _Archive  # the archive fake the v1 tests read
 
 load_components(plugins=False)
 

@@ -105,7 +105,7 @@ class StudyConfig:
         metadata={
             "help": "add an arm per registered method (every algorithm bundle, and every "
             "advantage estimator, loss and sampler no bundle selects, on the baseline bundle), "
-            "plugins' too, and report the screening table (framework/eval/screen.py)"
+            "plugins' too, and report the screening table (framework/study/screen.py)"
         },
     )
     matched_baselines: bool = field(
@@ -171,7 +171,7 @@ class StudyConfig:
             "on where it would be refused: uncommitted changes to the code (its own folders do not "
             "count), runs of this table made on another commit, git missing, or a pre-registration "
             "not committed as it is; the report then marks every run concerned "
-            "(framework/eval/study_integrity.py)"
+            "(framework/study/integrity.py)"
         },
     )
     retry_failed: bool = field(
@@ -194,6 +194,10 @@ class StudyConfig:
     )
 
     def problems(self) -> list[Problem]:
+        return self._design_problems() + self._run_problems()
+
+    def _design_problems(self) -> list[Problem]:
+        """The arms, seeds and baseline the study compares."""
         out = check(
             bool(self.arms) or self.screen,
             "arms",
@@ -246,7 +250,12 @@ class StudyConfig:
                 "labels of letters, digits, '_' and '-'",
                 "rename the arm",
             )
-        out += check_range(self.bootstrap, "bootstrap", low=100)
+        return out
+
+    def _run_problems(self) -> list[Problem]:
+        """The analysis, the protocol and the settings of this invocation (what it keeps, which
+        arms and seeds it runs or reports, a dry run or a report)."""
+        out = check_range(self.bootstrap, "bootstrap", low=100)
         out += check_range(self.min_effect, "min_effect", low=0.0, high=1.0)
         out += check(
             self.eval.split != "test"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from framework.config.study import StudyConfig, StudyEvalConfig
+from framework.study.schema import StudyConfig, StudyEvalConfig
 
 
 def fields(cfg) -> list[str]:

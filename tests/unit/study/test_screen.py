@@ -11,14 +11,17 @@ import pytest
 import torch
 
 from framework.cli.app import load_config
-from framework.cli.study import STUDY_TRAIN_ARGS, screen_arms
 from framework.config import ComponentConfig
-from framework.eval.screen import screen_markdown, screen_rows, shared_fall
-from framework.eval.study_archive import StudyArchive
-from framework.eval.study_report import summarize_study, write_report, write_study
 from framework.registry import ADVANTAGES, load_components
+from framework.study.archive import StudyArchive
+from framework.study.arms import screen_arms
+from framework.study.report import write_report, write_study
+from framework.study.runs import STUDY_TRAIN_ARGS
+from framework.study.screen import screen_rows, shared_fall
+from framework.study.screen_render import screen_markdown
+from framework.study.summary import summarize_study
 
-from .test_study_report import _eval_dir, study_dir  # noqa: F401  (fixture)
+from .test_report import _eval_dir, study_dir  # noqa: F401  (fixture)
 
 load_components(plugins=False)
 
@@ -174,7 +177,7 @@ def test_a_screen_may_start_without_arms():
 
 
 def test_an_arm_is_labelled_by_its_least_faithful_component():
-    from framework.eval.screen import arm_fidelity
+    from framework.study.screen import arm_fidelity
 
     arena = {"section": "advantage", "name": "arena", "fidelity": "partial"}
     dppo = {"section": "advantage", "name": "dppo", "fidelity": "reconstructed"}
@@ -186,7 +189,7 @@ def test_an_arm_is_labelled_by_its_least_faithful_component():
 
 
 def test_a_run_records_the_papers_of_its_components(tmp_path):
-    from framework.eval.study_archive import run_methods
+    from framework.study.archive import run_methods
 
     (tmp_path / "config.yaml").write_text(
         "reward:\n  name: outcome\nadvantage:\n  name: dppo\nloss:\n  name: seeupo\n"
@@ -200,7 +203,7 @@ def test_a_run_records_the_papers_of_its_components(tmp_path):
 def test_a_published_archive_reported_elsewhere_leaves_the_page_alone():
     from dataclasses import replace
 
-    from framework.cli.study import archived_config
+    from framework.study.archive import archived_config
 
     cfg = replace(load_config("study", ["study=screen"]), publish="")
     saved = {"publish": "docs/benchmarks/screen.md", "seeds": [1]}
@@ -227,7 +230,7 @@ class _Archive:
 def test_a_method_whose_runs_are_the_baselines_exactly_is_marked_so():
     """DPPO's pruning never acts on binary GRPO advantages of groups of 4: its screen run was
     GRPO's to the bit, and "no difference shown" would have misread it."""
-    from framework.eval.screen import IDENTICAL, same_as_baseline
+    from framework.study.screen import IDENTICAL, same_as_baseline
 
     curves = {"rollout/reward": [[1, 0.25], [2, 0.5]], "loss/entropy": [[1, 0.1], [2, 0.2]]}
     recs = [{"question_id": "q1", "sample": "0", "correct": "True", "response_tokens": "40"}]
@@ -356,7 +359,7 @@ def test_the_table_says_when_the_shared_questions_alone_trip_reward_collapse():
 def test_only_arms_keeps_those_methods_and_the_baseline(capsys):
     from dataclasses import replace
 
-    from framework.cli.study import selected_arms
+    from framework.study.arms import selected_arms
 
     cfg = load_config("study", ["study=screen"])
     cfg = replace(cfg, arms=screen_arms(cfg.baseline, overrides=cfg.overrides))
@@ -373,7 +376,7 @@ def test_only_arms_keeps_those_methods_and_the_baseline(capsys):
 
 
 def test_only_arms_is_checked_where_the_arms_are_known():
-    from framework.config.study import StudyConfig
+    from framework.study.schema import StudyConfig
 
     def fields(cfg):
         return [p.path for p in cfg.problems()]
@@ -392,8 +395,8 @@ def test_the_fp32_part_of_the_screen_runs_its_four_samplers_on_its_own_basis():
     whatever the CPU (set, not auto), so its basis is the same on every machine."""
     from dataclasses import replace
 
-    from framework.cli.study import selected_arms
     from framework.sft.warm_start import warm_start_sft
+    from framework.study.arms import selected_arms
 
     main = load_config("study", ["study=screen"])
     part = load_config("study", ["study=screen_fp32"])
@@ -452,8 +455,8 @@ def test_a_row_names_the_precision_its_machine_ran_and_a_part_says_so():
 def test_an_archive_keeps_only_arms_and_settings_frozen_before_it_still_match():
     from dataclasses import replace
 
-    from framework.config.study import StudyConfig
-    from framework.eval.study_archive import study_settings
+    from framework.study.archive import study_settings
+    from framework.study.schema import StudyConfig
 
     whole = study_settings(StudyConfig(arms={"grpo": []}))
     # a test-split study frozen before the field existed compares equal to it still
@@ -465,7 +468,8 @@ def test_an_archive_keeps_only_arms_and_settings_frozen_before_it_still_match():
 def test_a_screen_shows_its_parts_below_it_each_against_its_own_baseline(study_dir, tmp_path):  # noqa: F811
     """A part of the screen (an only_arms study on a basis of its own, fp32 say) is listed as
     evaluated there, not as missing, and its table follows the screen's with its own baseline."""
-    from framework.eval.screen import parts_markdown, screen_parts
+    from framework.study.screen import screen_parts
+    from framework.study.screen_render import parts_markdown
 
     part_cfg = _screen_cfg(
         name="s_part", only_arms=["new"], overrides=["trainer.precision=32-true"]
@@ -504,7 +508,7 @@ def test_a_screen_shows_its_parts_below_it_each_against_its_own_baseline(study_d
 
 
 def test_parts_belong_to_a_screen():
-    from framework.config.study import StudyConfig
+    from framework.study.schema import StudyConfig
 
     bad = StudyConfig(arms={"grpo": []}, parts=["docs/benchmarks/screen_fp32/archive"])
     assert "parts" in [p.path for p in bad.problems()]

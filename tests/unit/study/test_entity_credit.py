@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from framework.eval.entity_credit import histogram, pooled, run_histogram, step_rates
-from framework.eval.study_report import _entity_rate_lines
 from framework.registry import REWARDS, load_components
+from framework.study.entity_credit import histogram, pooled, run_histogram, step_rates
+from framework.study.render import _entity_rate_lines
 
 load_components(plugins=False)
 QUESTION = "Where was the director of Jaws born?"

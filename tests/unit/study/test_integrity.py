@@ -1,4 +1,4 @@
-"""A publishable study's integrity (framework/eval/study_integrity.py): the tree and commit its runs
+"""A publishable study's integrity (framework/study/integrity.py): the tree and commit its runs
 are made on, their times and data key in the archive, the pre-registration's order, and the marks
 the report gives a study let through with allow_dirty=true."""
 
@@ -12,10 +12,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from framework.cli import study as study_cli
-from framework.config.study import StudyConfig, StudyEvalConfig
-from framework.eval import study_integrity as si
-from framework.eval.study_archive import StudyArchive, archive_study
+from framework.study import checks, runner, runs
+from framework.study import integrity as si
+from framework.study.archive import StudyArchive, archive_study
+from framework.study.schema import StudyConfig, StudyEvalConfig
 
 ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
 
@@ -100,17 +100,17 @@ def test_publishable_is_publish_archive_to_or_the_test_split(tmp_path):
 def test_a_publishable_study_refuses_a_dirty_tree_unless_allowed(study_checkout, tmp_path, capsys):
     (study_checkout.path / "framework" / "code.py").write_text("x = 2\n")
     plain = _cfg(tmp_path)
-    assert not study_cli.check_integrity(plain, plain.directory(), None, JOBS).clean  # not refused
+    assert not checks.check_integrity(plain, plain.directory(), None, JOBS).clean  # not refused
     kept = tmp_path / "kept"
     cfg = _cfg(tmp_path, archive_to=str(kept))
     with pytest.raises(SystemExit) as exc:
-        study_cli.check_integrity(cfg, cfg.directory(), kept, JOBS)
+        checks.check_integrity(cfg, cfg.directory(), kept, JOBS)
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("[allow_dirty] got false, with 1 uncommitted change(s) in ")
     assert "M framework/code.py; expected a clean checkout for a publishable study " in err
     assert "(archive_to=" in err and "Fix: commit or stash the changes first" in err
-    tree = study_cli.check_integrity(
+    tree = checks.check_integrity(
         _cfg(tmp_path, archive_to=str(kept), allow_dirty=True), cfg.directory(), kept, JOBS
     )
     assert tree.changed == ("M framework/code.py",)  # what the runs' records will say
@@ -124,7 +124,7 @@ def test_a_publishable_study_outside_a_git_checkout_is_refused(tmp_path, monkeyp
     monkeypatch.setattr(si, "code_checkout", lambda: alone)
     cfg = _cfg(tmp_path, publish=str(tmp_path / "screen.md"))
     with pytest.raises(SystemExit):
-        study_cli.check_integrity(cfg, cfg.directory(), None, JOBS)
+        checks.check_integrity(cfg, cfg.directory(), None, JOBS)
     err = capsys.readouterr().err
     assert "[allow_dirty] got false, and git cannot say what this study's runs are made on" in err
     assert "is not in a git checkout" in err and "Fix: run it from a git checkout" in err
@@ -148,11 +148,11 @@ def test_runs_of_another_commit_in_the_table_are_refused(study_checkout, tmp_pat
     cfg = _cfg(tmp_path, archive_to=str(kept))
     # made on this commit (the study's own record of it): b goes on
     _archived_run(kept, "a", 0, {"provenance": {"launches": [{"commit": head, "changed": []}]}})
-    study_cli.check_integrity(cfg, cfg.directory(), kept, JOBS, {("a", 0)})
+    checks.check_integrity(cfg, cfg.directory(), kept, JOBS, {("a", 0)})
     # made on another (an old record: its train process's commit)
     _archived_run(kept, "a", 0, {"versions": {"git_commit": "0123456789ab"}})
     with pytest.raises(SystemExit) as exc:
-        study_cli.check_integrity(cfg, cfg.directory(), kept, JOBS, {("a", 0)})
+        checks.check_integrity(cfg, cfg.directory(), kept, JOBS, {("a", 0)})
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "[allow_dirty] got false, with 1 run(s) of this table made on another commit" in err
@@ -163,30 +163,30 @@ def test_runs_of_another_commit_in_the_table_are_refused(study_checkout, tmp_pat
     dirty = {"launches": [{"commit": head, "changed": ["M framework/code.py"]}]}
     _archived_run(kept, "a", 0, {"provenance": dirty})
     with pytest.raises(SystemExit):
-        study_cli.check_integrity(cfg, cfg.directory(), kept, JOBS, {("a", 0)})
+        checks.check_integrity(cfg, cfg.directory(), kept, JOBS, {("a", 0)})
     assert f"(a seed 0: {head[:12]}-dirty)" in capsys.readouterr().err
     # allow_dirty=true mixes them (and the report says so); nothing left to make: no refusal
     allowed = _cfg(tmp_path, archive_to=str(kept), allow_dirty=True)
-    study_cli.check_integrity(allowed, cfg.directory(), kept, JOBS, {("a", 0)})
+    checks.check_integrity(allowed, cfg.directory(), kept, JOBS, {("a", 0)})
     _archived_run(kept, "b", 0, {"versions": {"git_commit": "0123456789ab"}})
     write_start = kept / "eval" / "start.jsonl.gz"
     write_start.write_bytes((kept / "eval" / "a" / "seed0.jsonl.gz").read_bytes())
-    study_cli.check_integrity(cfg, cfg.directory(), kept, JOBS, {("a", 0), ("b", 0)})
+    checks.check_integrity(cfg, cfg.directory(), kept, JOBS, {("a", 0), ("b", 0)})
 
 
 def test_a_run_directorys_own_launches_count(study_checkout, tmp_path, capsys):
     """An unfinished run trained on another commit would go on from its checkpoint on this one."""
     cfg = _cfg(tmp_path, archive_to=str(tmp_path / "kept"))
-    run = study_cli.run_dir_of(cfg.directory(), "a", 0)
+    run = runs.run_dir_of(cfg.directory(), "a", 0)
     (run / "checkpoints").mkdir(parents=True)
     (run / "checkpoints" / "step-2.ckpt").write_text("x")
     (run / "versions.json").write_text(json.dumps({"git_commit": "fedcba987654"}))
     with pytest.raises(SystemExit):
-        study_cli.check_integrity(cfg, cfg.directory(), None, JOBS)
+        checks.check_integrity(cfg, cfg.directory(), None, JOBS)
     assert "(a seed 0: fedcba987654)" in capsys.readouterr().err
     head = study_checkout.git("rev-parse", "HEAD")
     si.record_launch(run, {"commit": head, "changed": []}, {})  # the study's record comes first
-    study_cli.check_integrity(cfg, cfg.directory(), None, JOBS)
+    checks.check_integrity(cfg, cfg.directory(), None, JOBS)
 
 
 # -- the pre-registration ---------------------------------------------------------------------------
@@ -215,7 +215,7 @@ def test_a_test_split_study_refuses_a_pre_registration_not_committed(
     doc.write_text("# plan\n")
     cfg = _test_cfg(tmp_path, doc)
     with pytest.raises(SystemExit):
-        study_cli.check_integrity(cfg, cfg.directory(), None, JOBS)
+        checks.check_integrity(cfg, cfg.directory(), None, JOBS)
     err = capsys.readouterr().err
     assert f"[preregistration] got '{doc}#study', whose file is not committed as it is" in err
     assert "Fix: commit it first" in err
@@ -223,15 +223,15 @@ def test_a_test_split_study_refuses_a_pre_registration_not_committed(
     doc.write_text("# plan\n")
     study_checkout.commit()
     cfg = _test_cfg(tmp_path, doc)
-    study_cli.check_integrity(cfg, cfg.directory(), None, JOBS)  # committed: goes on
+    checks.check_integrity(cfg, cfg.directory(), None, JOBS)  # committed: goes on
     cfg.directory().mkdir(parents=True)
-    study_cli.check_preregistration(cfg.directory(), cfg)  # the first launch freezes its file
-    frozen = json.loads((cfg.directory() / study_cli.PREREGISTRATION).read_text())["file"]
+    checks.check_preregistration(cfg.directory(), cfg)  # the first launch freezes its file
+    frozen = json.loads((cfg.directory() / checks.PREREGISTRATION).read_text())["file"]
     assert frozen["commit"] == study_checkout.git("rev-parse", "HEAD") and frozen["committed"]
     doc.write_text("# plan, changed after the study began\n")
     study_checkout.commit()
     with pytest.raises(SystemExit):
-        study_cli.check_integrity(cfg, cfg.directory(), None, JOBS)
+        checks.check_integrity(cfg, cfg.directory(), None, JOBS)
     assert "whose file changed since" in capsys.readouterr().err
 
 
@@ -323,21 +323,21 @@ def test_the_archive_records_each_runs_times_commit_and_data_key(
     root = cfg.directory()
     tree = si.tree_state(study_checkout.path)
     data_key = {"data": "0123abcd", "questions_sha256": "e" * 64}
-    context = study_cli.launch_context(cfg, root, tree, data_key)
+    context = checks.launch_context(cfg, root, tree, data_key)
     assert context["preregistration"]["ancestor"] is True
     with monkeypatch.context() as m:  # (git runs by Popen too: only the train child stands in)
         m.setattr(subprocess, "Popen", _FinishedChild)
-        state = study_cli.run_train(cfg, "a", 0, root, tree.record(), context)
+        state = runs.run_train(cfg, "a", 0, root, tree.record(), context)
     assert state.status == "done"
 
     def evaluated(target, out):  # the evaluation child, standing in
         _evaluated(out, [True, False])
 
-    monkeypatch.setattr(study_cli, "eval_config", lambda *a, **k: a[3])
-    monkeypatch.setattr(study_cli, "in_child", evaluated)
+    monkeypatch.setattr(runs, "eval_config", lambda *a, **k: a[3])
+    monkeypatch.setattr(runs, "in_child", evaluated)
     cfg_val = _cfg(tmp_path)  # (a test-split evaluation would count itself too)
-    run = study_cli.run_dir_of(root, "a", 0)
-    study_cli.evaluate_once(None, cfg_val, run, root / "eval" / "a" / "seed0")
+    run = runs.run_dir_of(root, "a", 0)
+    runs.evaluate_once(None, cfg_val, run, root / "eval" / "a" / "seed0")
     archive_study(root, cfg, [state])
     record = StudyArchive(root / "archive").run("a", 0)
     assert record is not None
@@ -351,7 +351,7 @@ def test_the_archive_records_each_runs_times_commit_and_data_key(
     assert prov["preregistration"]["preregistration"] == f"{doc}#study"
     assert si.record_commits(record) == [head]
     # a run the study did not record (made before these records): no provenance, as before
-    study_cli.run_dir_of(root, "b", 0).mkdir(parents=True)
+    runs.run_dir_of(root, "b", 0).mkdir(parents=True)
     archive_study(root, cfg, [SimpleNamespace(arm="b", seed=0, status="done", seconds=1.0)])
     assert "provenance" not in (StudyArchive(root / "archive").run("b", 0) or {})
 
@@ -363,7 +363,7 @@ def _report_dir(tmp_path: Path, launches: dict[str, list[dict]], prereg: dict | 
     _evaluated(root / "eval" / "start", [False, False, True, False])
     for arm, arm_launches in launches.items():
         _evaluated(root / "eval" / arm / "seed0", [True, False, True, False])
-        run = study_cli.run_dir_of(root, arm, 0)
+        run = runs.run_dir_of(root, arm, 0)
         run.mkdir(parents=True)
         (run / si.PROVENANCE).write_text(
             json.dumps(
@@ -398,7 +398,7 @@ def _states():
 
 
 def test_the_report_marks_mixed_commits_and_a_dirty_tree_per_run(tmp_path):
-    from framework.eval.study_report import write_study
+    from framework.study.report import write_study
 
     one, other = "1" * 40, "2" * 40
     root = _report_dir(
@@ -439,7 +439,7 @@ def test_the_report_marks_mixed_commits_and_a_dirty_tree_per_run(tmp_path):
 
 
 def test_a_clean_table_says_its_commit_and_an_old_archive_says_nothing(tmp_path):
-    from framework.eval.study_report import write_study
+    from framework.study.report import write_study
 
     one = "1" * 40
     launch = {"started": "2026-02-01T10:00:00Z", "commit": one, "changed": []}
@@ -456,13 +456,13 @@ def test_a_clean_table_says_its_commit_and_an_old_archive_says_nothing(tmp_path)
     _evaluated(old / "eval" / "start", [False, False, True, False])
     for arm in ("a", "b"):
         _evaluated(old / "eval" / arm / "seed0", [True, False, True, False])
-        study_cli.run_dir_of(old, arm, 0).mkdir(parents=True)
+        runs.run_dir_of(old, arm, 0).mkdir(parents=True)
     summary = write_study(old, _report_cfg(), _states())
     assert "integrity" not in summary and "Provenance" not in (old / "study.md").read_text()
 
 
 def test_the_report_says_whether_the_pre_registration_precedes_the_first_run(tmp_path):
-    from framework.eval.study_report import write_study
+    from framework.study.report import write_study
 
     prereg = {
         "preregistration": "docs/study.md#plan",
@@ -493,7 +493,7 @@ def test_the_report_says_whether_the_pre_registration_precedes_the_first_run(tmp
 
 
 def test_a_screens_table_and_page_carry_the_marks(tmp_path):
-    from framework.eval.study_report import write_study
+    from framework.study.report import write_study
 
     launches = {
         "a": [{"started": "2026-02-01T10:00:00Z", "commit": "1" * 40, "changed": []}],
@@ -520,7 +520,7 @@ _TINY = [
 
 def _study(out: Path, *extra: str):
     from framework.cli.app import run_app
-    from framework.cli.study import study
+    from framework.study.runner import study
 
     overrides = "overrides=[" + ",".join(f"'{a}'" for a in _TINY) + "]"
     argv = [f"out_dir={out}", overrides, "seeds=[0]", f"hydra.run.dir={out}/.hydra", *extra]
@@ -532,7 +532,7 @@ def test_study_refuses_a_dirty_tree_before_any_training(study_checkout, tmp_path
         raise AssertionError("a refused study built or trained something")
 
     for name in ("run_train", "in_child", "content_basis", "evaluate_once"):
-        monkeypatch.setattr(study_cli, name, never)
+        monkeypatch.setattr(runner, name, never)
     popen = subprocess.Popen
 
     def git_only(cmd, *args, **kwargs):  # git answers; any other process (a train run) fails

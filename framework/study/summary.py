@@ -1,0 +1,361 @@
+"""The study report's statistics (:func:`summarize_study`): per-arm figures, paired differences
+three ways, power and sizing, by hop count, and the bridge-entity analysis, from the archive alone.
+
+Pass@1 of an arm pooled over seeds is the mean over questions of the seeds' per-question means.
+Every difference (arm minus baseline, arm minus warm start) is given three ways side by side:
+resampling questions (paired bootstrap), resampling clusters of questions that share an answer
+(clustered bootstrap), and resampling each arm's seeds and then the questions (seed bootstrap);
+with the power of each design for the smallest difference that matters (``min_effect``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from framework.eval.metrics import entity_comparison, summarize_samples
+from framework.eval.paired import (
+    PairedResult,
+    QuestionKey,
+    cluster_bootstrap,
+    paired_bootstrap,
+    per_question,
+    pooled_per_question,
+    power_at,
+    seed_bootstrap,
+    variance_components,
+)
+from framework.study.archive import StudyArchive
+
+#: per-rollout figures compared between arms (record field -> label)
+FIGURES = {
+    "correct": "Pass@1",
+    "tool_calls": "tool calls",
+    "turns": "turns",
+    "format_error": "format errors",
+}
+
+
+#: samples per question of the sizing table (same rollout budget, other splits of it)
+SIZING_SAMPLES = (1, 2, 4, 8)
+
+
+def _mean_ci(values: Mapping[Any, float], n_boot: int) -> PairedResult:
+    """Mean over questions with its bootstrap interval (a paired comparison against zero)."""
+    return paired_bootstrap(dict.fromkeys(values, 0.0), values, n_boot=n_boot)
+
+
+def overall(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One evaluation's headline figures from its records: Pass@1 (normal interval over
+    questions), Pass@k at the smallest number of samples any question has, tool use, format
+    errors, samples that ran out of budget unanswered, and the bridge-entity analysis."""
+    groups = _grouped(rows)
+    k = min(len(g) for g in groups)
+    sampling = summarize_samples([[bool(r["correct"]) for r in g] for g in groups], k)
+    return {
+        "pass@1": sampling.pass1.mean,
+        "pass@1_ci": [sampling.pass1.low, sampling.pass1.high],
+        "k": k,
+        "pass@k": sampling.pass_k,
+        "questions": len(groups),
+        "samples": len(rows),
+        "tool_calls": _mean([r["tool_calls"] for r in rows]),
+        "turns": _mean([r["turns"] for r in rows]),
+        "format_error_rate": _mean([r["format_error"] for r in rows]),
+        "over_budget_rate": _mean([r["over_budget"] for r in rows]),
+        "entity": bridge_analysis(groups),
+    }
+
+
+def _mean(values: Sequence[Any]) -> float | None:
+    vals = [float(v) for v in values if v is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+def bridge_analysis(groups: Any) -> dict[str, Any] | None:
+    """The paper's entity analysis on the hidden bridge entities only.
+
+    The anchor is named in the question and the answer is written by every correct rollout, so
+    counting them makes "correct rollouts match more entities" close to automatic. Here only the
+    bridges (entities between anchor and answer) count: per question with bridges and with both
+    correct and wrong rollouts, do the correct ones match more of them? Also: the bridge match
+    rate, and the share of wrong rollouts that match at least one bridge (those E-GRPO credits
+    for something the question did not give away). None when no question has bridges.
+    """
+    groups = [g for g in groups if (g[0].get("bridges") or 0) > 0]
+    if not groups:
+        return None
+    cmp = entity_comparison(
+        [[r["matched_bridges"] for r in g] for g in groups],
+        [[bool(r["correct"]) for r in g] for g in groups],
+    )
+    rows = [r for g in groups for r in g]
+    wrong = [r for r in rows if not r["correct"]]
+    return {
+        "questions_with_bridges": len(groups),
+        **cmp.as_dict(),
+        "bridge_match_rate": sum(r["matched_bridges"] for r in rows)
+        / sum(r["bridges"] for r in rows),
+        "wrong_with_a_bridge": (
+            sum(r["matched_bridges"] > 0 for r in wrong) / len(wrong) if wrong else None
+        ),
+    }
+
+
+def _samples(rows: Sequence[dict[str, Any]]) -> dict[QuestionKey, list[float]]:
+    out: dict[QuestionKey, list[float]] = {}
+    for r in rows:
+        out.setdefault((r["dataset"], r["question_id"]), []).append(float(r["correct"]))
+    return out
+
+
+def _clusters(rows: Sequence[dict[str, Any]]) -> dict[QuestionKey, Any]:
+    """question -> its answer key (records without one leave the question its own cluster)."""
+    return {
+        (r["dataset"], r["question_id"]): r["answer_key"]
+        for r in rows
+        if r.get("answer_key") is not None
+    }
+
+
+def _by_hops(
+    start: Sequence[dict[str, Any]], seed_rows: Sequence[Sequence[dict[str, Any]]], n_boot: int
+) -> dict[str, dict[str, Any]]:
+    """Pass@1 of the warm start and of the arm (pooled over seeds) on the questions of each hop
+    count, with the paired difference; empty when the rows carry no hop counts. A hop count with
+    fewer than two questions is left out (no interval to give)."""
+    hops = sorted({r["hops"] for r in start if r.get("hops") is not None})
+    out = {}
+    for h in hops:
+        s = per_question([r for r in start if r.get("hops") == h])
+        a = pooled_per_question(
+            [per_question([r for r in rs if r.get("hops") == h]) for rs in seed_rows]
+        )
+        if len(set(s) & set(a)) >= 2:  # a bootstrap needs two questions; fewer is left out
+            out[str(h)] = result_dict(paired_bootstrap(s, a, n_boot=n_boot))
+    return out
+
+
+def _three_ways(
+    a_runs: Sequence[Mapping[QuestionKey, float]],
+    b_runs: Sequence[Mapping[QuestionKey, float]],
+    clusters: Mapping[QuestionKey, Any],
+    n_boot: int,
+    min_effect: float,
+) -> dict[str, Any]:
+    """The Pass@1 difference ``b - a`` by the question, the answer-clustered and the seed
+    bootstrap, each with its power for ``min_effect``."""
+    a, b = pooled_per_question(a_runs), pooled_per_question(b_runs)
+    out = {
+        "questions": paired_bootstrap(a, b, n_boot=n_boot),
+        "answer_clusters": cluster_bootstrap(a, b, clusters, n_boot=n_boot),
+    }
+    if len(a_runs) > 1 or len(b_runs) > 1:
+        out["seeds"] = seed_bootstrap(a_runs, b_runs, n_boot=n_boot)
+    return {
+        name: {**result_dict(r), "power_at_min_effect": r.power(min_effect)}
+        for name, r in out.items()
+    }
+
+
+def _sizing(
+    a_rows: Sequence[dict[str, Any]], b_rows: Sequence[dict[str, Any]], min_effect: float
+) -> dict[str, Any]:
+    """How the same rollout budget would be best spent, from the measured variance components of
+    the Pass@1 difference (:func:`framework.eval.paired.variance_components`)."""
+    a, b = _samples(a_rows), _samples(b_rows)
+    vc = variance_components(a, b)
+    budget = sum(len(v) for v in b.values())  # rollouts of the candidate
+    designs = []
+    for k in SIZING_SAMPLES:
+        q = max(2, budget // k)
+        se = vc.se(q, k)
+        designs.append(
+            {
+                "samples_per_question": k,
+                "questions": q,
+                "se": se,
+                "detectable": vc.detectable(q, k),
+                "power_at_min_effect": power_at(min_effect, se),
+            }
+        )
+    return {"between": vc.between, "within": vc.within, "budget": budget, "designs": designs}
+
+
+def summarize_study(
+    archive: StudyArchive,
+    arms: Sequence[str],
+    seeds: Sequence[int],
+    baseline: str,
+    n_boot: int,
+    min_effect: float = 0.05,
+) -> dict[str, Any]:
+    """Every figure of the report, from the study's archive alone."""
+    start = archive.records(None) if archive.has_eval(None) else None
+    out: dict[str, Any] = {
+        "min_effect": min_effect,
+        "arms": {},
+        "versus_baseline": {},
+        "versus_start": {},
+        "versus_baseline_seeds": {},
+        "versus_start_seeds": {},
+        "pass1_three_ways": {},
+        "by_hops": {},
+        "sizing": {},
+        "test_evaluations": archive.test_evaluations(),
+    }
+    pooled: dict[str, dict[str, dict[Any, float]]] = {}
+    by_seed: dict[str, dict[str, list[dict[Any, float]]]] = {}
+    all_rows: dict[str, list[dict[str, Any]]] = {}
+    clusters: dict[QuestionKey, Any] = {}
+    if start is not None:
+        out["start"] = overall(start)
+        clusters.update(_clusters(start))
+    for arm in arms:
+        seeds_done = [s for s in seeds if archive.has_eval(arm, s)]
+        if not seeds_done:
+            continue
+        seed_rows = [archive.records(arm, s) for s in seeds_done]
+        for rows in seed_rows:
+            clusters.update(_clusters(rows))
+        figures = {key: [per_question(rows, key) for rows in seed_rows] for key in FIGURES}
+        all_rows[arm] = [r for rows in seed_rows for r in rows]
+        pooled[arm] = {key: pooled_per_question(v) for key, v in figures.items()}
+        by_seed[arm] = figures
+        out["arms"][arm] = _arm_figures(seeds_done, seed_rows, pooled[arm], all_rows[arm], n_boot)
+        if start is not None:
+            _versus_start(
+                out, arm, start, seed_rows, pooled[arm], figures, clusters, n_boot, min_effect
+            )
+    if baseline in pooled:
+        for arm in pooled:
+            if arm != baseline:
+                _versus_baseline(
+                    out, arm, baseline, pooled, by_seed, all_rows, clusters, n_boot, min_effect
+                )
+    return out
+
+
+def _arm_figures(
+    seeds_done: Sequence[int],
+    seed_rows: Sequence[Sequence[dict[str, Any]]],
+    pooled: Mapping[str, Mapping[Any, float]],
+    rows: Sequence[dict[str, Any]],
+    n_boot: int,
+) -> dict[str, Any]:
+    """One arm's figures: Pass@1 pooled over its seeds with its interval, the other figures as
+    the mean of its seeds', each seed's, and the bridge-entity analysis of all its rows."""
+    per_seed: dict[int, dict[str, Any]] = {}
+    results = []
+    for s, srows in zip(seeds_done, seed_rows, strict=True):
+        o = overall(srows)
+        results.append(o)
+        per_seed[s] = {k: o[k] for k in ("pass@1", "pass@1_ci", "pass@k", "tool_calls")}
+        per_seed[s] |= {k: o[k] for k in ("turns", "format_error_rate", "over_budget_rate")}
+    p1 = _mean_ci(pooled["correct"], n_boot)
+    return {
+        "seeds": list(seeds_done),
+        "pass@1": p1.diff,
+        "pass@1_ci": [p1.low, p1.high],
+        "questions": p1.n,
+        "k": min(r["k"] for r in results),
+        "pass@k": sum(r["pass@k"] for r in results) / len(results),
+        "tool_calls": sum(r["tool_calls"] for r in results) / len(results),
+        "turns": sum(r["turns"] for r in results) / len(results),
+        "format_error_rate": sum(r["format_error_rate"] for r in results) / len(results),
+        "over_budget_rate": sum(r["over_budget_rate"] for r in results) / len(results),
+        "per_seed": per_seed,
+        "entity": bridge_analysis(_grouped(rows)),
+    }
+
+
+def _versus_start(
+    out: dict[str, Any],
+    arm: str,
+    start: Sequence[dict[str, Any]],
+    seed_rows: Sequence[Sequence[dict[str, Any]]],
+    pooled: Mapping[str, Mapping[Any, float]],
+    figures: Mapping[str, Sequence[Mapping[Any, float]]],
+    clusters: Mapping[QuestionKey, Any],
+    n_boot: int,
+    min_effect: float,
+) -> None:
+    """Into ``out``: ``arm`` minus the warm start in every figure (its seeds pooled, each seed's
+    Pass@1, and with its seeds resampled too), the Pass@1 difference three ways, the sizing of the
+    next evaluation and the difference by hop count."""
+    start_pq = {key: per_question(start, key) for key in FIGURES}
+    per_seed = out["arms"][arm]["per_seed"]
+    out["versus_start"][arm] = {
+        label: result_dict(paired_bootstrap(start_pq[key], pooled[key], n_boot=n_boot))
+        for key, label in FIGURES.items()
+    }
+    for s, seed_p1 in zip(per_seed, figures["correct"], strict=True):
+        per_seed[s]["minus_start"] = result_dict(
+            paired_bootstrap(start_pq["correct"], seed_p1, n_boot=n_boot)
+        )
+    if len(per_seed) > 1:
+        out["versus_start_seeds"][arm] = {
+            label: result_dict(seed_bootstrap([start_pq[key]], figures[key], n_boot=n_boot))
+            for key, label in FIGURES.items()
+        }
+    out["pass1_three_ways"][f"{arm} - start"] = _three_ways(
+        [start_pq["correct"]], figures["correct"], clusters, n_boot, min_effect
+    )
+    out["sizing"][f"{arm} - start"] = _sizing(
+        start, [r for rs in seed_rows for r in rs], min_effect
+    )
+    by_hops = _by_hops(start, seed_rows, n_boot)
+    if by_hops:
+        out["by_hops"][arm] = by_hops
+
+
+def _versus_baseline(
+    out: dict[str, Any],
+    arm: str,
+    baseline: str,
+    pooled: Mapping[str, Mapping[str, Mapping[Any, float]]],
+    by_seed: Mapping[str, Mapping[str, Sequence[Mapping[Any, float]]]],
+    all_rows: Mapping[str, Sequence[dict[str, Any]]],
+    clusters: Mapping[QuestionKey, Any],
+    n_boot: int,
+    min_effect: float,
+) -> None:
+    """Into ``out``: ``arm`` minus the baseline in every figure (pooled, and with the seeds
+    resampled too where either has several), the Pass@1 difference three ways and the sizing."""
+    out["versus_baseline"][arm] = {
+        label: result_dict(paired_bootstrap(pooled[baseline][key], pooled[arm][key], n_boot=n_boot))
+        for key, label in FIGURES.items()
+    }
+    if len(by_seed[arm]["correct"]) > 1 or len(by_seed[baseline]["correct"]) > 1:
+        out["versus_baseline_seeds"][arm] = {
+            label: result_dict(
+                seed_bootstrap(by_seed[baseline][key], by_seed[arm][key], n_boot=n_boot)
+            )
+            for key, label in FIGURES.items()
+        }
+    out["pass1_three_ways"][f"{arm} - {baseline}"] = _three_ways(
+        by_seed[baseline]["correct"], by_seed[arm]["correct"], clusters, n_boot, min_effect
+    )
+    out["sizing"][f"{arm} - {baseline}"] = _sizing(all_rows[baseline], all_rows[arm], min_effect)
+
+
+def _grouped(rows: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    by_q: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_q.setdefault(r["question_id"], []).append(r)
+    return list(by_q.values())
+
+
+def result_dict(r: PairedResult) -> dict[str, Any]:
+    return {
+        "diff": r.diff,
+        "ci": [r.low, r.high],
+        "p_value": r.p_value,
+        "questions": r.n,
+        "a_mean": r.a_mean,
+        "b_mean": r.b_mean,
+        "excludes_zero": r.excludes_zero,
+        "sd": r.sd,
+        "se": r.se,
+        "detectable": r.detectable,
+    }
