@@ -1,86 +1,38 @@
-"""The one place that drives Hydra: load components, check choices, compose, validate, run."""
+"""The table of apps (name -> typed schema), and the apps' way into Hydra
+(:mod:`framework.config.compose`): compose, validate and run with that table."""
 
 from __future__ import annotations
 
-import re
-import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
-from framework.cli.schema import APPS, store_schemas
-from framework.config.problems import ConfigError
-from framework.paths import config_dir, package_dir
-from framework.registry.core import UnknownComponentError, unknown_component_error
+from framework.config import compose as hydra_app
+from framework.data.datasets import SynthConfig
+from framework.eval.config import EvalConfig
+from framework.retrieval.config import IndexConfig, ServeConfig
+from framework.rl.config import TrainConfig
+from framework.rollout.show import RolloutsConfig
+from framework.sft.config import SFTConfig
+from framework.study.schema import StudyConfig
+from framework.training.precision import register_resolvers
 
-# `group=value`, `+group=value`, `++group=value` or `~group`; values may be sweeps `a,b`.
-_CHOICE = re.compile(r"^\+{0,2}(?P<group>[a-z_]+)=(?P<value>[A-Za-z0-9_.,/-]*)$")
+#: app name -> its schema (``conf/<app>.yaml`` lists ``<app>_schema`` first in its defaults)
+APPS: dict[str, type] = {
+    "train": TrainConfig,
+    "eval": EvalConfig,
+    "index": IndexConfig,
+    "synth": SynthConfig,
+    "serve": ServeConfig,
+    "rollouts": RolloutsConfig,
+    "sft": SFTConfig,
+    "study": StudyConfig,
+}
 
 
 def prepare() -> None:
     """Register built-ins, load plugins and store the app schemas (idempotent)."""
-    from framework.cli.search_path import register
-    from framework.registry import load_components
-    from framework.training.precision import register_resolvers
-
     register_resolvers()
-    load_components()
-    store_schemas()
-    register()
-
-
-def group_options(group: str) -> list[str]:
-    """Every option of a config group: registry names, files in conf/ and plugin config dirs."""
-    from framework.registry import ALL
-    from framework.registry.plugins import config_search_path
-
-    prepare()
-    names = set(ALL[group].names()) if group in ALL else set()
-    dirs: list[Path | None] = [config_dir()]
-    dirs += [
-        Path(p.removeprefix("file://")) for p in config_search_path() if p.startswith("file://")
-    ]
-    for p in config_search_path():
-        if p.startswith("pkg://"):
-            dirs.append(_package_dir(p.removeprefix("pkg://")))
-    for d in dirs:
-        if d is not None and (d / group).is_dir():
-            names |= {f.stem for f in (d / group).glob("*.yaml")}
-    return sorted(names)
-
-
-def file_groups() -> set[str]:
-    """The config groups that are not registries but have option files in conf/ (``algorithm``,
-    ``trainer``, ``scale``, ...): its folders that hold YAML files, Hydra's own settings aside."""
-    root = config_dir()
-    return {
-        d.name for d in root.iterdir() if d.is_dir() and d.name != "hydra" and any(d.glob("*.yaml"))
-    }
-
-
-def _package_dir(dotted: str) -> Path | None:
-    """The folder a ``pkg://package/sub/dir`` search-path entry names."""
-    parts = dotted.strip("/").replace("/", ".").split(".")
-    root = package_dir(parts[0])
-    return None if root is None else root.joinpath(*parts[1:])
-
-
-def check_choices(args: Sequence[str]) -> list[UnknownComponentError]:
-    """Errors for command-line group choices that name no option (with the closest match)."""
-    from framework.registry import ALL
-
-    errors = []
-    for arg in args:
-        m = _CHOICE.match(arg)
-        if not m or (m["group"] not in ALL and m["group"] not in file_groups()):
-            continue
-        options = group_options(m["group"])
-        errors += [
-            unknown_component_error(m["group"], value, options)
-            for value in m["value"].split(",")
-            if value not in ("", "null") and value not in options
-        ]
-    return errors
+    hydra_app.prepare(APPS)
 
 
 def run_app(app: str, task: Callable[[Any], Any], argv: Sequence[str] | None = None) -> Any:
@@ -88,94 +40,18 @@ def run_app(app: str, task: Callable[[Any], Any], argv: Sequence[str] | None = N
 
     Exit status 2 with one line per problem on a configuration error.
     """
-    import hydra
-    from omegaconf import DictConfig
-
-    from framework.config.validate import validate
-    from framework.registry.plugins import failures
-
-    prepare()
-    args = list(sys.argv[1:] if argv is None else argv)
-    errors = check_choices(args)
-    if errors:
-        failed = failures()
-        if failed:  # the missing component may live in a plugin that failed: chain its error
-            raise errors[0] from failed[0].exception
-        print("invalid configuration:\n  " + "\n  ".join(map(str, errors)), file=sys.stderr)
-        raise SystemExit(2)
-    schema = APPS[app]
-    result: dict[str, Any] = {}
-
-    def _main(cfg: DictConfig) -> Any:
-        try:
-            typed: Any = validate(cfg, schema)
-        except ConfigError as exc:
-            if exc.__cause__ is not None:
-                raise
-            print(exc, file=sys.stderr)
-            raise SystemExit(2) from None
-        result["value"] = task(typed)
-        return result["value"]
-
-    main = hydra.main(config_path=str(config_dir()), config_name=app, version_base="1.3")(_main)
-    saved = sys.argv
-    sys.argv = [saved[0] if saved else app, *args]
-    try:
-        main()
-    finally:
-        sys.argv = saved
-    return result.get("value")
-
-
-def sweep_job() -> Any:
-    """The multirun job this process runs (a :class:`framework.eval.sweep.SweepJob`: sweep
-    directory, job number, job overrides), or None outside a Hydra multirun (a single run, a
-    composed config, Hydra not initialised)."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-    from omegaconf import OmegaConf
-
-    from framework.eval.sweep import SweepJob
-
-    if not HydraConfig.initialized():
-        return None
-    hc = HydraConfig.get()
-    if hc.mode != RunMode.MULTIRUN or OmegaConf.is_missing(hc.job, "num"):
-        return None
-    overrides = tuple(str(o) for o in (hc.overrides.task or ()))
-    return SweepJob(Path(str(hc.sweep.dir)), int(hc.job.num), overrides)
+    register_resolvers()
+    return hydra_app.run_app(app, task, APPS, argv)
 
 
 def compose(app: str, overrides: Sequence[str] = ()) -> Any:
-    """The composed (untyped) config of ``app`` with ``overrides``, as the command line would build it.
-
-    ``run_dir`` (where the app has one) defaults to ``runs/<app>/compose`` since no Hydra run
-    directory exists here.
-    """
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    prepare()
-    args = list(overrides)
-    has_run_dir = "run_dir" in getattr(APPS.get(app), "__dataclass_fields__", {})
-    if has_run_dir and not any(a.startswith("run_dir=") for a in args):
-        args.append(f"run_dir=runs/{app}/compose")
-    if GlobalHydra.instance().is_initialized():  # inside an app (seekrl-study composes train)
-        return hydra_compose(app, overrides=args)
-    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-        return hydra_compose(app, overrides=args)
+    """The composed (untyped) config of ``app`` with ``overrides``, as the command line would build it
+    (``run_dir``, where the app has one, defaults to ``runs/<app>/compose``)."""
+    register_resolvers()
+    return hydra_app.compose(app, overrides, APPS)
 
 
 def load_config(app: str, overrides: Sequence[str] = ()) -> Any:
     """The validated, typed config of ``app`` (raises ConfigError or UnknownComponentError)."""
-    from framework.config.validate import validate
-
-    prepare()
-    errors = check_choices(overrides)
-    if errors:
-        from framework.registry.plugins import failures
-
-        failed = failures()
-        raise errors[0] from (failed[0].exception if failed else None)
-    return validate(compose(app, overrides), APPS[app])
+    register_resolvers()
+    return hydra_app.load_config(app, overrides, APPS)

@@ -13,9 +13,14 @@ import sys
 from typing import Any
 
 from framework.cli.app import run_app
-from framework.cli.interrupt import sigterm_as_interrupt
-from framework.cli.schema import IndexConfig
+from framework.interrupt import stop_on_interrupt
 from framework.lightning.trainer import INTERRUPTED
+from framework.retrieval.config import IndexConfig
+
+INTERRUPTED_MESSAGE = (
+    "[index] interrupted; the passage embeddings computed so far are kept, and the same "
+    "command goes on from them."
+)
 
 
 def index(cfg: IndexConfig) -> dict[str, Any]:
@@ -32,18 +37,11 @@ def index(cfg: IndexConfig) -> dict[str, Any]:
         print(remote, file=sys.stderr)
         raise SystemExit(2)
     try:
-        with sigterm_as_interrupt():
+        with stop_on_interrupt(INTERRUPTED_MESSAGE, INTERRUPTED):
             retriever = RETRIEVERS.bind(cfg.retriever)()
     except RetrievalError as exc:
         print(exc, file=sys.stderr)
         raise SystemExit(1) from None
-    except KeyboardInterrupt:
-        print(
-            "[index] interrupted; the passage embeddings computed so far are kept, and the same "
-            "command goes on from them.",
-            file=sys.stderr,
-        )
-        raise SystemExit(INTERRUPTED) from None
     summary = retriever.describe()
     print(json.dumps(summary, indent=2, default=str))
     if cfg.smoke_query:

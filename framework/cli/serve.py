@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 from framework.cli.app import run_app
-from framework.cli.schema import ServeConfig
+from framework.retrieval.config import ServeConfig
 
 
 def serve(cfg: ServeConfig) -> None:

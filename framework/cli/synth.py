@@ -11,9 +11,14 @@ import sys
 from pathlib import Path
 
 from framework.cli.app import run_app
-from framework.cli.interrupt import sigterm_as_interrupt
-from framework.cli.schema import SynthConfig
+from framework.data.datasets import SynthConfig
+from framework.interrupt import stop_on_interrupt
 from framework.lightning.trainer import INTERRUPTED
+
+INTERRUPTED_MESSAGE = (
+    "[synth] interrupted; no manifest.json was written, so nothing half-done is taken as "
+    "finished: the same command synthesizes again (an index it built is kept)."
+)
 
 
 def synth(cfg: SynthConfig) -> Path:
@@ -24,18 +29,11 @@ def synth(cfg: SynthConfig) -> Path:
     from framework.retrieval.types import RetrievalError
 
     try:
-        with sigterm_as_interrupt():
+        with stop_on_interrupt(INTERRUPTED_MESSAGE, INTERRUPTED):
             return synthesize(cfg.dataset)
     except (SynthesisError, LeakError, RetrievalError) as exc:
         print(exc, file=sys.stderr)
         raise SystemExit(1) from None
-    except KeyboardInterrupt:
-        print(
-            "[synth] interrupted; no manifest.json was written, so nothing half-done is taken as "
-            "finished: the same command synthesizes again (an index it built is kept).",
-            file=sys.stderr,
-        )
-        raise SystemExit(INTERRUPTED) from None
 
 
 def main() -> None:

@@ -2,9 +2,9 @@
 
 The app schemas themselves sit with the code that runs them, above the components they compose:
 the train app's (the RL recipe's) in :mod:`framework.rl.config`, the SFT stage's in
-:mod:`framework.sft.config`, the Lightning trainer's in :mod:`framework.lightning.trainer`, the other
-apps' in :mod:`framework.cli.schema`. This package is
-the bottom layer, so it holds only the checks they have in common.
+:mod:`framework.sft.config`, the Lightning trainer's in :mod:`framework.lightning.trainer`, the eval
+app's in :mod:`framework.eval.config`, and so on (the table is :data:`framework.cli.app.APPS`). This
+package is the bottom layer, so it holds only the checks they have in common.
 """
 
 from __future__ import annotations

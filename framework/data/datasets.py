@@ -17,7 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from omegaconf import MISSING
+
 from framework.config import ComponentConfig, Problem, check, check_range
+from framework.config.app import RUN_DIR
 from framework.data.entity_graph import Article, GraphConfig, build_graph
 from framework.data.leakage import (
     HeldOut,
@@ -182,6 +185,24 @@ def _answerability_retriever(cfg: SynthDatasetConfig) -> Any:
 
     rcfg = answerability_retriever_config(cfg)
     return RETRIEVERS.get(rcfg.name).target(cfg=rcfg)
+
+
+@dataclass
+class SynthConfig:
+    """The ``synth`` app (``seekrl-synth``, :func:`synthesize`): write the synthesized train / validation / test splits."""
+
+    run_dir: str = RUN_DIR
+    dataset: Any = MISSING
+
+    def problems(self) -> list[Problem]:
+        name = getattr(self.dataset, "name", None)
+        return check(
+            name == "synth",
+            "dataset.name",
+            name,
+            "synth (the synthesized dataset)",
+            "run seekrl-synth with dataset=synth; other datasets are read, not written",
+        )
 
 
 def synthesize(cfg: SynthDatasetConfig, *, log: Any = print) -> Path:

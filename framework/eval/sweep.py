@@ -52,6 +52,22 @@ class SweepJob:
     overrides: tuple[str, ...]
 
 
+def sweep_job() -> SweepJob | None:
+    """The multirun job this process runs (sweep directory, job number, job overrides), or None
+    outside a Hydra multirun (a single run, a composed config, Hydra not initialised)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    from omegaconf import OmegaConf
+
+    if not HydraConfig.initialized():
+        return None
+    hc = HydraConfig.get()
+    if hc.mode != RunMode.MULTIRUN or OmegaConf.is_missing(hc.job, "num"):
+        return None
+    overrides = tuple(str(o) for o in (hc.overrides.task or ()))
+    return SweepJob(Path(str(hc.sweep.dir)), int(hc.job.num), overrides)
+
+
 @contextlib.contextmanager
 def locked(sweep_dir: Path) -> Iterator[None]:
     """Hold the sweep directory's exclusive lock (blocks until the other jobs let go)."""

@@ -75,7 +75,8 @@ class SearchAgentRL(L.LightningModule):
 
     # -- setup ------------------------------------------------------------------------------------
     def setup(self, stage: str) -> None:
-        from framework.registry import RETRIEVERS, ROLLOUT_BACKENDS
+        from framework.registry import RETRIEVERS
+        from framework.rollout.backend import build_backend
 
         if self.parts.loop is not None:
             return
@@ -83,9 +84,7 @@ class SearchAgentRL(L.LightningModule):
         sampling = replace(cfg.rollout.sampling, seed=cfg.seed * 1009 + self.global_rank)
         policy = replace(cfg.rollout.policy, device=self._rollout_device())
         rollout_cfg = replace(cfg.rollout, sampling=sampling, policy=policy)
-        self.backend = ROLLOUT_BACKENDS.bind(rollout_cfg)(
-            model=self.policy, tokenizer=self.tokenizer
-        )
+        self.backend = build_backend(rollout_cfg, self.policy, self.tokenizer)
         self.parts.loop = AgentLoop(self.backend, RETRIEVERS.bind(cfg.retriever)(), cfg.agent)
 
     def _rollout_device(self) -> str:

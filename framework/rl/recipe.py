@@ -1,8 +1,17 @@
-"""The RL recipe, top to bottom: from a validated config and the data splits to a trained policy.
+"""The train job, top to bottom: from a validated config to a trained, exported and compared policy.
 
-``seekrl-train`` (:mod:`framework.cli.train`) builds the index and the data, runs the SFT warm start,
-then calls :func:`build` and :func:`fit` here, then the final comparison. What one step does is
-:func:`framework.rl.step.rl_step`; the pieces, in the order a step meets them:
+:func:`run` is the whole of ``seekrl-train`` (:mod:`framework.cli.train`) after a dry run's check:
+
+1. the retrieval index and the questions (:mod:`framework.rl.stages`), each a stage line of its
+   own counting down from the recorded-rate plan (:func:`framework.rl.plan.job_stages`);
+2. the SFT warm start (:func:`framework.sft.warm_start.warm_start`), cached and shared by every arm;
+3. RL: :func:`build` and :func:`fit` below, resumed from ``cfg.resume`` when it names a checkpoint;
+4. the exported policy, then the final comparison of the warm start and the trained policy
+   (:func:`framework.eval.final.final_evaluation`);
+5. ``summary.json``, the sweep table's row and the console report (:mod:`framework.rl.summary`).
+
+What one RL step does is :func:`framework.rl.step.rl_step`; the pieces, in the order a step meets
+them:
 
 1. the sampler draws the step's groups of questions (``SAMPLERS``; :mod:`framework.rl.data` turns
    its draws into Lightning's batches and restores its position on resume);
@@ -19,23 +28,131 @@ then calls :func:`build` and :func:`fit` here, then the final comparison. What o
 
 from __future__ import annotations
 
+import json
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from framework.data.schema import QAItem
+import lightning as L
+
+from framework.data.schema import DatasetError, QAItem
+from framework.eval.final import final_evaluation
+from framework.eval.sweep import sweep_job
 from framework.health.config import build_monitors
 from framework.lightning.callbacks import StepCheckpoint
-from framework.lightning.health import HealthCallback
-from framework.lightning.trainer import build_trainer, log_progress
+from framework.lightning.health import HEALTH_STOPPED, HealthCallback
+from framework.lightning.run_info import save_run_info
+from framework.lightning.trainer import (
+    INTERRUPTED,
+    announce_precision,
+    apply_threads,
+    build_trainer,
+    log_progress,
+    quiet_lightning,
+)
+from framework.retrieval.types import RetrievalError
 from framework.rl.config import TrainConfig
 from framework.rl.data import QuestionDataModule
-from framework.rl.module import SearchAgentRL
+from framework.rl.module import CheckpointMismatch, SearchAgentRL
+from framework.rl.plan import job_stages
+from framework.rl.stages import build_index, load_training_data
+from framework.rl.summary import record_sweep_job, report, run_summary
+from framework.rollout.policy import PolicyError
+from framework.sft.warm_start import warm_start
+from framework.training.checkpoints import (
+    CheckpointWriteError,
+    holds_training_state,
+    latest_checkpoint,
+    weights_only_error,
+)
+from framework.training.lora import export_policy
 
 #: figures on the plain progress lines of an RL run
 RL_PROGRESS_KEYS = ("rollout/reward", "rollout/accuracy", "rollout/format_valid", "loss/entropy")
 #: a validation pass is one batch: the module's validation_step rolls out all its questions
 VAL_BATCHES = 1
+
+
+def run(cfg: TrainConfig) -> float | None:
+    """The train job; returns ``cfg.optimized_metric`` (for Hydra sweepers), or None when not
+    measured.
+
+    Raises:
+        SystemExit: status 2 with the message for what a user can fix (data, retriever, policy,
+            checkpoint); ``INTERRUPTED`` after SIGINT / SIGTERM, once the step checkpoint is saved;
+            ``HEALTH_STOPPED`` when a health monitor stopped a single run.
+    """
+    clock = time.perf_counter()
+    quiet_lightning()
+    threads = apply_threads(cfg.trainer)
+    run_dir = Path(cfg.run_dir)
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    announce_precision(cfg.trainer)
+    job = job_stages(cfg)
+    with _user_errors(DatasetError, RetrievalError):
+        with job.stage("index"):
+            build_index(cfg)
+        with job.stage("questions"):
+            splits = load_training_data(cfg)
+    with job.stage("warm start (SFT)"):
+        cfg = warm_start(cfg)
+    job.begin("RL")  # ended before the final comparison, or by the summary
+    train_items, val_items = splits["train"], splits.get("validation", [])
+    with _user_errors(DatasetError, PolicyError, ValueError):
+        rl = build(cfg, train_items, val_items, run_dir)
+    module, trainer, checkpoints, health = rl.module, rl.trainer, rl.checkpoints, rl.health
+    if trainer.is_global_zero:
+        save_run_info(cfg, run_dir)
+    ckpt = str(latest_checkpoint(cfg.resume)) if cfg.resume else None
+    if ckpt is not None and not holds_training_state(ckpt):
+        print(weights_only_error(ckpt), file=sys.stderr)
+        raise SystemExit(2)
+    with _user_errors(CheckpointMismatch, CheckpointWriteError, RetrievalError, PolicyError):
+        metrics = fit(rl, cfg, ckpt)
+    if trainer.is_global_zero:
+        final = None
+        if cfg.trainer.export_policy and not checkpoints.interrupted and health.stopped is None:
+            export_policy(module.policy, module.tokenizer, run_dir / "policy")
+            job.end()
+            if cfg.final_eval.enabled and val_items:
+                with job.stage("final comparison"):
+                    final = final_evaluation(cfg, run_dir)
+        job.end()
+        seconds = time.perf_counter() - clock
+        summary = run_summary(
+            cfg, run_dir, rl, seconds=seconds, threads=threads, final=final, stages=job.summary()
+        )
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        record_sweep_job(cfg, run_dir, summary)
+        report(cfg, run_dir, module, metrics, checkpoints, health.stopped, final)
+    if checkpoints.interrupted:
+        raise SystemExit(INTERRUPTED)
+    if health.stopped is not None and sweep_job() is None:
+        # a single run fails loudly; in a sweep the job's row says "stopped" and the others go on
+        raise SystemExit(HEALTH_STOPPED)
+    value = metrics.get(cfg.optimized_metric)
+    if value is None and trainer.is_global_zero:
+        print(
+            f"seekrl-train: optimized_metric {cfg.optimized_metric!r} was not measured "
+            f"(measured: {sorted(metrics)}); returning None to the sweeper.",
+            file=sys.stderr,
+        )
+    return value
+
+
+@contextmanager
+def _user_errors(*errors: type[BaseException]) -> Iterator[None]:
+    """Inside the block, ``errors`` (what a user can fix) end the job with their message and
+    status 2."""
+    try:
+        yield
+    except errors as exc:
+        print(exc, file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 @dataclass

@@ -134,7 +134,7 @@ def run_sft(cfg: SFTConfig, *, quiet: bool = False) -> dict[str, Any]:
     )
     from framework.progress import Progress
     from framework.registry import DATASETS, RETRIEVERS
-    from framework.rollout.hf_backend import TransformersBackend
+    from framework.rollout.backend import build_backend
     from framework.rollout.policy import load_policy
     from framework.sft.expert import expert_trajectories
     from framework.sft.module import SFTData, SFTModule, padding_report
@@ -177,11 +177,11 @@ def run_sft(cfg: SFTConfig, *, quiet: bool = False) -> dict[str, Any]:
         n_val = int(len(trajs) * cfg.val_fraction)
         train, val = trajs[n_val:], trajs[:n_val]
         test_items = _eval_items(cfg, load)
-        backend = TransformersBackend(cfg=cfg.rollout, model=policy, tokenizer=tok)
+        backend = build_backend(cfg.rollout, policy, tok)
         before = agent_check(backend, retriever, cfg.agent, test_items, label="check before")
         if cfg.lora.enabled:
             policy = apply_lora(policy, cfg.lora)
-            backend = TransformersBackend(cfg=cfg.rollout, model=policy, tokenizer=tok)
+            backend = build_backend(cfg.rollout, policy, tok)
         apply_gradient_checkpointing(policy, cfg.trainer)
         steps = math.ceil(len(train) / cfg.optim.batch_size) * cfg.optim.epochs
         module = SFTModule(policy, tok.pad_token_id, cfg.optim, steps)
@@ -250,6 +250,28 @@ def run_sft(cfg: SFTConfig, *, quiet: bool = False) -> dict[str, Any]:
     }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def print_summary(summary: dict[str, Any], run_dir: Path) -> None:
+    """What the SFT stage kept and trained, the before/after check, and where the results are."""
+    e = summary["expert"]
+    print(
+        f"\nseekrl-sft: {e['kept']} of {e['requested']} expert trajectories kept "
+        f"(dropped: {e['dropped'] or 'none'}); report {run_dir / 'expert' / 'report.md'}"
+    )
+    print(
+        f"  trained {summary['optimizer_steps']} steps in {summary['train_seconds']} s; "
+        f"final { ({k: round(v, 4) for k, v in summary['final'].items()}) }"
+    )
+    for when in ("before", "after"):
+        m = summary[when]
+        if m:
+            print(
+                f"  {when:<6} on {m['questions']} validation questions: format valid "
+                f"{m['format_valid']:.2f}, accuracy {m['accuracy']:.2f}, tool calls {m['tool_calls']:.2f}"
+            )
+    print(f"  policy: {summary['policy']}  (seekrl-train warm_start.path={run_dir})")
+    print(f"  TensorBoard: tensorboard --logdir {run_dir / 'tensorboard'}")
 
 
 def _eval_items(cfg: SFTConfig, load: Any) -> list:

@@ -95,7 +95,7 @@ def screen_arms(
     Raises:
         ValueError: ``baseline`` is not an algorithm bundle.
     """
-    from framework.cli.app import group_options
+    from framework.config.compose import group_options
     from framework.registry import ALL, load_components
 
     load_components()

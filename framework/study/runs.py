@@ -157,7 +157,7 @@ def wait_forwarding_sigterm(send: Callable[[int], Any], wait: Callable[[], Any])
 def _child_env() -> dict[str, str]:
     """A train child's environment: the study's, unbuffered, and the study's process id, so that
     the child stops (checkpointed) when the study ends, even by SIGKILL (``stop_with_parent``)."""
-    from framework.cli.interrupt import STOP_WITH_ENV
+    from framework.interrupt import STOP_WITH_ENV
 
     env = dict(os.environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
@@ -177,7 +177,7 @@ def _interruptible(parent: int, target: Any, *args: Any) -> None:
     callback handles them (the index or question build before an SFT, an evaluation) end the
     child with ``INTERRUPTED``, not with a traceback and status 1; what it finished is kept, and
     those stages go on from it. The study ``parent`` ending, even by SIGKILL, sends it SIGTERM."""
-    from framework.cli.interrupt import sigterm_as_interrupt, stop_with_parent
+    from framework.interrupt import sigterm_as_interrupt, stop_with_parent
 
     stop_with_parent(parent)
     try:
@@ -273,7 +273,7 @@ def eval_config(
     """The eval app's config for ``checkpoint``: the train run's dataset, retriever, rollout
     settings and agent budgets, the study's questions, k and seed, the rule judge; ``start``: the
     warm start's evaluation, with its own number of samples."""
-    from framework.cli.evaluate import eval_config_for
+    from framework.eval.config import eval_config_for
 
     return eval_config_for(train_cfg, checkpoint, out, eval_settings(cfg, start))
 
@@ -317,7 +317,7 @@ def count_test_evaluation(root: Path, policy: str) -> dict[str, int]:
 
 def _evaluate_child(eval_cfg: Any) -> None:
     from framework.cli.app import prepare
-    from framework.cli.evaluate import evaluate
+    from framework.eval.run import evaluate
 
     prepare()
     evaluate(eval_cfg)

@@ -1,14 +1,22 @@
-"""Where step checkpoints live and which one a ``resume`` value names."""
+"""Where step checkpoints live, which one a ``resume`` value names, and the policy a checkpoint
+value names, loaded (:func:`load_checkpoint_policy`: a run's exported ``policy/``, a Hugging Face
+folder, or the weights of a Lightning step checkpoint)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 CHECKPOINT_GLOB = "step-*.ckpt"
 
 
 class CheckpointWriteError(OSError):
     """A checkpoint could not be written (a full disk, a quota); the older ones are intact."""
+
+
+class CheckpointLoadError(RuntimeError):
+    """A checkpoint value that names no policy, or weights that do not fit the configured one."""
 
 
 def checkpoint_name(step: int) -> str:
@@ -74,3 +82,57 @@ def weights_only_error(path: str | Path, option: str = "resume") -> str:
         "checkpoint (an interrupted run always writes one), or evaluate these weights with "
         f"seekrl-eval checkpoint={path}."
     )
+
+
+def load_checkpoint_policy(checkpoint: str | None, base: Any) -> tuple[Any, Any, str]:
+    """``(model, tokenizer, description)`` of the policy ``checkpoint`` names: ``base`` (a
+    ``rollout.policy`` config) itself for None, a run's ``policy/`` or a Hugging Face checkpoint
+    folder, or the weights of a step checkpoint (a ``.ckpt`` file, or a run's newest) loaded into
+    ``base``'s model (with LoRA adapters when the run trained some).
+
+    Raises:
+        CheckpointLoadError: a folder without a policy or checkpoints, or a ``.ckpt`` whose weights
+            do not fit ``base``.
+    """
+    import torch
+
+    from framework.rollout.policy import load_policy
+
+    if checkpoint is None:
+        model, tok = load_policy(base)
+        return model, tok, f"base policy ({base.source}{': ' + base.path if base.path else ''})"
+    p = Path(checkpoint).expanduser()
+    if p.is_dir():
+        folder = policy_folder(p)
+        if folder is not None:
+            model, tok = load_policy(replace(base, source="path", path=str(folder)))
+            return model, tok, str(folder)
+        try:
+            p = latest_checkpoint(p)
+        except FileNotFoundError:
+            raise CheckpointLoadError(
+                f"[checkpoint] {p} has neither policy/ nor checkpoints/step-*.ckpt. "
+                "Fix: point checkpoint at a finished run."
+            ) from None
+    model, tok = load_policy(base)
+    state = torch.load(p, map_location="cpu", weights_only=True)
+    weights = {
+        k.removeprefix("policy."): v
+        for k, v in state.get("state_dict", {}).items()
+        if k.startswith("policy.")
+    }
+    lora = any("lora_" in k for k in weights)
+    if lora:
+        from framework.training.lora import LoraConfig, apply_lora
+
+        model = apply_lora(model, LoraConfig(enabled=True))
+    try:
+        model.load_state_dict(weights, strict=True)
+    except RuntimeError as exc:
+        first = str(exc).splitlines()[0]
+        raise CheckpointLoadError(
+            f"[checkpoint] {p} does not match the configured rollout.policy "
+            f"(source={base.source}): {first[:300]}. Fix: set rollout.policy to the model the "
+            "run trained (e.g. rollout.policy.source=tiny), or evaluate its policy/ folder."
+        ) from None
+    return model.eval(), tok, str(p)

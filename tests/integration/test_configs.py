@@ -8,8 +8,8 @@ import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from framework.cli.app import group_options, load_config
-from framework.cli.schema import APPS
+from framework.cli.app import APPS, load_config
+from framework.config.compose import group_options
 from framework.paths import config_dir
 from framework.registry import ADVANTAGES, POLICY_LOSSES, load_components
 from framework.rl.inputs import augmenters_providing

@@ -22,7 +22,7 @@ TINY = [
 
 def eval_in_process(run_dir: Path, *overrides: str):
     from framework.cli.app import run_app
-    from framework.cli.evaluate import evaluate
+    from framework.eval.run import evaluate
 
     return run_app("eval", evaluate, argv=[*TINY, *overrides, f"hydra.run.dir={run_dir}"])
 

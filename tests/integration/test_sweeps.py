@@ -116,7 +116,7 @@ def test_submitit_local_puts_each_job_in_its_numbered_directory_and_compare_read
 
     # seekrl-eval compare=<sweep dir> renders the training sweep's table
     from framework.cli.app import run_app
-    from framework.cli.evaluate import evaluate
+    from framework.eval.run import evaluate
 
     cmp = tmp_path / "cmp"
     result = run_app("eval", evaluate, argv=[f"compare={out}", f"hydra.run.dir={cmp}"])

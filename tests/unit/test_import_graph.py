@@ -3,30 +3,37 @@
 Layers, bottom to top; a module imports from its own layer and the layers below it, never above:
 
     0. shared leaves  ``framework/__init__.py``, ``types.py``, ``paths.py`` (files and the cache
-                      directory), ``progress.py``, ``accelerators.py`` (keeps JAX off the GPU)
+                      directory), ``progress.py``, ``accelerators.py`` (keeps JAX off the GPU),
+                      ``interrupt.py`` (SIGTERM as Ctrl-C, a study's children stopped with it)
     1. config and     ``config/`` (problems, the component base class, the checks app schemas share,
-       registries     validation) and ``registry/`` (the registries and plugin
-                      loading; ``plugins.py`` is the old name of ``registry/plugins.py``). One layer:
+       registries     validation, Hydra composition) and ``registry/`` (the registries, plugin
+                      loading and the components listing; ``plugins.py`` is the old name of
+                      ``registry/plugins.py``). One layer:
                       validation looks component names up in the registries, and the registries
                       check configs against ``config.component``. Nothing in ``config/`` imports
                       ``rollout/``, ``sft/``, ``training/``, ``lightning/`` or ``cli/``.
     2. algorithms     ``algorithms/``: pure tensor functions
     3. components     ``retrieval/``, ``rewards/``, ``data/``, ``samplers/``, ``rollout/``,
                       ``training/`` (what SFT and RL share to train a policy: token layout and
-                      log-probs, precision, LoRA, checkpoints, schedule), ``eval/``, ``health/``
+                      log-probs, precision, LoRA, checkpoints and loading a policy from one,
+                      schedule), ``eval/`` (evaluation runs and the eval app's schema),
+                      ``health/``; the index, serve, synth and rollout apps' schemas sit with the
+                      code they configure
     4. glue           ``lightning/``: the callbacks, trainer settings and run housekeeping both
                       training stages share
     5. stages         ``sft/``: expert trajectories, the SFT module, the SFT run and RL's warm start;
-                      ``rl/``: the RL recipe (its rollout batch, step, update, input providers,
-                      Lightning module and data module, and the run that fits them), which the
-                      train app calls as a library. ``rl/`` may import ``sft/``, never the reverse
-    6. apps           ``cli/`` and ``__main__.py``: compose, validate, call the layers below; the app
-                      schemas (``cli/schema.py``) live here because they compose every layer.
-                      ``study/``: the study and the screen (its schema, runs, checks, archive,
-                      statistics, Markdown, runner), the library the study app calls. It composes
-                      the train and eval apps' configs (``cli/app.py``) and runs them, and their
-                      evaluation, in child processes, so it sits beside ``cli/``, which imports its
-                      schema and its entry point; no module cycle joins the two
+                      ``rl/``: the train job's recipe, top to bottom (its dry-run plan, its rollout
+                      batch, step, update, input providers, Lightning module and data module, the
+                      run that fits them, the summary), which the train app calls as a library.
+                      ``rl/`` may import ``sft/``, never the reverse
+    6. apps           ``cli/`` and ``__main__.py``: parse and compose the config, call one entry
+                      point of the layers below; the table of app schemas (``cli/app.py``) lives
+                      here because it names every layer's
+                      schemas. ``study/``: the study and the screen (its schema, runs, checks,
+                      archive, statistics, Markdown, runner), the library the study app calls. It
+                      composes the train and eval apps' configs (``cli/app.py``) and runs them, and
+                      their evaluation, in child processes, so it sits beside ``cli/``, which
+                      imports its schema and its entry point; no module cycle joins the two
 
 Packages of one layer may import each other (the vLLM backend loads training's LoRA adapters,
 training reads rollout's trajectory types), but no modules of two packages may form an import cycle.
@@ -49,7 +56,7 @@ FRAMEWORK_DIR = Path(framework.__file__).resolve().parent
 
 #: bottom to top; a package is the first name under ``framework`` ("" for framework/__init__.py)
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"", "types", "paths", "progress", "accelerators", "memory"}),
+    frozenset({"", "types", "paths", "progress", "accelerators", "memory", "interrupt"}),
     frozenset({"config", "registry", "plugins"}),
     frozenset({"algorithms"}),
     frozenset(
@@ -235,7 +242,7 @@ def test_config_imports_nothing_above_it():
     assert not found, (
         f"[import graph] got imports from framework/config/ into {', '.join(ABOVE_CONFIG)}:\n"
         f"{_lines(found)}\nexpected none: every component imports config. Fix: move the schema "
-        "that needs them up to the layer that runs it (framework/cli/schema.py, "
+        "that needs them up to the layer that runs it (framework/eval/config.py, "
         "framework/sft/config.py)."
     )
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from framework.cli.interrupt import sigterm_as_interrupt
+from framework.interrupt import sigterm_as_interrupt
 
 
 def test_sigterm_raises_keyboard_interrupt_inside_and_the_old_handler_comes_back():

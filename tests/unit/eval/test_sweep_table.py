@@ -86,7 +86,7 @@ def test_varying_overrides_and_job_directories(tmp_path):
 
 
 def test_sweep_job_is_none_outside_a_hydra_multirun():
-    from framework.cli.app import sweep_job
+    from framework.eval.sweep import sweep_job
 
     assert sweep_job() is None
 

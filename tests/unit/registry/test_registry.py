@@ -124,7 +124,7 @@ def test_fidelity_must_be_a_known_label(reg):
 
 
 def test_the_listing_labels_a_reconstructed_method():
-    from framework.cli.components import describe, provenance, render
+    from framework.registry.listing import describe, provenance, render
 
     assert provenance("P, arXiv 1", "exact") == "P, arXiv 1; exact formula"
     assert provenance("P, arXiv 1", "reconstructed").startswith("RECONSTRUCTED from the abstract")

@@ -223,7 +223,7 @@ import subprocess, sys
 from framework.study.runs import _child_env
 child = (
     f"import sys; sys.path.insert(0, {sys.argv[1]!r}); "
-    "from framework.cli.interrupt import stop_with_parent; stop_with_parent(); "
+    "from framework.interrupt import stop_with_parent; stop_with_parent(); "
     f"from sleeper import pid_then_sleep; pid_then_sleep({sys.argv[2]!r})"
 )
 subprocess.Popen([sys.executable, "-c", child], env=_child_env()).wait()
@@ -279,7 +279,7 @@ def test_a_child_stops_when_its_study_is_killed(tmp_path, how):
 def test_stop_with_parent_reads_and_removes_the_studys_process_id(monkeypatch):
     import os
 
-    from framework.cli.interrupt import STOP_WITH_ENV, stop_with_parent
+    from framework.interrupt import STOP_WITH_ENV, stop_with_parent
 
     monkeypatch.delenv(STOP_WITH_ENV, raising=False)
     assert stop_with_parent() is False  # not started by a study: nothing to watch
@@ -295,7 +295,7 @@ def test_a_train_run_started_by_a_study_watches_it_before_anything_else():
     import os
     import subprocess
 
-    from framework.cli.interrupt import STOP_WITH_ENV
+    from framework.interrupt import STOP_WITH_ENV
 
     env = {**os.environ, STOP_WITH_ENV: "not-a-pid"}
     done = subprocess.run(

@@ -5,14 +5,23 @@ synthesized questions, the converted policy, the cold-start SFT) is looked up in
 same keys the run uses; a missing one is reported with a rough time. The times come from rates
 recorded on the machine :data:`RECORDED_ON` names, so on another CPU they are an order of magnitude,
 not a promise. :func:`job_estimates` turns them into the per-stage plan (time and peak memory) that
-``dry_run=true`` prints and that the running job's stage lines count down from.
+``dry_run=true`` prints (:func:`dry_run`) and that the running job's stage lines count down from
+(:func:`job_stages`).
+
+Light: nothing here imports Lightning or loads a model, so a dry run takes seconds.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+
+from framework.progress import JobStages
+from framework.rl.config import TrainConfig
+from framework.rl.stages import load_training_data
 
 #: the machine the rates and peaks below were recorded on (a fresh run of the README's main command,
 #: 2026-11-25: 13 min 45 s in all)
@@ -270,9 +279,71 @@ def render(stages: list[Stage]) -> str:
     return "\n".join(lines)
 
 
+def job_stages(cfg: TrainConfig) -> JobStages:
+    """The job's stage lines, counting down from the recorded-rate plan of what this run still has
+    to build."""
+    from framework.retrieval.types import RetrievalError
+
+    try:
+        estimates = job_estimates(cfg)
+    except (RetrievalError, OSError):  # a missing corpus: the index stage reports it
+        estimates = [(name, 0.0, 0.0) for name in JOB_STAGES]
+    return JobStages("seekrl-train", [(name, seconds) for name, seconds, _ in estimates])
+
+
+def dry_run(cfg: TrainConfig) -> None:
+    """Bind every configured component, say what the run would build (from the cache, building
+    nothing: no index, no data, no model loaded), check the data when it exists, then stop."""
+    from framework.data.schema import DatasetError
+    from framework.registry import ALL
+    from framework.registry.listing import describe
+    from framework.registry.listing import render as render_components
+    from framework.retrieval.types import RetrievalError
+
+    print(f"seekrl-train: configuration valid (algorithm={cfg.algorithm}, seed={cfg.seed})")
+    choice = cfg.trainer.precision_choice()  # reads the CPU's flags only
+    print(f"  precision  {choice.precision} ({choice.reason})")
+    schema = {f.name for f in dataclasses.fields(cfg)}
+    for section in [group for group in ALL if group in schema]:  # the registries it selects from
+        component = getattr(cfg, section)
+        entry = ALL[section].get(component.name)
+        ALL[section].bind(component)  # fails here, not mid-run, if a target cannot take its config
+        values = {k: v for k, v in vars(component).items() if k != "name"}
+        print(f"  {section:<10} {component.name:<22} [{entry.source}] {values}")
+    try:
+        stages = train_plan(cfg)
+    except RetrievalError as exc:  # a corpus source that is not there
+        print(exc, file=sys.stderr)
+        raise SystemExit(2) from None
+    print("\nwhat it builds before the first RL step:")
+    print(render(stages))
+    print(f"  RL                 {rl_estimate(cfg)}")
+    f = cfg.final_eval
+    if f.enabled:
+        print(
+            f"  final comparison   the warm start and the trained policy on {f.questions or 'all'} "
+            f"validation questions x {f.samples_per_question} samples, paired"
+        )
+    print()
+    print(render_estimates(job_estimates(cfg, stages)))
+    if all(s.ready for s in stages if s.name == "questions"):
+        try:  # the data exists: check its schema and the reward's needs now
+            splits = load_training_data(cfg)
+        except DatasetError as exc:
+            print(exc, file=sys.stderr)
+            raise SystemExit(2) from None
+        sizes = ", ".join(f"{k} {len(v)}" for k, v in splits.items())
+        print(f"  data               {sizes} questions, checked")
+    print()
+    print(render_components(describe()))
+    print("\nseekrl-train: dry run; drop dry_run=true to train.")
+
+
 __all__ = [
     "Stage",
+    "dry_run",
     "job_estimates",
+    "job_stages",
     "minutes",
     "render",
     "render_estimates",

@@ -1,4 +1,5 @@
-"""SIGTERM handled like Ctrl-C in the stages without a checkpoint callback (index build, synthesis)."""
+"""SIGTERM handled like Ctrl-C in the stages without a checkpoint callback (index build, synthesis),
+and a run started by a study stopped when the study ends (:func:`stop_with_parent`)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,18 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
+def stop_on_interrupt(message: str, status: int) -> Iterator[None]:
+    """Inside the block SIGTERM is Ctrl-C (:func:`sigterm_as_interrupt`), and either ends the
+    process with ``message`` on stderr and exit status ``status``, once the stage has cleaned up."""
+    try:
+        with sigterm_as_interrupt():
+            yield
+    except KeyboardInterrupt:
+        print(message, file=sys.stderr)
+        raise SystemExit(status) from None
 
 
 #: set by a study in its train children's environment: the study's process id (see

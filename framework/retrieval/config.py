@@ -1,0 +1,62 @@
+"""The schemas of the apps that build and serve an index: ``seekrl-index`` (:class:`IndexConfig`)
+and ``seekrl-serve`` (:class:`ServeConfig`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import MISSING
+
+from framework.config.app import RUN_DIR
+from framework.config.problems import Problem, check, check_range
+from framework.retrieval.types import remote_problem
+
+
+@dataclass
+class IndexConfig:
+    """The ``index`` app: build (or reuse) the configured retriever's corpus store and index."""
+
+    seed: int = 0
+    run_dir: str = RUN_DIR
+    retriever: Any = MISSING
+    smoke_query: str | None = field(
+        default="2001: A Space Odyssey",
+        metadata={"help": "query run once after building; null skips"},
+    )
+
+
+@dataclass
+class ServeConfig:
+    """The ``serve`` app: the configured retriever behind Search-R1's ``/retrieve`` contract."""
+
+    run_dir: str = RUN_DIR
+    retriever: Any = MISSING
+    host: str = field(default="127.0.0.1", metadata={"help": "bind address (loopback by default)"})
+    port: int = 8000
+    allow_remote: bool = field(
+        default=False, metadata={"help": "allow a non-loopback host (exposes the index)"}
+    )
+    default_topk: int = field(default=3, metadata={"help": "topk when a request gives none"})
+    max_body_bytes: int = field(default=1_000_000, metadata={"help": "largest request body"})
+
+    def problems(self) -> list[Problem]:
+        out = check_range(self.port, "port", low=1, high=65535)
+        out += check_range(self.default_topk, "default_topk", low=1)
+        out += check_range(self.max_body_bytes, "max_body_bytes", low=1024)
+        loopback = self.host in ("127.0.0.1", "localhost", "::1") or self.host.startswith("127.")
+        out += check(
+            loopback or self.allow_remote,
+            "host",
+            self.host,
+            "a loopback address unless allow_remote=true",
+            "keep host=127.0.0.1, or set allow_remote=true to expose the server on purpose",
+        )
+        remote = remote_problem(
+            self.retriever,
+            "the server serves an index on this machine",
+            f"serve a local index; the {getattr(self.retriever, 'name', '')} backend is a client "
+            "of a server",
+        )
+        out += [remote] if remote is not None else []
+        return out
