@@ -11,7 +11,7 @@ import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol, TypedDict, TypeVar
+from typing import Any, ParamSpec, Protocol, TypedDict, TypeVar
 
 from framework.data.leakage import answer_key
 from framework.data.schema import QAItem
@@ -57,49 +57,15 @@ class Schedule(TypedDict):
 
 Judge = Callable[[JudgeInputs], list[bool]]
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 def rollout_seed(seed: int, question_id: str, sample: int) -> int:
     """The sampling seed of sample ``sample`` of question ``question_id`` in an evaluation seeded
     ``seed``: a 63-bit hash, so its random numbers are the same whichever batch, slot or process
-    rolls it out (its tokens, only for the same batches: :func:`rollout_rows`)."""
+    rolls it out (its tokens, only for the same batches: :func:`rollout_records`)."""
     text = f"{seed}/{question_id}/{sample}".encode()
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big") >> 1
-
-
-# study side converts after the merge (issue 75): seekrl-eval takes the dict rows of
-# rollout_records (its samples.jsonl lines) and passes them to summarize and write_outputs.
-def rollout_rows(
-    loop: RolloutLoop,
-    items: Sequence[QAItem],
-    k: int,
-    judge: Judge,
-    *,
-    dataset: str,
-    entity_cfg: EntityRewardConfig | None = None,
-    batch_questions: int = 16,
-    wave_questions: int = 0,
-    progress: Progress | None = None,
-    journal: Path | None = None,
-    seed: int = 0,
-    waves: dict[str, int] | None = None,
-) -> list[dict[str, object]]:
-    """:func:`rollout_records` as dict rows (:meth:`EvalRecord.to_row`: ``samples.jsonl`` lines)."""
-    records = rollout_records(
-        loop,
-        items,
-        k,
-        judge,
-        dataset=dataset,
-        entity_cfg=entity_cfg,
-        batch_questions=batch_questions,
-        wave_questions=wave_questions,
-        progress=progress,
-        journal=journal,
-        seed=seed,
-        waves=waves,
-    )
-    return [r.to_row() for r in records]
 
 
 def rollout_records(
@@ -192,6 +158,23 @@ def _journal_row(record: EvalRecord) -> dict[str, object]:
     row = record.to_row()
     del row["match_rate_norm"]
     return row
+
+
+def _as_rows(
+    records_of: Callable[P, list[EvalRecord]],
+) -> Callable[P, list[dict[str, object]]]:
+    """``records_of`` returning the dict rows of its records (:meth:`EvalRecord.to_row`)."""
+
+    def rows_of(*args: P.args, **kwargs: P.kwargs) -> list[dict[str, object]]:
+        return [r.to_row() for r in records_of(*args, **kwargs)]
+
+    rows_of.__doc__ = f"{records_of.__name__} as dict rows (samples.jsonl lines)."
+    return rows_of
+
+
+# study side converts after the merge (issue 75): seekrl-eval takes the dict rows (its
+# samples.jsonl lines) and passes them back to summarize and write_outputs.
+rollout_rows = _as_rows(rollout_records)
 
 
 def _roll_wave(

@@ -258,11 +258,7 @@ def paired_bootstrap(
     Raises:
         ValueError: fewer than 2 common questions, ``n_boot < 1`` or ``level`` outside (0, 1).
     """
-    if n_boot < 1 or not 0.0 < level < 1.0:
-        raise ValueError(
-            f"[paired_bootstrap] got n_boot={n_boot}, level={level}; expected n_boot >= 1 and "
-            "0 < level < 1. Fix: use e.g. n_boot=10000, level=0.95."
-        )
+    _check_bootstrap("paired_bootstrap", n_boot, level)
     # Sorted, so the result does not depend on the order the dicts were built in.
     common = sorted(set(a) & set(b), key=repr)
     unpaired = len(set(a) ^ set(b))
@@ -277,6 +273,15 @@ def paired_bootstrap(
     d = b_vals - a_vals  # [n]
     boot = _bootstrap_means(d, n_boot, np.random.default_rng(seed))  # [n_boot]
     return _result(a_vals, b_vals, boot, unpaired=unpaired, level=level)
+
+
+def _check_bootstrap(where: str, n_boot: int, level: float) -> None:
+    """Refuse ``n_boot < 1`` or a ``level`` outside (0, 1), naming the function ``where``."""
+    if n_boot < 1 or not 0.0 < level < 1.0:
+        raise ValueError(
+            f"[{where}] got n_boot={n_boot}, level={level}; expected n_boot >= 1 and "
+            "0 < level < 1. Fix: use e.g. n_boot=10000, level=0.95."
+        )
 
 
 def _result(
@@ -357,11 +362,7 @@ def seed_bootstrap(
             f"[seed_bootstrap] got {len(a_runs)} and {len(b_runs)} runs; expected at least one "
             "per arm. Fix: pass per_question(load_samples(dir)) for each seed of each arm."
         )
-    if n_boot < 1 or not 0.0 < level < 1.0:
-        raise ValueError(
-            f"[seed_bootstrap] got n_boot={n_boot}, level={level}; expected n_boot >= 1 and "
-            "0 < level < 1. Fix: use e.g. n_boot=10000, level=0.95."
-        )
+    _check_bootstrap("seed_bootstrap", n_boot, level)
     runs = [*a_runs, *b_runs]
     every = set(runs[0]).intersection(*runs[1:])
     common = sorted(every, key=repr)
@@ -422,11 +423,7 @@ def cluster_bootstrap(
         ValueError: fewer than 2 clusters among the common questions, ``n_boot < 1`` or
             ``level`` outside (0, 1).
     """
-    if n_boot < 1 or not 0.0 < level < 1.0:
-        raise ValueError(
-            f"[cluster_bootstrap] got n_boot={n_boot}, level={level}; expected n_boot >= 1 and "
-            "0 < level < 1. Fix: use e.g. n_boot=10000, level=0.95."
-        )
+    _check_bootstrap("cluster_bootstrap", n_boot, level)
     common = sorted(set(a) & set(b), key=repr)
     labels: list[Hashable] = [clusters.get(q, ("question", q)) for q in common]
     order = sorted(set(labels), key=repr)

@@ -53,8 +53,9 @@ REQUIRED = ("dataset", "question_id", "sample", "correct")
 
 @dataclass(frozen=True, kw_only=True)
 class EvalRecord:
-    """One rollout of one question in an evaluation: what :func:`~framework.eval.harness.rollout_rows`
-    judged, ``samples.jsonl`` holds a line of and :data:`RECORD_FIELDS` of which the archive keeps.
+    """One rollout of one question in an evaluation: what
+    :func:`~framework.eval.harness.rollout_records` judged, a line of ``samples.jsonl``, of which
+    the archive keeps :data:`RECORD_FIELDS`.
 
     Built once, by the harness (:func:`~framework.eval.harness.question_rows`); the statistics and
     the report read its attributes. Only ``dataset``, ``question_id``, ``sample`` and ``correct``
