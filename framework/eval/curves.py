@@ -17,7 +17,11 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
+
+if TYPE_CHECKING:  # matplotlib is imported where a plot is drawn (it is slow to import)
+    import numpy as np
+    from matplotlib.figure import Figure
 
 Series = list[tuple[int, float]]
 """``(step, value)`` pairs sorted by step."""
@@ -27,6 +31,17 @@ STEP_TAG = "train/step"
 ONE_PANEL_ARMS = 10
 #: panels per row of the small multiples
 PANEL_COLUMNS = 6
+
+
+class CurveRow(TypedDict):
+    """Start and end of one arm's curve of one tag (:func:`curve_table`)."""
+
+    arm: str
+    tag: str
+    runs: int
+    first: float
+    last: float
+    change: float
 
 
 @dataclass(frozen=True)
@@ -178,7 +193,7 @@ def plot_arms(
     loaded = _load_runs(runs)
     out = Path(out)
     written: list[Path] = []
-    grids: dict[int, tuple[Any, Any]] = {}  # small multiples' panels, made once, drawn per tag
+    grids: dict[int, tuple[Figure, np.ndarray]] = {}  # small multiples' panels, made once per size
     for tag in tags:
         curves = {
             arm: arm_curve([s.get(tag, []) for s in per_run]) for arm, per_run in loaded.items()
@@ -191,7 +206,7 @@ def plot_arms(
         path = out / f"{_file_stem(tag)}.png"
         if len(curves) > ONE_PANEL_ARMS:
             if len(curves) not in grids:
-                grids[len(curves)] = _grid(plt, len(curves))
+                grids[len(curves)] = _grid(len(curves))
             _small_multiples(*grids[len(curves)], curves, counts, tag, title_prefix, path)
             written.append(path)
             continue
@@ -217,8 +232,11 @@ def plot_arms(
     return written
 
 
-def _grid(plt: Any, panels: int) -> tuple[Any, Any]:
-    """A figure of ``panels`` small axes, :data:`PANEL_COLUMNS` to a row (the rest hidden)."""
+def _grid(panels: int) -> tuple[Figure, np.ndarray]:
+    """A figure of ``panels`` small axes (an array [rows, columns] of them),
+    :data:`PANEL_COLUMNS` to a row (the rest hidden)."""
+    import matplotlib.pyplot as plt
+
     cols = min(PANEL_COLUMNS, panels)
     rows = -(-panels // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(2.1 * cols, 1.45 * rows + 0.9), squeeze=False)
@@ -237,8 +255,8 @@ def _grid(plt: Any, panels: int) -> tuple[Any, Any]:
 
 
 def _small_multiples(
-    fig: Any,
-    axes: Any,
+    fig: Figure,
+    axes: np.ndarray,
     curves: dict[str, ArmCurve],
     counts: dict[str, int],
     tag: str,
@@ -293,7 +311,7 @@ def _small_multiples(
 
 def curve_table(
     runs: Mapping[str, Sequence[Path | Mapping[str, Series]]], tags: Sequence[str]
-) -> list[dict[str, Any]]:
+) -> list[CurveRow]:
     """Start and end of each arm's curves: mean over runs of the first- and last-quarter averages.
 
     A run's quarter is its first (last) ``max(1, len // 4)`` logged points, so a short run still
@@ -311,7 +329,7 @@ def curve_table(
     Raises:
         FileNotFoundError: a run directory has no TensorBoard event files.
     """
-    rows: list[dict[str, Any]] = []
+    rows: list[CurveRow] = []
     for arm, per_run in _load_runs(runs).items():
         for tag in tags:
             quarters = [_quarter_means(s[tag]) for s in per_run if s.get(tag)]

@@ -5,18 +5,25 @@ Pure Python over the agent loop's trajectories; the eval app adds files, plots a
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, Protocol, TypedDict, TypeVar
 
 from framework.data.leakage import answer_key
 from framework.data.schema import QAItem
 from framework.eval.judge import JudgeInputs
-from framework.eval.metrics import entity_comparison, histogram, mean_ci, summarize_samples
-from framework.eval.records import entity_kinds
+from framework.eval.metrics import (
+    Estimate,
+    entity_comparison,
+    histogram,
+    mean_ci,
+    summarize_samples,
+)
+from framework.eval.records import EvalRecord, RowLike, as_records, entity_kinds
 from framework.progress import Progress
 from framework.rewards.entity import EntityRewardConfig
 from framework.rewards.entity_match import entities_found
@@ -25,19 +32,47 @@ from framework.rollout.types import Trajectory
 from framework.types import STATUS_OK, STATUSES
 
 
+class RolloutLoop(Protocol):
+    """What the harness needs of an agent loop (:class:`~framework.rollout.engine.AgentLoop`)."""
+
+    def run(
+        self,
+        questions: Sequence[str],
+        group_size: int,
+        *,
+        max_in_flight: int | None = None,
+        seeds: Sequence[int] | None = None,
+        on_group_done: Callable[[int, list[Trajectory]], None] | None = None,
+    ) -> list[Trajectory]: ...
+
+
+class Schedule(TypedDict):
+    """The settings a wave's rows depend on (a journal line is taken only with equal ones)."""
+
+    k: int
+    seed: int
+    batch_questions: int
+    wave_questions: int
+
+
+Judge = Callable[[JudgeInputs], list[bool]]
+T = TypeVar("T")
+P = ParamSpec("P")
+
+
 def rollout_seed(seed: int, question_id: str, sample: int) -> int:
     """The sampling seed of sample ``sample`` of question ``question_id`` in an evaluation seeded
     ``seed``: a 63-bit hash, so its random numbers are the same whichever batch, slot or process
-    rolls it out (its tokens, only for the same batches: :func:`rollout_rows`)."""
+    rolls it out (its tokens, only for the same batches: :func:`rollout_records`)."""
     text = f"{seed}/{question_id}/{sample}".encode()
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big") >> 1
 
 
-def rollout_rows(
-    loop: Any,
+def rollout_records(
+    loop: RolloutLoop,
     items: Sequence[QAItem],
     k: int,
-    judge: Callable[[JudgeInputs], list[bool]],
+    judge: Judge,
     *,
     dataset: str,
     entity_cfg: EntityRewardConfig | None = None,
@@ -47,8 +82,8 @@ def rollout_rows(
     journal: Path | None = None,
     seed: int = 0,
     waves: dict[str, int] | None = None,
-) -> list[dict[str, Any]]:
-    """One row per rollout (``k`` per question), with correctness, tool use and entity matches.
+) -> list[EvalRecord]:
+    """One record per rollout (``k`` per question), with correctness, tool use and entity matches.
 
     The questions are rolled out in consecutive waves of ``wave_questions`` (0: ``batch_questions``)
     in the order given. A wave starts from an empty decoder state (:func:`restart_backend`), runs
@@ -85,16 +120,17 @@ def rollout_rows(
         dup = next(i for i in ids if ids.count(i) > 1)
         raise ValueError(f"[{dataset}] question id {dup!r} appears twice; ids must be unique")
     size = wave_questions or batch_questions
-    schedule = {"k": k, "seed": seed, "batch_questions": batch_questions, "wave_questions": size}
+    schedule = Schedule(k=k, seed=seed, batch_questions=batch_questions, wave_questions=size)
     parts = [list(items[i : i + size]) for i in range(0, len(items), size)]
     kept = read_journal(journal, schedule) if journal is not None else {}
-    by_id: dict[str, list[dict[str, Any]]] = {}
+    by_id: dict[str, list[EvalRecord]] = {}
     taken = 0
     for part in parts:
-        rows = kept.get(tuple(it.id for it in part))
-        if rows is not None:
+        got = kept.get(tuple(it.id for it in part))
+        if got is not None:
+            records = [EvalRecord.from_row(r, f"[journal] {journal}") for r in got]
             for it in part:
-                by_id[it.id] = [r for r in rows if r["question_id"] == it.id]
+                by_id[it.id] = [r for r in records if r.question_id == it.id]
             taken += 1
     if waves is not None:
         waves.update(waves=len(parts), from_journal=taken, questions_from_journal=len(by_id))
@@ -111,16 +147,38 @@ def rollout_rows(
             continue
         _roll_wave(loop, part, k, batch_questions * k, seed, finished)
         if journal is not None:
-            record = {"wave": index, **schedule, "questions": [it.id for it in part]}
-            rows = [row for it in part for row in by_id[it.id]]
-            append_journal(journal, {**record, "rows": rows})
-    rows = [row for i in ids for row in by_id[i]]
-    _normalise_rates(rows)
-    return rows
+            rows = [_journal_row(r) for it in part for r in by_id[it.id]]
+            line = {"wave": index, **schedule, "questions": [it.id for it in part], "rows": rows}
+            append_journal(journal, line)
+    return _normalise_rates([r for i in ids for r in by_id[i]])
+
+
+def _journal_row(record: EvalRecord) -> dict[str, object]:
+    """A record's row in the journal: before the rates are normalised, so without that field."""
+    row = record.to_row()
+    del row["match_rate_norm"]
+    return row
+
+
+def _as_rows(
+    records_of: Callable[P, list[EvalRecord]],
+) -> Callable[P, list[dict[str, object]]]:
+    """``records_of`` returning the dict rows of its records (:meth:`EvalRecord.to_row`)."""
+
+    def rows_of(*args: P.args, **kwargs: P.kwargs) -> list[dict[str, object]]:
+        return [r.to_row() for r in records_of(*args, **kwargs)]
+
+    rows_of.__doc__ = f"{records_of.__name__} as dict rows (samples.jsonl lines)."
+    return rows_of
+
+
+# study side converts after the merge (issue 75): seekrl-eval takes the dict rows (its
+# samples.jsonl lines) and passes them back to summarize and write_outputs.
+rollout_rows = _as_rows(rollout_records)
 
 
 def _roll_wave(
-    loop: Any,
+    loop: RolloutLoop,
     part: Sequence[QAItem],
     k: int,
     in_flight: int,
@@ -138,7 +196,7 @@ def _roll_wave(
     )
 
 
-def restart_backend(loop: Any) -> None:
+def restart_backend(loop: object) -> None:
     """Make ``loop``'s backend start as a new one would (its ``restart()``, where it has one: the
     transformers backend empties its KV prefix cache and its per-call seed count), so that what
     it computes next does not depend on what it computed before."""
@@ -150,11 +208,12 @@ def restart_backend(loop: Any) -> None:
 def question_rows(
     item: QAItem,
     trajs: Sequence[Trajectory],
-    judge: Callable[[JudgeInputs], list[bool]],
+    judge: Judge,
     dataset: str,
     entity_cfg: EntityRewardConfig,
-) -> list[dict[str, Any]]:
-    """The rows of one question's samples, in sample order, judged together."""
+) -> list[EvalRecord]:
+    """The records of one question's samples, in sample order, judged together (the one place
+    an :class:`EvalRecord` is built from a rollout)."""
     verdicts = judge(
         JudgeInputs(
             questions=[item.question] * len(trajs),
@@ -162,39 +221,43 @@ def question_rows(
             golds=[item.golden_answers] * len(trajs),
         )
     )
-    rows = []
+    records = []
     entities = list(item.entities or [])
     for i, (t, ok) in enumerate(zip(trajs, verdicts, strict=True)):
         answer = t.answer if t.status == STATUS_OK else None
         flags = entities_found(t.think_text, entities, entity_cfg.matching())
         rate = sum(flags) / len(entities) if entities else None
-        rows.append(
-            {
-                "dataset": dataset,
-                "question_id": item.id,
-                "answer_key": answer_key(item),
-                "hops": item.hops,
-                "sample": i,
-                "status": t.status,
-                "end_reason": t.end_reason,
-                "answer": answer,
-                "golden_answers": list(item.golden_answers),
-                "correct": bool(ok),
-                "em": bool(answer is not None and exact_match(answer, item.golden_answers)),
-                "f1": token_f1(answer, item.golden_answers) if answer is not None else 0.0,
-                "tool_calls": t.stats.get("tool_calls", 0),
-                "queries": t.stats.get("queries", 0),
-                "turns": t.stats.get("turns", 0),
-                "response_tokens": t.stats.get("response_tokens", 0),
-                "entities": len(entities) if entities else None,
-                "matched": round(rate * len(entities)) if rate is not None else None,
-                "match_rate": rate,
-                **entity_kinds(flags),
-                "think_text": t.think_text,
-                "response_digest": response_digest(t),
-            }
+        kinds = entity_kinds(flags)
+        records.append(
+            EvalRecord(
+                dataset=dataset,
+                question_id=item.id,
+                answer_key=answer_key(item),
+                hops=item.hops,
+                sample=i,
+                status=t.status,
+                end_reason=t.end_reason,
+                answer=answer,
+                golden_answers=tuple(item.golden_answers),
+                correct=bool(ok),
+                em=bool(answer is not None and exact_match(answer, item.golden_answers)),
+                f1=token_f1(answer, item.golden_answers) if answer is not None else 0.0,
+                tool_calls=t.stats.get("tool_calls", 0),
+                queries=t.stats.get("queries", 0),
+                turns=t.stats.get("turns", 0),
+                response_tokens=t.stats.get("response_tokens", 0),
+                entities=len(entities) if entities else None,
+                matched=round(rate * len(entities)) if rate is not None else None,
+                match_rate=rate,
+                matched_anchor=kinds["matched_anchor"],
+                matched_bridges=kinds["matched_bridges"],
+                bridges=kinds["bridges"],
+                matched_answer=kinds["matched_answer"],
+                think_text=t.think_text,
+                response_digest=response_digest(t),
+            )
         )
-    return rows
+    return records
 
 
 def response_digest(traj: Trajectory) -> str:
@@ -204,9 +267,7 @@ def response_digest(traj: Trajectory) -> str:
     return hashlib.blake2b(text, digest_size=8).hexdigest()
 
 
-def read_journal(
-    path: Path, schedule: dict[str, Any]
-) -> dict[tuple[str, ...], list[dict[str, Any]]]:
+def read_journal(path: Path, schedule: Schedule) -> dict[tuple[str, ...], list[dict[str, object]]]:
     """The finished waves in ``path`` (none when it is missing), by their question ids in order,
     each with its rows. A last line cut short by a kill is dropped from the file, so the next wave
     appends after a whole line. Lines of another ``schedule`` (``k``, ``seed``,
@@ -214,7 +275,7 @@ def read_journal(
     versions wrote, are ignored: their rows came from other batches."""
     if not path.is_file():
         return {}
-    out: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    out: dict[tuple[str, ...], list[dict[str, object]]] = {}
     good = 0
     with path.open("rb") as f:
         for line in f:
@@ -237,7 +298,7 @@ def read_journal(
     return out
 
 
-def append_journal(path: Path, record: dict[str, Any]) -> None:
+def append_journal(path: Path, record: Mapping[str, object]) -> None:
     """Append one wave as one line, flushed to disk before the loop goes on."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as f:
@@ -246,57 +307,74 @@ def append_journal(path: Path, record: dict[str, Any]) -> None:
         os.fsync(f.fileno())
 
 
-def _normalise_rates(rows: list[dict[str, Any]]) -> None:
+def _normalise_rates(records: Sequence[EvalRecord]) -> list[EvalRecord]:
     """``match_rate_norm``: each rollout's rate over the best rate among its question's samples."""
     best: dict[str, float] = {}
-    for r in rows:
-        if r["match_rate"] is not None:
-            best[r["question_id"]] = max(best.get(r["question_id"], 0.0), r["match_rate"])
-    for r in rows:
-        rate, top = r["match_rate"], best.get(r["question_id"], 0.0)
-        r["match_rate_norm"] = None if rate is None else (rate / top if top > 0 else 0.0)
+    for r in records:
+        if r.match_rate is not None:
+            best[r.question_id] = max(best.get(r.question_id, 0.0), r.match_rate)
+    out = []
+    for r in records:
+        rate, top = r.match_rate, best.get(r.question_id, 0.0)
+        norm = None if rate is None else (rate / top if top > 0 else 0.0)
+        out.append(dataclasses.replace(r, match_rate_norm=norm))
+    return out
 
 
 def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else float("nan")
 
 
-def summarize(rows: Sequence[dict[str, Any]], k: int) -> dict[str, Any]:
-    """Sampling metrics, tool use and the entity analysis of a set of rows (one dataset or a slice)."""
-    by_q: dict[str, list[dict[str, Any]]] = {}
-    for r in rows:
-        by_q.setdefault(r["question_id"], []).append(r)
+def _present(values: Sequence[T | None], what: str) -> list[T]:
+    """``values`` when none is None (a record the harness built has every field it summarises)."""
+    known = [v for v in values if v is not None]
+    if len(known) < len(values):
+        raise ValueError(
+            f"[summarize] got records without {what}; expected the records the harness rolled "
+            "out. Fix: summarize rollout_records' records (an archive keeps fewer fields)."
+        )
+    return known
+
+
+def summarize(rows: Sequence[RowLike], k: int) -> dict[str, Any]:
+    """Sampling metrics, tool use and the entity analysis of a set of records (one dataset or a
+    slice): the JSON object ``results.json`` holds per dataset (``pass@{k}`` keys name ``k``)."""
+    records = as_records(rows)
+    by_q: dict[str, list[EvalRecord]] = {}
+    for r in records:
+        by_q.setdefault(r.question_id, []).append(r)
     groups = [g for g in by_q.values() if len(g) >= k]
-    sampling = summarize_samples([[r["correct"] for r in g] for g in groups], k)
+    sampling = summarize_samples([[r.correct for r in g] for g in groups], k)
     out: dict[str, Any] = {
         "questions": sampling.questions,
-        "rollouts": len(rows),
+        "rollouts": len(records),
         "k": k,
         "pass@1": sampling.pass1.mean,
         "pass@1_ci": _ci(sampling.pass1),
         f"pass@{k}": sampling.pass_k,
         f"pass^{k}": sampling.pass_hat_k,
-        "em": _mean([float(r["em"]) for r in rows]),
-        "f1": _mean([r["f1"] for r in rows]),
-        "tool_calls": _mean([r["tool_calls"] for r in rows]),
-        "queries": _mean([r["queries"] for r in rows]),
-        "turns": _mean([r["turns"] for r in rows]),
+        "em": _mean(_present([r.em for r in records], "em")),
+        "f1": _mean(_present([r.f1 for r in records], "f1")),
+        "tool_calls": _mean(_present([r.tool_calls for r in records], "tool_calls")),
+        "queries": _mean(_present([r.queries for r in records], "queries")),
+        "turns": _mean(_present([r.turns for r in records], "turns")),
         **{
-            f"{s}_rate": _mean([float(r["status"] == s) for r in rows])
+            f"{s}_rate": _mean([float(r.status == s) for r in records])
             for s in STATUSES
             if s != STATUS_OK
         },
     }
-    with_entities = [r for r in rows if r["match_rate"] is not None]
-    if len(with_entities) == len(rows) and rows:
+    rates = [r.match_rate for r in records if r.match_rate is not None]
+    if len(rates) == len(records) and records:
         cmp = entity_comparison(
-            [[r["matched"] for r in g] for g in groups], [[r["correct"] for r in g] for g in groups]
+            [_present([r.matched for r in g], "matched") for g in groups],
+            [[r.correct for r in g] for g in groups],
         )
-        right = [r["match_rate_norm"] for r in rows if r["correct"]]
-        wrong = [r["match_rate_norm"] for r in rows if not r["correct"]]
+        right = _present([r.match_rate_norm for r in records if r.correct], "match_rate_norm")
+        wrong = _present([r.match_rate_norm for r in records if not r.correct], "match_rate_norm")
         out["entity"] = {
-            "match_rate": _mean([r["match_rate"] for r in rows]),
-            "match_rate_ci": _ci(mean_ci([r["match_rate"] for r in rows])),
+            "match_rate": _mean(rates),
+            "match_rate_ci": _ci(mean_ci(rates)),
             **cmp.as_dict(),
             "norm_rate_hist_correct": histogram(right),
             "norm_rate_hist_wrong": histogram(wrong),
@@ -306,16 +384,17 @@ def summarize(rows: Sequence[dict[str, Any]], k: int) -> dict[str, Any]:
     return out
 
 
-def _ci(est: Any) -> list[float]:
+def _ci(est: Estimate) -> list[float]:
     return [est.low, est.high]
 
 
-def summarize_by_hops(rows: Sequence[dict[str, Any]], k: int) -> dict[str, dict[str, Any]]:
+def summarize_by_hops(rows: Sequence[RowLike], k: int) -> dict[str, dict[str, Any]]:
     """:func:`summarize` per hop count (questions of unknown hops under ``"unknown"``)."""
+    records = as_records(rows)
     out: dict[str, dict[str, Any]] = {}
-    hops = sorted({r["hops"] for r in rows}, key=lambda h: (h is None, h or 0))
+    hops = sorted({r.hops for r in records}, key=lambda h: (h is None, h or 0))
     for h in hops:
         out[str(h) if h is not None else "unknown"] = summarize(
-            [r for r in rows if r["hops"] == h], k
+            [r for r in records if r.hops == h], k
         )
     return out

@@ -5,12 +5,29 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
 
 from framework.config import ComponentConfig, Problem, check_choice, check_range
 from framework.registry.kinds import JUDGES
 from framework.rewards.text import ANSWER_METRICS, answer_metric
 from framework.rollout.policy import chat_prompt_ids
+from framework.rollout.types import Generation
+
+
+class JudgeTokenizer(Protocol):
+    """What the LLM judge needs of a tokenizer beyond its chat template: decoding a verdict."""
+
+    def decode(self, token_ids: Sequence[int], *, skip_special_tokens: bool = ...) -> str: ...
+
+
+class JudgeBackend(Protocol):
+    """What the LLM judge needs of a rollout backend: its tokenizer and batched generation."""
+
+    tokenizer: JudgeTokenizer
+
+    def generate(
+        self, sequences: Sequence[Sequence[int]], max_new_tokens: Sequence[int], stop: Sequence[str]
+    ) -> list[Generation]: ...
 
 
 @dataclass
@@ -43,7 +60,7 @@ class RuleJudge:
     """An answer metric's verdict: normalised exact match (default), substring match, or token F1
     at or above a threshold (:data:`~framework.rewards.text.ANSWER_METRICS`)."""
 
-    def __init__(self, *, cfg: RuleJudgeConfig, backend: Any = None) -> None:
+    def __init__(self, *, cfg: RuleJudgeConfig, backend: JudgeBackend | None = None) -> None:
         self.cfg = cfg
 
     def __call__(self, inputs: JudgeInputs) -> list[bool]:
@@ -80,7 +97,7 @@ class LLMJudge:
         backend: the rollout backend that generates the verdicts (the eval app passes its own).
     """
 
-    def __init__(self, *, cfg: LLMJudgeConfig, backend: Any = None) -> None:
+    def __init__(self, *, cfg: LLMJudgeConfig, backend: JudgeBackend | None = None) -> None:
         if backend is None:
             raise ValueError(
                 "[judge] got judge=llm without a rollout backend. Fix: run it from seekrl-eval, "

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import NormalDist
-from typing import Any
+from typing import cast
 
 import numpy as np
+
+from framework.eval.records import EvalRecord
 
 QuestionKey = tuple[str, str]
 """``(dataset, question_id)``: a question is only the same question within its dataset."""
@@ -89,7 +91,7 @@ class PairedResult:
         )
 
 
-def load_samples(run_dir: Path) -> list[dict[str, Any]]:
+def load_samples(run_dir: Path) -> list[dict[str, object]]:
     """The per-rollout rows of one evaluation run, read from ``<run_dir>/samples.jsonl``.
 
     Args:
@@ -108,7 +110,7 @@ def load_samples(run_dir: Path) -> list[dict[str, Any]]:
             f"[load_samples] got {str(run_dir)!r}; expected an evaluation directory with "
             "samples.jsonl. Fix: run seekrl-eval on the policy and pass its run directory."
         )
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, object]] = []
     with path.open() as fh:
         for lineno, line in enumerate(fh, start=1):
             if not line.strip():
@@ -131,10 +133,28 @@ def load_samples(run_dir: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def per_question(
-    rows: Iterable[Mapping[str, Any]], key: str = "correct"
+def question_means(
+    records: Iterable[EvalRecord],
+    value: Callable[[EvalRecord], float | None] = lambda r: r.correct,
 ) -> dict[QuestionKey, float]:
-    """Mean of ``key`` over each question's samples.
+    """Mean of ``value`` over each question's records (Pass@1 by default).
+
+    Records whose value is None are skipped (``match_rate`` is None for a question without
+    entities); a question with no value left is left out.
+
+    Returns:
+        ``(dataset, question_id) -> mean``, in order of first appearance.
+    """
+    return _means(((r.dataset, r.question_id), value(r)) for r in records)
+
+
+# study side converts after the merge (issue 75): the study and seekrl-train's final comparison
+# pass the dict rows of read_records (with keys of their own, ``format_error``); question_means
+# takes records.
+def per_question(
+    rows: Iterable[Mapping[str, object]], key: str = "correct"
+) -> dict[QuestionKey, float]:
+    """Mean of ``key`` over each question's samples, as :func:`question_means` of dict rows.
 
     Samples whose value is ``None`` are skipped (``match_rate`` is ``None`` for a question without
     entities); a question with no value left is left out.
@@ -147,22 +167,40 @@ def per_question(
         ``(dataset, question_id) -> mean``, in order of first appearance.
 
     Raises:
-        ValueError: a row lacks ``dataset``, ``question_id`` or ``key``.
+        ValueError: a row lacks ``dataset``, ``question_id`` or ``key``, or its ``key`` is not a
+            number.
     """
+
+    def pairs() -> Iterable[tuple[QuestionKey, float | None]]:
+        for i, row in enumerate(rows):
+            missing = [f for f in ("dataset", "question_id", key) if f not in row]
+            if missing:
+                raise ValueError(
+                    f"[per_question] got row {i} without {missing}; expected the fields of "
+                    "seekrl-eval's samples.jsonl. Fix: pass rows from load_samples, or a key "
+                    f"that the rows have (row {i} has {sorted(row)})."
+                )
+            value = row[key]
+            if value is not None and not isinstance(value, int | float):
+                raise ValueError(
+                    f"[per_question] got {key}={value!r} in row {i}; expected a number, a bool "
+                    "or null. Fix: pass rows from load_samples or read_records."
+                )
+            yield (
+                cast(QuestionKey, (row["dataset"], row["question_id"])),
+                value,
+            )  # as the rows hold them
+
+    return _means(pairs())
+
+
+def _means(values: Iterable[tuple[QuestionKey, float | None]]) -> dict[QuestionKey, float]:
+    """Per question, the mean of its values that are not None (questions with none left out)."""
     sums: dict[QuestionKey, float] = {}
     counts: dict[QuestionKey, int] = {}
-    for i, row in enumerate(rows):
-        missing = [f for f in ("dataset", "question_id", key) if f not in row]
-        if missing:
-            raise ValueError(
-                f"[per_question] got row {i} without {missing}; expected the fields of "
-                "seekrl-eval's samples.jsonl. Fix: pass rows from load_samples, or a key that "
-                f"the rows have (row {i} has {sorted(row)})."
-            )
-        value = row[key]
+    for q, value in values:
         if value is None:
             continue
-        q = (row["dataset"], row["question_id"])
         sums[q] = sums.get(q, 0.0) + float(value)
         counts[q] = counts.get(q, 0) + 1
     return {q: sums[q] / counts[q] for q in sums}
@@ -220,11 +258,7 @@ def paired_bootstrap(
     Raises:
         ValueError: fewer than 2 common questions, ``n_boot < 1`` or ``level`` outside (0, 1).
     """
-    if n_boot < 1 or not 0.0 < level < 1.0:
-        raise ValueError(
-            f"[paired_bootstrap] got n_boot={n_boot}, level={level}; expected n_boot >= 1 and "
-            "0 < level < 1. Fix: use e.g. n_boot=10000, level=0.95."
-        )
+    _check_bootstrap("paired_bootstrap", n_boot, level)
     # Sorted, so the result does not depend on the order the dicts were built in.
     common = sorted(set(a) & set(b), key=repr)
     unpaired = len(set(a) ^ set(b))
@@ -239,6 +273,15 @@ def paired_bootstrap(
     d = b_vals - a_vals  # [n]
     boot = _bootstrap_means(d, n_boot, np.random.default_rng(seed))  # [n_boot]
     return _result(a_vals, b_vals, boot, unpaired=unpaired, level=level)
+
+
+def _check_bootstrap(where: str, n_boot: int, level: float) -> None:
+    """Refuse ``n_boot < 1`` or a ``level`` outside (0, 1), naming the function ``where``."""
+    if n_boot < 1 or not 0.0 < level < 1.0:
+        raise ValueError(
+            f"[{where}] got n_boot={n_boot}, level={level}; expected n_boot >= 1 and "
+            "0 < level < 1. Fix: use e.g. n_boot=10000, level=0.95."
+        )
 
 
 def _result(
@@ -319,11 +362,7 @@ def seed_bootstrap(
             f"[seed_bootstrap] got {len(a_runs)} and {len(b_runs)} runs; expected at least one "
             "per arm. Fix: pass per_question(load_samples(dir)) for each seed of each arm."
         )
-    if n_boot < 1 or not 0.0 < level < 1.0:
-        raise ValueError(
-            f"[seed_bootstrap] got n_boot={n_boot}, level={level}; expected n_boot >= 1 and "
-            "0 < level < 1. Fix: use e.g. n_boot=10000, level=0.95."
-        )
+    _check_bootstrap("seed_bootstrap", n_boot, level)
     runs = [*a_runs, *b_runs]
     every = set(runs[0]).intersection(*runs[1:])
     common = sorted(every, key=repr)
@@ -353,7 +392,7 @@ def seed_bootstrap(
 def cluster_bootstrap(
     a: Mapping[QuestionKey, float],
     b: Mapping[QuestionKey, float],
-    clusters: Mapping[QuestionKey, Any],
+    clusters: Mapping[QuestionKey, Hashable],
     *,
     n_boot: int = 10000,
     seed: int = 0,
@@ -384,13 +423,9 @@ def cluster_bootstrap(
         ValueError: fewer than 2 clusters among the common questions, ``n_boot < 1`` or
             ``level`` outside (0, 1).
     """
-    if n_boot < 1 or not 0.0 < level < 1.0:
-        raise ValueError(
-            f"[cluster_bootstrap] got n_boot={n_boot}, level={level}; expected n_boot >= 1 and "
-            "0 < level < 1. Fix: use e.g. n_boot=10000, level=0.95."
-        )
+    _check_bootstrap("cluster_bootstrap", n_boot, level)
     common = sorted(set(a) & set(b), key=repr)
-    labels = [clusters.get(q, ("question", q)) for q in common]
+    labels: list[Hashable] = [clusters.get(q, ("question", q)) for q in common]
     order = sorted(set(labels), key=repr)
     if len(order) < 2:
         raise ValueError(

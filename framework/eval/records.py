@@ -3,7 +3,9 @@
 ``seekrl-eval`` writes ``records.jsonl.gz`` beside ``samples.jsonl``: one compact line per rollout
 with what the statistics need and nothing they do not (no think text), so a whole study's records
 take a few hundred kB and can be committed with its report. :func:`read_records` reads one back and
-checks its fields; ``seekrl-study report_only=true`` builds every table from these files alone.
+checks its fields (:func:`load_records` reads them as typed :class:`EvalRecord` objects, the one
+record of a rollout from the harness to the statistics); ``seekrl-study report_only=true`` builds
+every table from these files alone.
 
 Fields (:data:`RECORD_FIELDS`): the question (``dataset``, ``question_id``, ``answer_key`` — the
 normalised answer that clusters questions sharing it — and ``hops``), the sample index, the
@@ -20,6 +22,7 @@ import gzip
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +51,156 @@ RECORD_FIELDS = (
 REQUIRED = ("dataset", "question_id", "sample", "correct")
 
 
+@dataclass(frozen=True, kw_only=True)
+class EvalRecord:
+    """One rollout of one question in an evaluation: what
+    :func:`~framework.eval.harness.rollout_records` judged, a line of ``samples.jsonl``, of which
+    the archive keeps :data:`RECORD_FIELDS`.
+
+    Built once, by the harness (:func:`~framework.eval.harness.question_rows`); the statistics and
+    the report read its attributes. Only ``dataset``, ``question_id``, ``sample`` and ``correct``
+    are always there: a record read back from an archive (:func:`load_records`) has None for the
+    fields the archive does not keep (``end_reason``, ``answer``, ``golden_answers``, ``queries``,
+    ``matched``, ``think_text``, ``response_digest``, ``match_rate_norm``) and for any an older
+    archive lacks; a record the harness built has every field, None only where said below.
+
+    Attributes:
+        dataset: the dataset's name (``synth/validation``); questions pair within it.
+        question_id: the question's id, unique within its dataset.
+        answer_key: the normalised answer; questions sharing it form one cluster
+            (:func:`~framework.eval.paired.cluster_bootstrap`).
+        hops: the question's hop count; None when the dataset does not say.
+        sample: the rollout's index among its question's ``k`` samples, 0-based.
+        status: how the rollout ended (one of :data:`~framework.types.STATUSES`).
+        end_reason: why the agent loop stopped (the trajectory's ``end_reason``).
+        answer: the final answer; None when the rollout gave none (status not ``ok``).
+        golden_answers: the question's gold answers.
+        correct: the judge's verdict.
+        em: whether the answer exactly matches a gold answer after normalisation.
+        f1: token F1 of the answer against the gold answers (0.0 without an answer).
+        tool_calls: search calls the rollout made.
+        queries: search queries it sent (a call may send several).
+        turns: assistant turns.
+        response_tokens: tokens after the prompt (generated and tool responses).
+        entities: ground-truth entities of the question; None for a question without them (then
+            every entity field below is None too).
+        matched: how many of them the reasoning matched.
+        match_rate: ``matched / entities``, the entity reward's γ.
+        matched_anchor: 1 if the entity the question names matched, else 0; None for a chain of
+            one entity.
+        matched_bridges: hidden entities between anchor and answer that matched.
+        bridges: hidden entities between anchor and answer (``entities - 2``, at least 0).
+        matched_answer: 1 if the answer entity matched, else 0.
+        think_text: the rollout's reasoning text (not archived: the bulk of a row).
+        response_digest: 16 hex digits of every token after the prompt; equal digests are the same
+            rollout, token for token.
+        match_rate_norm: ``match_rate`` over the best rate among the question's samples (0.0
+            when that is 0); None without entities.
+    """
+
+    dataset: str
+    question_id: str
+    answer_key: str | None = None
+    hops: int | None = None
+    sample: int
+    status: str | None = None
+    end_reason: str | None = None
+    answer: str | None = None
+    golden_answers: tuple[str, ...] | None = None
+    correct: bool
+    em: bool | None = None
+    f1: float | None = None
+    tool_calls: int | None = None
+    queries: int | None = None
+    turns: int | None = None
+    response_tokens: int | None = None
+    entities: int | None = None
+    matched: int | None = None
+    match_rate: float | None = None
+    matched_anchor: int | None = None
+    matched_bridges: int | None = None
+    bridges: int | None = None
+    matched_answer: int | None = None
+    think_text: str | None = None
+    response_digest: str | None = None
+    match_rate_norm: float | None = None
+
+    def to_row(self) -> dict[str, object]:
+        """The ``samples.jsonl`` line of this record: every field, in declaration order (the
+        order ``seekrl-eval`` has always written), ``golden_answers`` as a list."""
+        row: dict[str, object] = {f: getattr(self, f) for f in ROW_FIELDS}
+        if self.golden_answers is not None:
+            row["golden_answers"] = list(self.golden_answers)
+        return row
+
+    def archived(self) -> dict[str, object]:
+        """The archive's line of this record: :data:`RECORD_FIELDS` only (no think text)."""
+        return {f: getattr(self, f) for f in RECORD_FIELDS}
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, object], where: str = "[records]") -> EvalRecord:
+        """The record of one dict row (a ``samples.jsonl`` or archive line, a journal's row);
+        fields it lacks are None, fields it has beyond :data:`ROW_FIELDS` are left out.
+
+        Raises:
+            RecordsError: a required field is missing or a field has a value of the wrong type
+                (the message starts with ``where``, e.g. ``[records] <file>:<line>``).
+        """
+        missing = [f for f in REQUIRED if f not in row]
+        if missing:
+            raise RecordsError(
+                f"{where} got a row without {missing}; expected the fields {list(RECORD_FIELDS)}."
+                " Fix: rewrite it with write_records."
+            )
+        values: dict[str, Any] = {}
+        for name in ROW_FIELDS:
+            value = row.get(name)
+            if value is None:
+                continue
+            kinds = _KINDS[name]
+            ok = isinstance(value, kinds) and not (bool not in kinds and isinstance(value, bool))
+            if name == "golden_answers":
+                ok = isinstance(value, list | tuple) and all(isinstance(g, str) for g in value)
+                value = tuple(value) if ok else value  # type: ignore[arg-type]
+            if not ok:
+                expected = " or ".join(k.__name__ for k in kinds)
+                raise RecordsError(
+                    f"{where} got {name}={value!r}; expected {expected} or null. Fix: rewrite "
+                    "the line with write_records (or evaluate again)."
+                )
+            values[name] = value
+        return cls(**values)
+
+
+#: every field of an :class:`EvalRecord`, in the order of a ``samples.jsonl`` line
+ROW_FIELDS = tuple(f.name for f in fields(EvalRecord))
+#: the JSON types each field may have (besides null); an int stands for a float (``0`` for 0.0)
+_KINDS: dict[str, tuple[type, ...]] = {
+    **dict.fromkeys(
+        ("dataset", "question_id", "answer_key", "status", "end_reason", "answer"), (str,)
+    ),
+    **dict.fromkeys(("think_text", "response_digest"), (str,)),
+    **dict.fromkeys(
+        ("hops", "sample", "tool_calls", "queries", "turns", "response_tokens", "entities"), (int,)
+    ),
+    **dict.fromkeys(
+        ("matched", "matched_anchor", "matched_bridges", "bridges", "matched_answer"), (int,)
+    ),
+    **dict.fromkeys(("correct", "em"), (bool,)),
+    **dict.fromkeys(("f1", "match_rate", "match_rate_norm"), (float, int)),
+    "golden_answers": (list,),
+}
+
+#: a record, or a dict row of one (``EvalRecord.to_row``): what the apps and the study pass today
+#: study side converts after the merge (issue 75)
+RowLike = EvalRecord | Mapping[str, object]
+
+
+def as_records(rows: Iterable[RowLike]) -> list[EvalRecord]:
+    """``rows`` as records (dict rows through :meth:`EvalRecord.from_row`)."""
+    return [r if isinstance(r, EvalRecord) else EvalRecord.from_row(r) for r in rows]
+
+
 class RecordsError(ValueError):
     """An archive that cannot be read as evaluation records (the message says where and why)."""
 
@@ -64,12 +217,15 @@ def entity_kinds(flags: Sequence[bool]) -> dict[str, int | None]:
     }
 
 
-def to_record(row: Mapping[str, Any]) -> dict[str, Any]:
-    """The record of one sample row of ``seekrl-eval`` (fields it lacks are None)."""
+def to_record(row: RowLike) -> dict[str, object]:
+    """The archive's line of one record or sample row of ``seekrl-eval`` (fields a row lacks are
+    None)."""
+    if isinstance(row, EvalRecord):
+        return row.archived()
     return {f: row.get(f) for f in RECORD_FIELDS}
 
 
-def write_records(path: Path, rows: Iterable[Mapping[str, Any]]) -> Path:
+def write_records(path: Path, rows: Iterable[RowLike]) -> Path:
     """Write the records of ``rows`` to ``path`` (gzip, one JSON object a line), atomically and
     byte-for-byte reproducibly (no timestamp or file name in the gzip header)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -81,19 +237,37 @@ def write_records(path: Path, rows: Iterable[Mapping[str, Any]]) -> Path:
     return path
 
 
+def load_records(path: Path) -> list[EvalRecord]:
+    """The records in ``path``, typed.
+
+    Raises:
+        RecordsError: as :func:`read_records`, and for a field whose value has the wrong type
+            (``[records] <file>:<line> got correct='yes'; expected bool or null. Fix: ...``).
+    """
+    return [EvalRecord.from_row(rec, f"[records] {path}:{n}") for n, rec in _lines(path)]
+
+
+# study side converts after the merge (issue 75): the study's archive and seekrl-train's final
+# comparison read the dicts (and add keys to them); they take load_records's records then.
 def read_records(path: Path) -> list[dict[str, Any]]:
-    """The records in ``path``.
+    """The records in ``path``, each the JSON object of its line.
 
     Raises:
         RecordsError: the file is missing, not gzip, has a line that is not a JSON object, or a
             record without a required field.
     """
+    return [rec for _, rec in _lines(path)]
+
+
+def _lines(path: Path) -> list[tuple[int, dict[str, object]]]:
+    """``(line number, JSON object)`` of each non-blank line of the archive ``path``, checked for
+    the required fields (errors as :func:`read_records` says)."""
     if not path.is_file():
         raise RecordsError(
             f"[records] got {str(path)!r}; expected a {RECORDS} archive. Fix: evaluate the policy "
             "again (seekrl-eval writes it), or point at the study directory that holds it."
         )
-    out = []
+    out: list[tuple[int, dict[str, object]]] = []
     try:
         with gzip.open(path, "rt", encoding="utf-8") as fh:
             for lineno, line in enumerate(fh, start=1):
@@ -113,7 +287,7 @@ def read_records(path: Path) -> list[dict[str, Any]]:
                         f"[records] got line {lineno} of {path} without {missing}; expected the "
                         f"fields {list(RECORD_FIELDS)}. Fix: rewrite it with write_records."
                     )
-                out.append(rec)
+                out.append((lineno, rec))
     except (OSError, EOFError) as err:
         raise RecordsError(
             f"[records] got {path} that is not a readable gzip file ({err}); expected a "

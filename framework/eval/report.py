@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
-from framework.eval.records import RECORDS, write_records
+from framework.eval.records import RECORDS, RowLike, as_records, write_records
 
 TABLE_KEYS = (
     "questions",
@@ -29,8 +29,43 @@ TABLE_KEYS = (
 )
 
 
-def flat(summary: dict[str, Any]) -> dict[str, Any]:
-    """One table row of a summary (k-specific keys renamed to pass@k / pass^k)."""
+#: one table row of a summary (:func:`flat`): the figures of :data:`TABLE_KEYS`
+TableRow = TypedDict(
+    "TableRow",
+    {
+        "questions": int,
+        "rollouts": int,
+        "pass@1": float,
+        "pass@1_low": float,
+        "pass@1_high": float,
+        "pass@k": float,
+        "pass^k": float,
+        "em": float,
+        "f1": float,
+        "tool_calls": float,
+        "queries": float,
+        "turns": float,
+        "format_error_rate": float,
+        "over_budget_rate": float,
+        "entity_match_rate": float | None,
+    },
+)
+
+
+class CompareRow(TableRow):
+    """A row of ``comparison.csv``: one dataset of one run."""
+
+    run: str
+    dataset: str
+
+
+#: Pass@1 pooled over the runs that share a label, with a 95% interval across them
+Pooled = TypedDict("Pooled", {"runs": int, "pass@1": float, "ci": list[float]})
+
+
+def flat(summary: Mapping[str, Any]) -> TableRow:
+    """One table row of a summary (:func:`~framework.eval.harness.summarize`; k-specific keys
+    renamed to pass@k / pass^k)."""
     k = summary["k"]
     entity = summary.get("entity") or {}
     return {
@@ -52,7 +87,7 @@ def flat(summary: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _write_csv(path: Path, rows: Sequence[dict[str, Any]], first: Sequence[str]) -> None:
+def _write_csv(path: Path, rows: Sequence[Mapping[str, object]], first: Sequence[str]) -> None:
     keys = [*first, *TABLE_KEYS]
     with path.open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=keys)
@@ -61,20 +96,27 @@ def _write_csv(path: Path, rows: Sequence[dict[str, Any]], first: Sequence[str])
             w.writerow({k: _fmt(r.get(k)) for k in keys})
 
 
-def _fmt(v: Any) -> Any:
+def _fmt(v: object) -> object:
     return round(v, 4) if isinstance(v, float) else v
 
 
 def write_outputs(
-    run_dir: Path, results: dict[str, Any], rows: Sequence[dict[str, Any]], notices: list[str]
+    run_dir: Path, results: Mapping[str, Any], rows: Sequence[RowLike], notices: list[str]
 ) -> list[Path]:
-    """Everything an evaluation leaves behind; returns the plot files."""
+    """Everything an evaluation leaves behind; returns the plot files.
+
+    Args:
+        results: the JSON object of ``results.json`` (``policy``, ``k``, ``judge``, ``seed``,
+            ``schedule``, and per dataset its ``overall`` and ``by_hops`` summaries).
+        rows: the evaluation's records (or their dict rows), every dataset's.
+    """
+    records = as_records(rows)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     with (run_dir / "samples.jsonl").open("w") as fh:
-        for r in rows:
-            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
-    write_records(run_dir / RECORDS, rows)
+        for r in records:
+            fh.write(json.dumps(r.to_row(), ensure_ascii=False) + "\n")
+    write_records(run_dir / RECORDS, records)
     datasets = results["datasets"]
     _write_csv(
         run_dir / "summary.csv",
@@ -96,7 +138,7 @@ def write_outputs(
     return plots
 
 
-def _plots(run_dir: Path, results: dict[str, Any]) -> list[Path]:
+def _plots(run_dir: Path, results: Mapping[str, Any]) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -149,7 +191,7 @@ def _plots(run_dir: Path, results: dict[str, Any]) -> list[Path]:
     return out
 
 
-def _markdown(results: dict[str, Any], plots: list[Path], notices: list[str]) -> str:
+def _markdown(results: Mapping[str, Any], plots: list[Path], notices: list[str]) -> str:
     k = results["k"]
     lines = [
         f"# Evaluation of {results['policy']}",
@@ -211,7 +253,7 @@ def _markdown(results: dict[str, Any], plots: list[Path], notices: list[str]) ->
     return "\n".join(lines) + "\n"
 
 
-def _tensorboard(run_dir: Path, results: dict[str, Any], plots: list[Path]) -> None:
+def _tensorboard(run_dir: Path, results: Mapping[str, Any], plots: list[Path]) -> None:
     from torch.utils.tensorboard import SummaryWriter
 
     writer = SummaryWriter(str(run_dir / "tensorboard"))
@@ -297,11 +339,11 @@ def compare(runs: Sequence[Path], labels: Sequence[str] | None, out: Path) -> di
     if kind == "train_sweep":
         return compare_train_sweeps(found, out)
     loaded = [(label, json.loads((run / "results.json").read_text())) for label, run in found]
-    rows = []
+    rows: list[CompareRow] = []
     for label, res in loaded:
         for d, s in res["datasets"].items():
             rows.append({"run": label, "dataset": d, **flat(s["overall"])})
-    pooled: dict[str, dict[str, Any]] = {}
+    pooled: dict[str, Pooled] = {}
     for label in dict.fromkeys(lbl for lbl, _ in loaded):
         for d in {d for lbl, r in loaded if lbl == label for d in r["datasets"]}:
             vals = [
@@ -350,9 +392,9 @@ def compare(runs: Sequence[Path], labels: Sequence[str] | None, out: Path) -> di
 def compare_train_sweeps(sweeps: Sequence[tuple[str, Path]], out: Path) -> dict[str, Any]:
     """The sweep tables of training sweeps, one row per job (``comparison.md``, ``.csv``,
     ``.json``); a sweep's policies are compared on held-out questions by evaluating them."""
-    from framework.eval.sweep import read, render_csv, render_markdown
+    from framework.eval.sweep import SweepRow, read, render_csv, render_markdown
 
-    rows = []
+    rows: list[SweepRow] = []
     for label, sweep in sweeps:
         rows += [{"sweep": label, **r} for r in read(sweep)]
     out.mkdir(parents=True, exist_ok=True)
@@ -371,7 +413,7 @@ def compare_train_sweeps(sweeps: Sequence[tuple[str, Path]], out: Path) -> dict[
     return result
 
 
-def _compare_plot(out: Path, rows: Sequence[dict[str, Any]]) -> None:
+def _compare_plot(out: Path, rows: Sequence[CompareRow]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")

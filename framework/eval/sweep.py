@@ -24,10 +24,10 @@ import csv
 import io
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, cast
 
 try:  # POSIX; elsewhere the table is written without a lock
     import fcntl
@@ -41,6 +41,27 @@ LOCK = ".sweep.lock"
 
 #: metrics shown in sweep.md beside the optimized one, when a job measured them (sweep.csv has all)
 HEADLINE = ("val/accuracy", "val/reward", "val/format_valid", "rollout/reward", "rollout/accuracy")
+
+
+class SweepRow(TypedDict, total=False):
+    """One job's line of ``sweep.jsonl`` (the example above); the rows of a table read back, of
+    which a job may lack any field (an older or killed job's)."""
+
+    app: str
+    job: int
+    overrides: list[str]
+    status: str
+    steps: int
+    seconds: float
+    threads: int
+    optimized_metric: str | None
+    value: float | None
+    metrics: dict[str, float | int | str | None]
+    run_dir: str
+    summary: str
+    finished_at: str
+    #: the label of the sweep a row comes from, where several are compared side by side
+    sweep: str
 
 
 @dataclass(frozen=True)
@@ -82,7 +103,7 @@ def locked(sweep_dir: Path) -> Iterator[None]:
                 fcntl.lockf(fh, fcntl.LOCK_UN)
 
 
-def append(sweep_dir: Path, row: dict[str, Any]) -> list[dict[str, Any]]:
+def append(sweep_dir: Path, row: Mapping[str, object]) -> list[SweepRow]:
     """Add ``row`` to the sweep table and re-render ``sweep.md`` and ``sweep.csv``; returns the
     table (one row per job, by job number)."""
     sweep_dir = Path(sweep_dir)
@@ -98,20 +119,20 @@ def append(sweep_dir: Path, row: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def read(sweep_dir: Path) -> list[dict[str, Any]]:
+def read(sweep_dir: Path) -> list[SweepRow]:
     """The rows of ``sweep.jsonl`` (the last per job number, sorted by it); [] when there is none.
     A line that does not parse (a job killed mid-write without the lock) is skipped."""
     path = Path(sweep_dir) / TABLE
     if not path.is_file():
         return []
-    by_job: dict[Any, dict[str, Any]] = {}
+    by_job: dict[object, SweepRow] = {}
     for text in path.read_text().splitlines():
         try:
             row = json.loads(text)
         except json.JSONDecodeError:
             continue
-        if isinstance(row, dict):
-            by_job[row.get("job")] = row
+        if isinstance(row, dict):  # a JSON object of the job's summary: taken as what it says
+            by_job[row.get("job")] = cast(SweepRow, row)
     return sorted(by_job.values(), key=lambda r: (r.get("job") is None, r.get("job") or 0))
 
 
@@ -126,16 +147,14 @@ def varying(overrides: Sequence[Sequence[str]]) -> tuple[list[str], list[list[st
     return common, [[o for o in job if o not in common] for job in overrides]
 
 
-def metric_columns(rows: Sequence[dict[str, Any]]) -> list[str]:
+def metric_columns(rows: Sequence[SweepRow]) -> list[str]:
     """Every metric any row has, the optimized metrics first, then the rest sorted."""
-    optimized = list(
-        dict.fromkeys(r["optimized_metric"] for r in rows if r.get("optimized_metric"))
-    )
+    optimized = list(dict.fromkeys(m for r in rows if (m := r.get("optimized_metric"))))
     rest = sorted({k for r in rows for k in r.get("metrics", {})} - set(optimized))
     return optimized + rest
 
 
-def render_markdown(rows: Sequence[dict[str, Any]], title: str = "Sweep", level: int = 1) -> str:
+def render_markdown(rows: Sequence[SweepRow], title: str = "Sweep", level: int = 1) -> str:
     """The table as markdown under a heading of ``level``: job, the overrides that differ between
     jobs, status, steps, the optimized metric and the headline metrics, time and run directory."""
     common, own = varying([r.get("overrides", []) for r in rows])
@@ -163,7 +182,7 @@ def render_markdown(rows: Sequence[dict[str, Any]], title: str = "Sweep", level:
     return "\n".join(lines) + "\n"
 
 
-def render_csv(rows: Sequence[dict[str, Any]], lead: Sequence[str] = ()) -> str:
+def render_csv(rows: Sequence[SweepRow], lead: Sequence[str] = ()) -> str:
     """The table as CSV: one column per field and per metric (empty where a job lacks it); the
     row keys in ``lead`` first."""
     metrics = metric_columns(rows)
@@ -201,7 +220,7 @@ def job_overrides(job_dir: Path) -> list[str]:
     return [str(o) for o in OmegaConf.load(path)]
 
 
-def _number(v: Any) -> str:
+def _number(v: object) -> str:
     if v is None:
         return ""
     return f"{v:.4f}" if isinstance(v, float) else str(v)

@@ -8,8 +8,11 @@ import pytest
 
 from framework.eval.records import (
     RECORD_FIELDS,
+    ROW_FIELDS,
+    EvalRecord,
     RecordsError,
     entity_kinds,
+    load_records,
     read_records,
     write_records,
 )
@@ -58,3 +61,37 @@ def test_bad_archives_are_clear_errors(tmp_path):
         fh.write("{not json\n")
     with pytest.raises(RecordsError, match="malformed JSON on line 1"):
         read_records(tmp_path / "bad.jsonl.gz")
+
+
+def test_load_records_reads_typed_records_and_names_the_bad_line(tmp_path):
+    record = EvalRecord(
+        dataset="d", question_id="q1", sample=0, correct=True, hops=2, think_text="x"
+    )
+    path = write_records(tmp_path / "a.jsonl.gz", [record])
+    # the archive keeps RECORD_FIELDS only; the rest read back as None
+    assert load_records(path) == [
+        EvalRecord(dataset="d", question_id="q1", sample=0, correct=True, hops=2)
+    ]
+    assert read_records(path) == [record.archived()]
+    with gzip.open(tmp_path / "typed.jsonl.gz", "wt") as fh:
+        fh.write('{"dataset": "d", "question_id": "q", "sample": 0, "correct": true}\n')
+        fh.write('{"dataset": "d", "question_id": "q", "sample": 1, "correct": "yes"}\n')
+    with pytest.raises(
+        RecordsError,
+        match=r"\[records\] .*typed\.jsonl\.gz:2 got correct='yes'; expected bool.*Fix:",
+    ):
+        load_records(tmp_path / "typed.jsonl.gz")
+
+
+def test_a_record_and_its_row_convert_both_ways():
+    row = {
+        "dataset": "d",
+        "question_id": "q",
+        "sample": 1,
+        "correct": False,
+        "golden_answers": ["a"],
+    }
+    record = EvalRecord.from_row(row)
+    assert record.golden_answers == ("a",) and record.tool_calls is None
+    assert EvalRecord.from_row(record.to_row()) == record
+    assert list(record.to_row()) == list(ROW_FIELDS) and record.to_row()["golden_answers"] == ["a"]
