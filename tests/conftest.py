@@ -63,3 +63,10 @@ def study_checkout(tmp_path, monkeypatch):
     checkout.commit("first")
     monkeypatch.setattr(study_integrity, "code_checkout", lambda: checkout.path)
     return checkout
+
+
+@pytest.fixture(autouse=True)
+def _detect_bf16_from_the_cpu(monkeypatch):
+    """Tests inject CPU flags themselves: a SEEKRL_NATIVE_BF16 set in the shell must not override
+    them (a test that needs it sets it)."""
+    monkeypatch.delenv("SEEKRL_NATIVE_BF16", raising=False)

@@ -124,6 +124,12 @@ def run_case(overrides: list[str], logit_scale: float = 1.0) -> dict[str, Any]:
     }
 
 
+#: the mini-batch case's second mini-batch runs after an optimiser step, which carries the kernels'
+#: last-bit differences between CPUs into its gradients (1.1e-4 relative on a Zen 4 against the
+#: recording Xeon): a looser relative tolerance there, the others unchanged
+REL = {"grpo+minibatches": 5e-4}
+
+
 def _close(got: Any, want: Any, where: str) -> None:
     if isinstance(want, dict):
         assert set(got) == set(want), f"{where}: keys {sorted(set(got) ^ set(want))} differ"
@@ -134,7 +140,8 @@ def _close(got: Any, want: Any, where: str) -> None:
         for i, (g, w) in enumerate(zip(got, want, strict=True)):
             _close(g, w, f"{where}[{i}]")
     else:
-        assert got == pytest.approx(want, rel=1e-4, abs=1e-6), f"{where}: {got} != {want}"
+        rel = REL.get(where.split(".")[0], 1e-4)
+        assert got == pytest.approx(want, rel=rel, abs=1e-6), f"{where}: {got} != {want}"
 
 
 @pytest.fixture(scope="module")
