@@ -28,10 +28,13 @@ APPS: dict[str, type] = {
     "study": StudyConfig,
 }
 
+# the config resolvers every app's config may use (``${bf16_or_fp32:A,B}``), registered once before
+# anything composes; idempotent
+register_resolvers()
+
 
 def prepare() -> None:
     """Register built-ins, load plugins and store the app schemas (idempotent)."""
-    register_resolvers()
     hydra_app.prepare(APPS)
 
 
@@ -40,18 +43,15 @@ def run_app(app: str, task: Callable[[Any], Any], argv: Sequence[str] | None = N
 
     Exit status 2 with one line per problem on a configuration error.
     """
-    register_resolvers()
     return hydra_app.run_app(app, task, APPS, argv)
 
 
 def compose(app: str, overrides: Sequence[str] = ()) -> Any:
     """The composed (untyped) config of ``app`` with ``overrides``, as the command line would build it
     (``run_dir``, where the app has one, defaults to ``runs/<app>/compose``)."""
-    register_resolvers()
     return hydra_app.compose(app, overrides, APPS)
 
 
 def load_config(app: str, overrides: Sequence[str] = ()) -> Any:
     """The validated, typed config of ``app`` (raises ConfigError or UnknownComponentError)."""
-    register_resolvers()
     return hydra_app.load_config(app, overrides, APPS)
