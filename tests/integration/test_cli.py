@@ -37,6 +37,7 @@ def test_train_prints_composed_typed_config_for_swapped_components():
     assert "reward:\n  name: e_grpo\n  alpha: 0.3" in out
 
 
+@pytest.mark.slow
 def test_unknown_component_lists_options_and_closest_match():
     proc = run("train", "advantage=nonexistent")
     assert proc.returncode == 2
@@ -64,6 +65,7 @@ def test_invalid_values_reported_together(tmp_path):
     }
 
 
+@pytest.mark.slow
 def test_dry_run_validates_and_lists_components(tmp_path):
     # an empty cache, as on a fresh machine: the dry run says what it would build and builds nothing
     cache = tmp_path / "cache"

@@ -62,6 +62,7 @@ def test_eval_writes_report_tables_plots_and_compares(tmp_path):
     assert "Pooled over runs" in (tmp_path / "cmp" / "comparison.md").read_text()
 
 
+@pytest.mark.slow
 def test_eval_of_a_trained_checkpoint_and_a_mismatched_one(tmp_path):
     from framework.cli.app import run_app
     from framework.cli.train import train

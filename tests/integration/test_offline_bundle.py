@@ -26,6 +26,7 @@ def test_pack_is_first_fit_largest_first_under_the_cap():
         pack([Item(Path("a"), 50)], 40)
 
 
+@pytest.mark.slow
 def test_a_bundle_installs_on_the_other_side(tmp_path):
     cache = tmp_path / "cache"
     model = cache / "models" / "smollm2-135m-instruct"

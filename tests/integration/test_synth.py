@@ -68,6 +68,7 @@ def reward_configs() -> list[EntityRewardConfig]:
     ]
 
 
+@pytest.mark.slow
 def test_splits_report_and_files(synth_dir):
     for split, n in SIZES.items():
         jsonl = read_dataset(synth_dir / f"{split}.jsonl")

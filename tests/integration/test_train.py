@@ -112,10 +112,16 @@ def initial_tiny_weights() -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
+@pytest.mark.slow
 def test_training_changes_the_policy_and_logs_every_metric(tmp_path):
     run = tmp_path / "run"
     value = train_in_process(
-        run, "reward=test_length_mod", "final_eval.enabled=true", "final_eval.questions=4"
+        run,
+        "reward=test_length_mod",
+        "final_eval.enabled=true",
+        "final_eval.questions=4",
+        # scale=demo gives 1 sample per question where the CPU trains in fp32: pinned for every CPU
+        "final_eval.samples_per_question=2",
     )
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps"] == 2 and not summary["interrupted"]
@@ -240,6 +246,7 @@ def test_dynamic_sampling_drops_groups_without_signal_end_to_end(tmp_path):
     assert len(rows) == 12 and all(len(r["entities"]) == 2 for r in rows)
 
 
+@pytest.mark.slow
 def test_adaptive_sampler_observes_every_step_and_its_checkpoint_keeps_the_log(tmp_path):
     run = tmp_path / "run"
     train_in_process(run, "sampler=vade", "reward=test_length_mod", "trainer.val_at_end=false")
@@ -306,6 +313,7 @@ STATEFUL_SAMPLERS = [
 
 
 @pytest.mark.parametrize("sampler", STATEFUL_SAMPLERS)
+@pytest.mark.slow
 def test_resumed_run_with_a_stateful_sampler_equals_the_uninterrupted_one(tmp_path, sampler):
     # four steps, resumed after the second: vade's and xrpo's draw of step 3 (0-based) uses the
     # observation of step 1, which the resumed run only has from the checkpoint's log

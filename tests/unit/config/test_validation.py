@@ -133,6 +133,7 @@ def test_module_exists_finds_submodules_without_importing_their_packages(tmp_pat
     assert module_exists("json")  # already imported (sys.modules)
 
 
+@pytest.mark.slow
 def test_validating_a_train_config_and_its_dry_run_do_not_import_lightning(tmp_path):
     # the logger's _target_ (lightning.pytorch.loggers.TensorBoardLogger) is checked without
     # importing Lightning, and a dry run trains nothing: seconds of every command's start

@@ -103,6 +103,7 @@ main()
 """
 
 
+@pytest.mark.slow
 def test_sigterm_during_synthesis_stops_in_seconds_without_a_manifest(tmp_path):
     corpus = write_corpus(tmp_path / "corpus.jsonl", grid_articles())
     driver = tmp_path / "driver.py"

@@ -89,6 +89,7 @@ def evaluate(tiny, dtype: str, out: Path, *, journal=None, stop_after=None, wave
     return rows
 
 
+@pytest.mark.slow
 def test_a_resumed_evaluation_writes_the_files_of_an_uninterrupted_one(tiny, tmp_path):
     """bf16 rollouts, as the evaluations of issue 74 ran: 6 questions in waves of 2, evaluated
     whole twice and killed after 3 questions, then resumed (the first wave from the journal)."""

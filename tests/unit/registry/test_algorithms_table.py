@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from framework import DISTRIBUTION
 from framework.registry import ALL, load_components
 from tests.unit.registry.test_registry_table import REPO, load_tool
@@ -14,6 +16,7 @@ def _tool() -> Any:
     return load_tool("algorithms_table")
 
 
+@pytest.mark.slow
 def test_the_page_is_what_the_tool_writes():
     tool = _tool()
     assert (REPO / "docs" / "algorithms.md").read_text() == tool.render(), (
@@ -21,6 +24,7 @@ def test_the_page_is_what_the_tool_writes():
     )
 
 
+@pytest.mark.slow
 def test_every_builtin_method_has_a_row_a_formula_and_a_test_file():
     tool = _tool()
     load_components(plugins=False)
@@ -55,6 +59,7 @@ def test_formula_and_paper_extraction():
     assert tool.paper("no link here") == "-"
 
 
+@pytest.mark.slow
 def test_every_bundle_matches_its_papers_update_settings_or_says_why():
     """Each conf/algorithm bundle, composed, against its paper's aggregation, policy epochs and
     mini-batches (tools/algorithms_table.py ``PAPER_UPDATES``): a recovered value it departs from

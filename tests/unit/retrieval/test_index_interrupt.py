@@ -140,6 +140,7 @@ main()
 """
 
 
+@pytest.mark.slow
 def test_sigterm_during_the_index_build_stops_in_seconds_and_the_rerun_resumes(tmp_path):
     corpus = write_jsonl(tmp_path / "big.jsonl", DOCS)
     cache = tmp_path / "cache"

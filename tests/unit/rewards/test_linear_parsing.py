@@ -167,6 +167,7 @@ _PIECES = ["<answer>", "</answer>", "<answer", "answer>", "</", "<", ">", " x ",
 
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.one_of(st.sampled_from(_PIECES), st.text(max_size=4)), max_size=20).map("".join))
+@pytest.mark.slow
 def test_extract_answer_matches_the_regex(text: str) -> None:
     assert extract_answer(text) == _regex_extract_answer(text)
 

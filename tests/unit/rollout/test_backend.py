@@ -172,6 +172,7 @@ def test_generate_respects_per_sequence_limits(tiny_policy):
         assert a.token_ids[: len(g.token_ids)] == g.token_ids
 
 
+@pytest.mark.slow
 def test_left_padding_does_not_change_greedy_results(tiny_policy):
     model, tok = tiny_policy
     seqs = some_sequences(tok)
@@ -183,6 +184,7 @@ def test_left_padding_does_not_change_greedy_results(tiny_policy):
     assert [g.token_ids for g in micro] == [g.token_ids for g in batched[::-1]]
 
 
+@pytest.mark.slow
 def test_update_weights_copies_the_other_models_weights(tiny_policy):
     import torch
 

@@ -69,6 +69,7 @@ def test_seeds_must_match_the_rollouts():
         loop.run(["question 0"], 2, seeds=[1, 2, 3])
 
 
+@pytest.mark.slow
 def test_seeded_rollouts_of_a_real_policy_do_not_depend_on_their_batch(tiny_policy):
     """The tiny random policy samples at temperature 1 in fp32: with one seed per rollout, each
     rollout's tokens are the same all at once, two at a time, one at a time, and in reverse order."""

@@ -93,6 +93,7 @@ def sequences(tok) -> list[list[int]]:
     return [tok.encode(t, add_special_tokens=False) for t in texts]
 
 
+@pytest.mark.slow
 def test_loop_equals_model_generate_greedy(tiny64):
     model, tok = tiny64
     seqs, limits = sequences(tok), [4, 9, 13]
@@ -131,6 +132,7 @@ def two_turns(model, tok, prefix_cache_tokens: int):
     return first, second, b
 
 
+@pytest.mark.slow
 def test_prefix_reuse_gives_the_tokens_of_a_full_prefill(tiny64):
     model, tok = tiny64
     first, second, reusing = two_turns(model, tok, prefix_cache_tokens=4096)

@@ -544,6 +544,7 @@ model_turn = st.one_of(
     st.integers(100, 300),
     st.integers(300, 2000),
 )
+@pytest.mark.slow
 def test_fuzz_loop_never_dies_and_masks_hold(scripts, max_turns, per_turn, total):
     cfg = AgentConfig(
         system_prompt=SYSTEM,

@@ -321,12 +321,14 @@ def test_fuzz_adversarial_pieces(text):
 
 @FUZZ
 @given(structured)
+@pytest.mark.slow
 def test_fuzz_structured_turns(text):
     check_turn(parse_turn(text))
 
 
 @FUZZ
 @given(st.one_of(call_bodies, st.text(), adversarial))
+@pytest.mark.slow
 def test_fuzz_parse_call(body):
     out = parse_call(body)
     if isinstance(out, str):

@@ -33,6 +33,7 @@ def test_named_shapes_have_the_published_parameter_counts(shape: str, expected: 
     assert parameters_on_meta(shape) == expected
 
 
+@pytest.mark.slow
 def test_a_shape_policy_loads_random_weights_from_its_seed() -> None:
     a, tok = load_policy(PolicyConfig(source="shape", shape="smollm2-135m", seed=1))
     b, _ = load_policy(PolicyConfig(source="shape", shape="smollm2-135m", seed=1))

@@ -117,6 +117,7 @@ def _backend(model, tok, decoder, temperature=1.0) -> TransformersBackend:
     return TransformersBackend(cfg=cfg, model=model, tokenizer=tok)
 
 
+@pytest.mark.slow
 def test_backend_generations_carry_logprobs_with_the_loop_only(tiny64):
     model, tok = tiny64
     seqs, limits = _sequences(tok), [4, 9, 13]

@@ -57,6 +57,7 @@ def one_step(policy, batch, micro_batch_tokens: int, grad_clip: float):
 
 
 @pytest.mark.parametrize("grad_clip", [0.0, 0.05])
+@pytest.mark.slow
 def test_micro_batches_take_the_step_of_the_whole_batch(grad_clip):
     from framework.rollout.policy import PolicyConfig, load_policy
 

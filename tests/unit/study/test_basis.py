@@ -183,6 +183,7 @@ def _ctrl_c(signum):
     signal.raise_signal(signum)
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_the_child_outside_a_training_step_reads_as_interrupted(capfd):
     # a Ctrl-C reaches the child too; outside a training step (an index or question build, an
     # evaluation) no checkpoint callback handles it: the child ends with INTERRUPTED, no traceback
@@ -291,6 +292,7 @@ def test_stop_with_parent_reads_and_removes_the_studys_process_id(monkeypatch):
         stop_with_parent()
 
 
+@pytest.mark.slow
 def test_a_train_run_started_by_a_study_watches_it_before_anything_else():
     import os
     import subprocess
@@ -666,6 +668,7 @@ def test_a_dry_run_refuses_what_the_run_would_refuse_and_records_nothing(tmp_pat
     assert json.loads((out / "basis.json").read_text()) == other  # left as it was
 
 
+@pytest.mark.slow
 def test_a_dry_run_of_a_test_split_study_checks_its_preregistration_and_freezes_nothing(
     tmp_path, study_checkout
 ):

@@ -527,6 +527,7 @@ def _study(out: Path, *extra: str):
     return run_app("study", study, argv=argv)
 
 
+@pytest.mark.slow
 def test_study_refuses_a_dirty_tree_before_any_training(study_checkout, tmp_path, monkeypatch):
     def never(*args, **kwargs):
         raise AssertionError("a refused study built or trained something")

@@ -25,6 +25,7 @@ def test_at_least_one_study_is_published_with_its_archive():
 
 
 @pytest.mark.parametrize("study_dir", PUBLISHED, ids=[p.name for p in PUBLISHED])
+@pytest.mark.slow
 def test_a_published_study_regenerates_from_its_archive(study_dir, tmp_path, capsys):
     from framework.cli.app import run_app
     from framework.study.runner import study

@@ -31,6 +31,7 @@ class ScreenProbeConfig(ComponentConfig):
     pass
 
 
+@pytest.mark.slow
 def test_every_bundle_and_every_unbundled_component_is_an_arm():
     arms = screen_arms("grpo")
     assert next(iter(arms)) == "grpo" and arms["grpo"] == ["algorithm=grpo"]
@@ -44,6 +45,7 @@ def test_every_bundle_and_every_unbundled_component_is_an_arm():
         screen_arms("nope")
 
 
+@pytest.mark.slow
 def test_every_arm_of_the_shipped_screen_composes_and_validates():
     # the arms run hours apart: an arm whose config cannot compose (a sampler without the shared
     # curriculum's fields, say) must fail here, not when the study reaches it
@@ -390,6 +392,7 @@ def test_only_arms_is_checked_where_the_arms_are_known():
     assert "only_arms" not in fields(StudyConfig(screen=True, only_arms=["anything"]))
 
 
+@pytest.mark.slow
 def test_the_fp32_part_of_the_screen_runs_its_four_samplers_on_its_own_basis():
     """study=screen_fp32: the samplers screen.md still lacks, with a GRPO of their own, in fp32
     whatever the CPU (set, not auto), so its basis is the same on every machine."""

@@ -131,6 +131,7 @@ def _train(*overrides):
     return load_config("train", [*overrides, *STUDY_TRAIN_ARGS])
 
 
+@pytest.mark.slow
 def test_inert_rules_on_the_screens_settings():
     """v1's one on-policy step per batch: the ratio-based losses are GRPO (as its runs of CISPO and
     GSPO came out, to the bit); ETR too, by rounding only (whole-group micro-batches); NSR and
@@ -501,6 +502,7 @@ def test_jobs_run_the_baselines_seeds_first_and_no_inert_arm():
     assert study_jobs(plain) == [("grpo", 0), ("a", 0), ("grpo", 1), ("a", 1)]
 
 
+@pytest.mark.slow
 def test_the_arms_of_screen_v2():
     """Screen v2's arms: the baseline at 2 epochs right after the baseline (the off-policy losses
     and the two-epoch bundles take 2), SeeUPO on whole batches (it trains turn by turn); the slow

@@ -265,6 +265,7 @@ def _case(overrides: list[str]):
 
 
 @pytest.mark.parametrize("overrides", [_case(c) for c in CASES])
+@pytest.mark.slow
 def test_update_learns_the_toy_task(overrides):
     start, end = _start_and_end(_learn(overrides))
     assert 0.35 < start < 0.65, f"not at chance at the start: {start:.2f}"
@@ -279,6 +280,7 @@ def test_update_learns_the_toy_task(overrides):
         pytest.param(["advantage=grpo", "loss=disco"], marks=pytest.mark.slow),
     ],
 )
+@pytest.mark.slow
 def test_flipped_advantage_unlearns(overrides):
     """The control: the same run with the advantage's sign flipped drives the reward to 0."""
     start, end = _start_and_end(_learn(overrides, sign=-1.0))
@@ -286,6 +288,7 @@ def test_flipped_advantage_unlearns(overrides):
     assert end < 1 - TARGET, f"mean reward {start:.2f} -> {end:.2f} with the sign flipped"
 
 
+@pytest.mark.slow
 def test_the_placebo_control_does_not_learn():
     """Rewards shuffled across the batch: the same updates with the signal removed stay at chance
     (a placebo arm's gain would be the extra training's, not the reward's)."""

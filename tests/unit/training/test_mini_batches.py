@@ -133,6 +133,7 @@ def test_one_optimiser_step_per_mini_batch_and_one_schedule_step_per_epoch(tiny_
     assert {f"mini{k}_clip_frac" for k in range(3)} <= figures.keys()
 
 
+@pytest.mark.slow
 def test_with_weights_unchanged_every_mini_batch_is_the_full_batch_gradient_of_its_rows(
     tiny_policy,
 ):
@@ -196,6 +197,7 @@ def _distance(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
     return num / den
 
 
+@pytest.mark.slow
 def test_ratio_losses_differ_from_reinforce_and_each_other_in_the_second_mini_batch(tiny_policy):
     """On policy (the first mini-batch) PPO-clip, CISPO and GSPO all give REINFORCE's gradient;
     after one step the second mini-batch is off policy: the ratio spreads, PPO-clip clips, and the
