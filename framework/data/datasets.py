@@ -154,7 +154,7 @@ class SynthDatasetConfig(ComponentConfig):
 
 
 def _articles(cfg: CorpusConfig) -> list[Article]:
-    return [Article(d.doc_id, d.title, d.text, d.description) for d in iter_documents(cfg)]
+    return list(iter_documents(cfg))
 
 
 def answerability_retriever_config(cfg: SynthDatasetConfig) -> Any:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from framework.config import Problem, check_range
+from framework.retrieval.corpus import SourceDocument
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 _QUALIFIER = re.compile(r"^(?P<name>.+?)\s*\((?P<qualifier>[^()]+)\)$")
@@ -52,14 +53,9 @@ class GraphConfig:
         return out
 
 
-@dataclass(frozen=True)
-class Article:
-    """What the graph needs of a document."""
-
-    doc_id: str
-    title: str
-    text: str
-    description: str | None = None
+#: what the graph needs of a document: its id, title, text and description, as the corpus source
+#: yields it
+Article = SourceDocument
 
 
 def tokens(text: str) -> list[str]:

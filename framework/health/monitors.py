@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from statistics import mean
 from typing import Any, Generic, TypeVar
@@ -66,6 +66,13 @@ class MonitorConfig(ComponentConfig):
         return check_range(self.warmup_steps, "warmup_steps", low=0)
 
 
+@dataclass
+class MetricConfig(MonitorConfig):
+    """The config base of a monitor of one logged figure, ``metric``."""
+
+    metric: str = field(default="", metadata={"help": "the figure watched"})
+
+
 C = TypeVar("C", bound="MonitorConfig")
 
 
@@ -92,11 +99,38 @@ class Monitor(ABC, Generic[C]):
         self.values.append(float(value))
         del self.values[:-keep]
 
+    def streak(self, value: float, keep: int, ok: Callable[[float], bool]) -> int:
+        """Record ``value`` (keeping the last ``keep``); the recorded steps since the last ``ok``
+        one (``keep`` at most: all of them when none is)."""
+        self.record(value, keep)
+        n = 0
+        for v in reversed(self.values):
+            if ok(v):
+                break
+            n += 1
+        return n
+
     def state_dict(self) -> dict[str, Any]:
         return {"values": list(self.values)}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.values = [float(v) for v in state.get("values", [])]
+
+
+M = TypeVar("M", bound="MetricConfig")
+
+
+class MetricMonitor(Monitor[M]):
+    """A monitor of one figure, ``cfg.metric``: a step that did not log it is skipped."""
+
+    def check(self, step: int, figures: Mapping[str, float], run: Mapping[str, str]) -> Reading:
+        if self.cfg.metric not in figures:
+            return Reading()
+        return self.judge(step, float(figures[self.cfg.metric]))
+
+    @abstractmethod
+    def judge(self, step: int, value: float) -> Reading:
+        """Record this step's ``value`` of the metric and say whether the run is unhealthy."""
 
 
 def _window_problems(cfg: Any) -> list[Problem]:
@@ -107,7 +141,7 @@ def _window_problems(cfg: Any) -> list[Problem]:
 W = TypeVar("W", "LengthConfig", "ToolCallsConfig", "AnswersConfig")
 
 
-class BaselineMonitor(Monitor[W]):
+class BaselineMonitor(MetricMonitor[W]):
     """A monitor comparing the moving mean of its metric over ``cfg.window`` steps with a
     baseline: the mean of the run's first ``cfg.window`` steps."""
 
@@ -115,12 +149,14 @@ class BaselineMonitor(Monitor[W]):
         super().__init__(cfg=cfg)
         self.first: list[float] = []
 
-    def observe(self, value: float) -> tuple[float, float]:
-        """Record ``value``; ``(moving mean, baseline mean)``."""
+    def observe(self, value: float) -> tuple[float, float, float]:
+        """Record ``value``; ``(moving mean, baseline mean, their ratio)`` (the ratio is 1 while
+        the baseline is 0)."""
         if len(self.first) < self.cfg.window:
             self.first.append(float(value))
         self.record(value, self.cfg.window)
-        return mean(self.values), mean(self.first)
+        now, base = mean(self.values), mean(self.first)
+        return now, base, now / base if base > 0 else 1.0
 
     @property
     def settled(self) -> bool:
@@ -137,7 +173,7 @@ class BaselineMonitor(Monitor[W]):
 
 # -- reward or accuracy collapse ---------------------------------------------------------------------
 @dataclass
-class CollapseConfig(MonitorConfig):
+class CollapseConfig(MetricConfig):
     metric: str = field(default="rollout/reward", metadata={"help": "the figure that collapses"})
     window: int = field(default=4, metadata={"help": "steps per moving mean"})
     drop: float = field(
@@ -154,7 +190,7 @@ class CollapseConfig(MonitorConfig):
 
 
 @HEALTH_MONITORS.register("reward_collapse", config=CollapseConfig)
-class CollapseMonitor(Monitor[CollapseConfig]):
+class CollapseMonitor(MetricMonitor[CollapseConfig]):
     """Trips when the moving mean of ``metric`` over ``window`` steps falls ``drop`` (a share)
     below the best moving mean seen so far (which must reach ``min_best``).
 
@@ -165,11 +201,9 @@ class CollapseMonitor(Monitor[CollapseConfig]):
         super().__init__(cfg=cfg)
         self.best = -math.inf
 
-    def check(self, step: int, figures: Mapping[str, float], run: Mapping[str, str]) -> Reading:
+    def judge(self, step: int, value: float) -> Reading:
         cfg = self.cfg
-        if cfg.metric not in figures:
-            return Reading()
-        self.record(figures[cfg.metric], cfg.window)
+        self.record(value, cfg.window)
         if len(self.values) < cfg.window:
             return Reading({"mean": mean(self.values)})
         now = mean(self.values)
@@ -196,7 +230,7 @@ class CollapseMonitor(Monitor[CollapseConfig]):
 
 # -- entropy collapse ---------------------------------------------------------------------------------
 @dataclass
-class EntropyConfig(MonitorConfig):
+class EntropyConfig(MetricConfig):
     metric: str = field(default="loss/entropy", metadata={"help": "token-mean policy entropy"})
     min_entropy: float = field(default=0.01, metadata={"help": "nats per token"})
     patience: int = field(default=3, metadata={"help": "consecutive steps below the floor"})
@@ -208,23 +242,16 @@ class EntropyConfig(MonitorConfig):
 
 
 @HEALTH_MONITORS.register("entropy_collapse", config=EntropyConfig)
-class EntropyMonitor(Monitor[EntropyConfig]):
+class EntropyMonitor(MetricMonitor[EntropyConfig]):
     """Trips when the policy's entropy stays below ``min_entropy`` for ``patience`` steps in a
     row: the policy has become (nearly) deterministic and its groups stop exploring.
 
     Logged: ``entropy`` and ``steps_below``.
     """
 
-    def check(self, step: int, figures: Mapping[str, float], run: Mapping[str, str]) -> Reading:
+    def judge(self, step: int, value: float) -> Reading:
         cfg = self.cfg
-        if cfg.metric not in figures:
-            return Reading()
-        self.record(figures[cfg.metric], cfg.patience)
-        below = 0
-        for v in reversed(self.values):
-            if v >= cfg.min_entropy:
-                break
-            below += 1
+        below = self.streak(value, cfg.patience, ok=lambda v: v >= cfg.min_entropy)
         reading = Reading({"entropy": self.values[-1], "steps_below": float(below)})
         if self.may_trip(step) and below >= cfg.patience:
             reading.alarm = self.alarm(
@@ -238,7 +265,7 @@ class EntropyMonitor(Monitor[EntropyConfig]):
 
 # -- response-length blow-up ---------------------------------------------------------------------------
 @dataclass
-class LengthConfig(MonitorConfig):
+class LengthConfig(MetricConfig):
     metric: str = field(default="rollout/response_length", metadata={"help": "tokens per rollout"})
     window: int = field(default=3, metadata={"help": "steps of the baseline and the moving mean"})
     factor: float = field(default=3.0, metadata={"help": "trip at this multiple of the baseline"})
@@ -257,12 +284,9 @@ class LengthMonitor(BaselineMonitor[LengthConfig]):
     Logged: ``mean``, ``baseline`` and ``ratio`` (mean over baseline).
     """
 
-    def check(self, step: int, figures: Mapping[str, float], run: Mapping[str, str]) -> Reading:
+    def judge(self, step: int, value: float) -> Reading:
         cfg = self.cfg
-        if cfg.metric not in figures:
-            return Reading()
-        now, base = self.observe(figures[cfg.metric])
-        ratio = now / base if base > 0 else 1.0
+        now, base, ratio = self.observe(value)
         reading = Reading({"mean": now, "baseline": base, "ratio": ratio})
         grown = len(self.first) == cfg.window and base > 0 and ratio > cfg.factor
         if self.may_trip(step) and grown:
@@ -278,7 +302,7 @@ class LengthMonitor(BaselineMonitor[LengthConfig]):
 
 # -- the agent stops using its tools ----------------------------------------------------------------
 @dataclass
-class ToolCallsConfig(MonitorConfig):
+class ToolCallsConfig(MetricConfig):
     metric: str = field(default="rollout/tool_calls", metadata={"help": "tool calls per rollout"})
     window: int = field(default=3, metadata={"help": "steps of the baseline and the moving mean"})
     min_baseline: float = field(
@@ -301,11 +325,9 @@ class ToolCallsMonitor(BaselineMonitor[ToolCallsConfig]):
     Logged: ``mean`` and ``baseline``.
     """
 
-    def check(self, step: int, figures: Mapping[str, float], run: Mapping[str, str]) -> Reading:
+    def judge(self, step: int, value: float) -> Reading:
         cfg = self.cfg
-        if cfg.metric not in figures:
-            return Reading()
-        now, base = self.observe(figures[cfg.metric])
+        now, base, _ = self.observe(value)
         reading = Reading({"mean": now, "baseline": base})
         if self.may_trip(step) and self.settled and base >= cfg.min_baseline and now <= cfg.floor:
             reading.alarm = self.alarm(
@@ -319,7 +341,7 @@ class ToolCallsMonitor(BaselineMonitor[ToolCallsConfig]):
 
 # -- the agent stops answering ------------------------------------------------------------------------
 @dataclass
-class AnswersConfig(MonitorConfig):
+class AnswersConfig(MetricConfig):
     metric: str = field(
         default="rollout/format_valid",
         metadata={"help": "share of rollouts that ended in a valid answer within budget"},
@@ -351,12 +373,9 @@ class AnswersMonitor(BaselineMonitor[AnswersConfig]):
     arms share their question order). Logged: ``mean``, ``baseline`` and ``ratio``.
     """
 
-    def check(self, step: int, figures: Mapping[str, float], run: Mapping[str, str]) -> Reading:
+    def judge(self, step: int, value: float) -> Reading:
         cfg = self.cfg
-        if cfg.metric not in figures:
-            return Reading()
-        now, base = self.observe(figures[cfg.metric])
-        ratio = now / base if base > 0 else 1.0
+        now, base, ratio = self.observe(value)
         reading = Reading({"mean": now, "baseline": base, "ratio": ratio})
         fell = self.settled and base >= cfg.min_baseline and now <= cfg.share * base
         if self.may_trip(step) and fell:
@@ -471,8 +490,8 @@ class GradientMonitor(Monitor[GradientConfig]):
         loss = float(figures.get("loss/policy_loss", 0.0))
         bad = not (math.isfinite(norm) and math.isfinite(loss))
         bad = bad or figures.get("loss/nonfinite_grad", 0.0) > 0
-        self.record(norm if math.isfinite(norm) else math.inf, cfg.patience)
-        high = len(self.values) == cfg.patience and all(v > cfg.max_norm for v in self.values)
+        kept = norm if math.isfinite(norm) else math.inf
+        high = self.streak(kept, cfg.patience, ok=lambda v: v <= cfg.max_norm) >= cfg.patience
         reading = Reading({"grad_norm": norm, "nonfinite": float(bad)})
         if bad:
             reading.alarm = self.alarm(
@@ -493,7 +512,7 @@ class GradientMonitor(Monitor[GradientConfig]):
 
 # -- groups without signal -------------------------------------------------------------------------
 @dataclass
-class ZeroVarianceConfig(MonitorConfig):
+class ZeroVarianceConfig(MetricConfig):
     metric: str = field(
         default="rollout/zero_variance_groups",
         metadata={"help": "share of groups whose rewards are all equal"},
@@ -510,23 +529,16 @@ class ZeroVarianceConfig(MonitorConfig):
 
 
 @HEALTH_MONITORS.register("zero_variance", config=ZeroVarianceConfig)
-class ZeroVarianceMonitor(Monitor[ZeroVarianceConfig]):
+class ZeroVarianceMonitor(MetricMonitor[ZeroVarianceConfig]):
     """Trips when more than ``max_fraction`` of each step's groups had identical rewards (no
     learning signal under group normalisation) for ``patience`` steps in a row.
 
     Logged: ``fraction`` and ``steps_above``.
     """
 
-    def check(self, step: int, figures: Mapping[str, float], run: Mapping[str, str]) -> Reading:
+    def judge(self, step: int, value: float) -> Reading:
         cfg = self.cfg
-        if cfg.metric not in figures:
-            return Reading()
-        self.record(figures[cfg.metric], cfg.patience)
-        above = 0
-        for v in reversed(self.values):
-            if v <= cfg.max_fraction:
-                break
-            above += 1
+        above = self.streak(value, cfg.patience, ok=lambda v: v <= cfg.max_fraction)
         reading = Reading({"fraction": self.values[-1], "steps_above": float(above)})
         if self.may_trip(step) and above >= cfg.patience:
             reading.alarm = self.alarm(

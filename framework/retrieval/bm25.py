@@ -21,15 +21,7 @@ from framework.paths import cache_root
 from framework.progress import Progress
 from framework.registry.kinds import RETRIEVERS
 from framework.retrieval.corpus import CorpusStore
-from framework.retrieval.local import (
-    LocalRetrieverConfig,
-    Stopwatch,
-    StoreBacked,
-    check_manifest,
-    open_store,
-    read_manifest,
-    write_manifest,
-)
+from framework.retrieval.local import IndexBacked, LocalRetrieverConfig, Stopwatch, open_store
 from framework.retrieval.types import Hit, RetrievalError, check_request
 
 METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
@@ -95,7 +87,7 @@ def bm25_index_dir(cfg: Any, corpus: str) -> Path:
 
 
 @RETRIEVERS.register("bm25", config=BM25RetrieverConfig)
-class BM25Retriever(StoreBacked):
+class BM25Retriever(IndexBacked):
     """BM25 over the passage store (title and text); built on first use, then memory-mapped.
 
     Passages that share no term with a query score 0 and are not returned, so a query may get fewer
@@ -123,15 +115,14 @@ class BM25Retriever(StoreBacked):
     def _load_or_build(self) -> Any:
         bm25s = import_cpu_only("bm25s")
 
-        found = read_manifest(self.directory)
-        if found is None:
-            if not self.cfg.build_if_missing:
-                raise RetrievalError(
-                    f"[retriever.bm25] no BM25 index in {self.directory}. Fix: run seekrl-index "
-                    "retriever=bm25."
-                )
+        missing = (
+            f"[retriever.bm25] no BM25 index in {self.directory}. Fix: run seekrl-index "
+            "retriever=bm25."
+        )
+        if not self.index_found(
+            ("corpus", "bm25"), may_build=self.cfg.build_if_missing, missing=missing
+        ):
             return self.build()
-        check_manifest(found, self.manifest, self.directory, ("corpus", "bm25"))
         try:
             return bm25s.BM25.load(str(self.directory), mmap=True, show_progress=False)
         except Exception as exc:  # bm25s raises assorted errors on damaged files
@@ -154,8 +145,7 @@ class BM25Retriever(StoreBacked):
         model.save(str(tmp))
         shutil.rmtree(self.directory, ignore_errors=True)
         tmp.rename(self.directory)
-        self.build_seconds = clock()
-        write_manifest(self.directory, {**self.manifest, "build_seconds": self.build_seconds})
+        self.finish_build(clock)
         return model
 
     def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:

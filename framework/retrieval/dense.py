@@ -31,15 +31,7 @@ from framework.retrieval.encoder import (
     encoder_fingerprint,
     fingerprint_key,
 )
-from framework.retrieval.local import (
-    LocalRetrieverConfig,
-    Stopwatch,
-    StoreBacked,
-    check_manifest,
-    open_store,
-    read_manifest,
-    write_manifest,
-)
+from framework.retrieval.local import IndexBacked, LocalRetrieverConfig, Stopwatch, open_store
 from framework.retrieval.types import Hit, RetrievalError, check_request
 
 INDEX_TYPES = ("flat", "hnsw", "ivf", "ivfpq")
@@ -228,7 +220,7 @@ def embeddings_path(
 
 
 @RETRIEVERS.register("faiss", config=FaissRetrieverConfig)
-class FaissRetriever(StoreBacked):
+class FaissRetriever(IndexBacked):
     """Dense retrieval: encode queries, search a FAISS index, read passages from the store.
 
     The index is taken from ``index.path`` when set, else from the cache (built on first use when
@@ -275,16 +267,14 @@ class FaissRetriever(StoreBacked):
     def _load_or_build(self) -> Any:
         import faiss
 
-        found = read_manifest(self.directory)
-        if found is None:
-            if self.cfg.index.path or not self.cfg.build_if_missing:
-                raise RetrievalError(
-                    f"[retriever.index] no index (manifest.json) in {self.directory}. "
-                    "Fix: run seekrl-index, or unset retriever.index.path to use the cache."
-                )
-            return self.build()
+        missing = (
+            f"[retriever.index] no index (manifest.json) in {self.directory}. "
+            "Fix: run seekrl-index, or unset retriever.index.path to use the cache."
+        )
         keys = ("corpus", "encoder", "dim", "metric", "index")
-        check_manifest(found, self.manifest, self.directory, keys)
+        may_build = not self.cfg.index.path and self.cfg.build_if_missing
+        if not self.index_found(keys, may_build=may_build, missing=missing):
+            return self.build()
         try:
             index = faiss.read_index(str(self.directory / "index.faiss"), faiss.IO_FLAG_MMAP)
         except RuntimeError as exc:
@@ -312,15 +302,7 @@ class FaissRetriever(StoreBacked):
         tmp = self.directory / "index.faiss.tmp"
         faiss.write_index(index, str(tmp))
         os.replace(tmp, self.directory / "index.faiss")
-        self.build_seconds = clock()
-        write_manifest(
-            self.directory,
-            {
-                **self.manifest,
-                "faiss_version": faiss.__version__,
-                "build_seconds": self.build_seconds,
-            },
-        )
+        self.finish_build(clock, faiss_version=faiss.__version__)
         return index
 
     def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:

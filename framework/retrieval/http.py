@@ -21,6 +21,7 @@ import httpx
 from framework.config import ConfigError, Problem, check, check_range
 from framework.registry.kinds import RETRIEVERS
 from framework.retrieval.types import (
+    ClosedOnExit,
     Document,
     DocumentNotFound,
     Hit,
@@ -112,7 +113,7 @@ def _error_text(resp: httpx.Response) -> str:
 
 
 @RETRIEVERS.register("http", config=HttpRetrieverConfig)
-class HttpRetriever:
+class HttpRetriever(ClosedOnExit):
     """Client of a retrieval server; thread-safe, usable as a context manager.
 
     Args:
@@ -177,12 +178,6 @@ class HttpRetriever:
     def close(self) -> None:
         """Close the connection pool (idempotent)."""
         self._client.close()
-
-    def __enter__(self) -> HttpRetriever:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def health(self) -> dict[str, Any]:
         """The server's ``GET /health`` answer (one attempt).

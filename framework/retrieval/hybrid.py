@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from framework.config import Problem, check_choice, check_range
 from framework.registry.kinds import RETRIEVERS
 from framework.retrieval.bm25 import BM25Params, BM25Retriever, BM25RetrieverConfig
 from framework.retrieval.dense import FaissRetriever, FaissRetrieverConfig
-from framework.retrieval.local import StoreBacked
+from framework.retrieval.local import LocalRetrieverConfig, StoreBacked
 from framework.retrieval.types import Hit, check_request
 
 FUSIONS = ("rrf", "weighted")
@@ -73,15 +73,9 @@ class HybridRetriever(StoreBacked):
     def __init__(self, *, cfg: HybridRetrieverConfig) -> None:
         self.cfg = cfg
         self.dense = FaissRetriever(cfg=cfg)
-        sparse_cfg = BM25RetrieverConfig(
-            name="bm25",
-            limits=cfg.limits,
-            corpus=cfg.corpus,
-            cache_dir=cfg.cache_dir,
-            build_if_missing=cfg.build_if_missing,
-            progress=cfg.progress,
-            bm25=cfg.bm25,
-        )
+        # the BM25 side shares every field of the local base (corpus, cache, limits, ...)
+        local = {f.name: getattr(cfg, f.name) for f in fields(LocalRetrieverConfig)}
+        sparse_cfg = BM25RetrieverConfig(**{**local, "name": "bm25"}, bm25=cfg.bm25)
         try:
             self.sparse = BM25Retriever(cfg=sparse_cfg)
         except BaseException:

@@ -14,7 +14,12 @@ from typing import Any
 from framework.paths import CACHE_ENV as CACHE_ENV
 from framework.paths import cache_root as cache_root
 from framework.retrieval.corpus import CorpusConfig, CorpusStore, open_corpus
-from framework.retrieval.types import Document, RetrievalError, RetrieverConfigBase
+from framework.retrieval.types import (
+    ClosedOnExit,
+    Document,
+    RetrievalError,
+    RetrieverConfigBase,
+)
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1
@@ -34,7 +39,7 @@ class LocalRetrieverConfig(RetrieverConfigBase):
     progress: bool = field(default=True, metadata={"help": "progress bars while building"})
 
 
-class StoreBacked:
+class StoreBacked(ClosedOnExit):
     """Document lookup and closing for backends that own a :class:`CorpusStore`."""
 
     store: CorpusStore
@@ -48,11 +53,38 @@ class StoreBacked:
     def close(self) -> None:
         self.store.close()
 
-    def __enter__(self) -> Any:
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+class IndexBacked(StoreBacked):
+    """A backend over a corpus store with one index cached in ``directory``, whose manifest must
+    match ``manifest`` (what the configuration expects the index to hold)."""
+
+    directory: Path
+    manifest: dict[str, Any]
+    build_seconds: float | None  # None: the index was loaded, not built, by this instance
+
+    def index_found(self, keys: Sequence[str], *, may_build: bool, missing: str) -> bool:
+        """Whether ``directory`` holds a finished index (its manifest matching ``manifest`` on
+        ``keys``); False when it holds none and one ``may_build``.
+
+        Raises:
+            RetrievalError: ``missing`` when there is no index and none may be built; a manifest
+                that is corrupt or differs from ``manifest``.
+        """
+        found = read_manifest(self.directory)
+        if found is None:
+            if not may_build:
+                raise RetrievalError(missing)
+            return False
+        check_manifest(found, self.manifest, self.directory, keys)
+        return True
+
+    def finish_build(self, clock: Stopwatch, **extra: Any) -> None:
+        """Note the build's seconds (``clock``: started with it) and write the manifest, with
+        ``extra`` entries: last, so that its presence means the build finished."""
+        self.build_seconds = clock()
+        write_manifest(
+            self.directory, {**self.manifest, **extra, "build_seconds": self.build_seconds}
+        )
 
 
 def open_store(cfg: LocalRetrieverConfig) -> CorpusStore:

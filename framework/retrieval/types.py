@@ -5,7 +5,7 @@ from __future__ import annotations
 import numbers
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 from framework.config import ComponentConfig, Problem, check_range
 
@@ -96,6 +96,23 @@ class Retriever(Protocol):
     def close(self) -> None:
         """Release files, sockets and threads."""
         ...
+
+
+_Closing = TypeVar("_Closing", bound="ClosedOnExit")
+
+
+class ClosedOnExit:
+    """``with backend:`` closes the backend at the block's end (its ``close`` says what that
+    releases)."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _Closing) -> _Closing:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 @dataclass

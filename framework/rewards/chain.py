@@ -25,11 +25,8 @@ from typing import ClassVar
 
 from framework.config import ComponentConfig, Problem, check_choice
 from framework.rewards.common import require_column
-from framework.rewards.entity_match import EntityMatching, entities_found
+from framework.rewards.entity_match import MATCH_CHOICES, EntityMatching, entities_found
 from framework.types import RewardInputs
-
-#: the values of ``match``
-MATCH_CHOICES = ("exact", "aliases")
 
 Entity = Sequence[str] | str
 
@@ -55,11 +52,7 @@ class ChainMatchingConfig(ComponentConfig):
 
     def matching(self) -> EntityMatching:
         """The matching options of this config, for :func:`entities_found`."""
-        return EntityMatching(
-            aliases=self.match == "aliases",
-            lowercase=self.lowercase,
-            strip_punctuation=self.strip_punctuation,
-        )
+        return EntityMatching.of(self.match, self.lowercase, self.strip_punctuation)
 
 
 def hidden_chains(

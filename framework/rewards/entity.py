@@ -24,14 +24,12 @@ from framework.config import ComponentConfig, Problem, check_choice, check_range
 from framework.registry.kinds import REWARDS
 from framework.rewards.common import answer_scores, require_column, valid_mask
 from framework.rewards.entity_match import (  # the matching the logged metrics share
+    MATCH_CHOICES,
     EntityMatching,
     question_match_rates,
 )
 from framework.rewards.text import extract_think, verdict_metrics
 from framework.types import RewardInputs
-
-#: the values of ``match``
-MATCH_CHOICES = ("exact", "aliases")
 
 
 @dataclass
@@ -72,11 +70,7 @@ class EntityRewardConfig(ComponentConfig):
 
     def matching(self) -> EntityMatching:
         """The matching options of this config, for :func:`entities_found`."""
-        return EntityMatching(
-            aliases=self.match == "aliases",
-            lowercase=self.lowercase,
-            strip_punctuation=self.strip_punctuation,
-        )
+        return EntityMatching.of(self.match, self.lowercase, self.strip_punctuation)
 
 
 @REWARDS.register("e_grpo", config=EntityRewardConfig)

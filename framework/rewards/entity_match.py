@@ -34,6 +34,17 @@ class EntityMatching:
     lowercase: bool = False
     strip_punctuation: bool = False
 
+    @classmethod
+    def of(cls, match: str, lowercase: bool, strip_punctuation: bool) -> EntityMatching:
+        """The options a reward config's ``match`` (one of :data:`MATCH_CHOICES`),
+        ``lowercase`` and ``strip_punctuation`` fields select."""
+        return cls(
+            aliases=match == "aliases", lowercase=lowercase, strip_punctuation=strip_punctuation
+        )
+
+
+#: the values of a reward config's ``match``: the surface form only, or any listed form
+MATCH_CHOICES = ("exact", "aliases")
 
 #: Every combination of options a user can select for the reward. ``reward=e_grpo_robust`` (all on)
 #: finds nearly everything the others find, but not all: lowercasing is context-sensitive (Greek

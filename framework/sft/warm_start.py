@@ -29,13 +29,12 @@ def warm_start_sft(cfg: Any) -> tuple[SFTConfig, Path]:
     from framework.retrieval.encoder import fingerprint_key
 
     ws = cfg.warm_start
+    # the sections the SFT stage takes from the train config as they are
+    shared = {name: getattr(cfg, name) for name in ("dataset", "retriever", "rollout", "agent")}
     sft_cfg = SFTConfig(
+        **shared,
         seed=ws.expert.seed,
         run_dir="",
-        dataset=cfg.dataset,
-        retriever=cfg.retriever,
-        rollout=cfg.rollout,
-        agent=cfg.agent,
         expert=ws.expert,
         optim=ws.optim,
         trainer=replace(cfg.trainer, devices=1, strategy="auto", num_nodes=1),
