@@ -157,11 +157,18 @@ def _articles(cfg: CorpusConfig) -> list[Article]:
     return list(iter_documents(cfg))
 
 
+def _answerability_entry(cfg: SynthDatasetConfig) -> Any:
+    """The registered retriever the answerability check names (built-ins loaded first, so a
+    library caller of :func:`synthesize` need not have loaded them)."""
+    from framework.registry import RETRIEVERS, load_components
+
+    load_components()
+    return RETRIEVERS.get(cfg.answerability.retriever)
+
+
 def answerability_retriever_config(cfg: SynthDatasetConfig) -> Any:
     """The retriever config the answerability check uses: its defaults over the dataset's corpus."""
-    from framework.registry import RETRIEVERS
-
-    entry = RETRIEVERS.get(cfg.answerability.retriever)
+    entry = _answerability_entry(cfg)
     rcfg: Any = entry.config_cls(name=entry.name)
     rcfg.corpus, rcfg.cache_dir, rcfg.progress = cfg.corpus, cfg.cache_dir, cfg.progress
     return rcfg
@@ -169,9 +176,7 @@ def answerability_retriever_config(cfg: SynthDatasetConfig) -> Any:
 
 def _answerability_encoder_dtype(cfg: SynthDatasetConfig) -> str | None:
     """The dtype the answerability check's encoder runs in (None: its retriever has no encoder)."""
-    from framework.registry import RETRIEVERS
-
-    entry = RETRIEVERS.get(cfg.answerability.retriever)
+    entry = _answerability_entry(cfg)
     encoder = getattr(entry.config_cls(name=entry.name), "encoder", None)
     if encoder is None:
         return None
