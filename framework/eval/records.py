@@ -2,9 +2,9 @@
 
 ``seekrl-eval`` writes ``records.jsonl.gz`` beside ``samples.jsonl``: one compact line per rollout
 with what the statistics need and nothing they do not (no think text), so a whole study's records
-take a few hundred kB and can be committed with its report. :func:`read_records` reads one back and
-checks its fields (:func:`load_records` reads them as typed :class:`EvalRecord` objects, the one
-record of a rollout from the harness to the statistics); ``seekrl-study report_only=true`` builds
+take a few hundred kB and can be committed with its report. :func:`load_records` reads one back as
+typed :class:`EvalRecord` objects, the one record of a rollout from the harness to the statistics
+(:func:`read_records`, as the JSON objects of its lines); ``seekrl-study report_only=true`` builds
 every table from these files alone.
 
 Fields (:data:`RECORD_FIELDS`): the question (``dataset``, ``question_id``, ``answer_key`` — the
@@ -24,7 +24,6 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
 
 RECORDS = "records.jsonl.gz"
 RECORD_FIELDS = (
@@ -152,7 +151,7 @@ class EvalRecord:
                 f"{where} got a row without {missing}; expected the fields {list(RECORD_FIELDS)}."
                 " Fix: rewrite it with write_records."
             )
-        values: dict[str, Any] = {}
+        values: dict[str, object] = {}
         for name in ROW_FIELDS:
             value = row.get(name)
             if value is None:
@@ -169,7 +168,7 @@ class EvalRecord:
                     "the line with write_records (or evaluate again)."
                 )
             values[name] = value
-        return cls(**values)
+        return cls(**values)  # type: ignore[arg-type]  # each value checked against _KINDS
 
 
 #: every field of an :class:`EvalRecord`, in the order of a ``samples.jsonl`` line
@@ -191,15 +190,6 @@ _KINDS: dict[str, tuple[type, ...]] = {
     "golden_answers": (list,),
 }
 
-#: a record, or a dict row of one (``EvalRecord.to_row``): what the apps and the study pass today
-#: study side converts after the merge (issue 75)
-RowLike = EvalRecord | Mapping[str, object]
-
-
-def as_records(rows: Iterable[RowLike]) -> list[EvalRecord]:
-    """``rows`` as records (dict rows through :meth:`EvalRecord.from_row`)."""
-    return [r if isinstance(r, EvalRecord) else EvalRecord.from_row(r) for r in rows]
-
 
 class RecordsError(ValueError):
     """An archive that cannot be read as evaluation records (the message says where and why)."""
@@ -217,22 +207,23 @@ def entity_kinds(flags: Sequence[bool]) -> dict[str, int | None]:
     }
 
 
-def to_record(row: RowLike) -> dict[str, object]:
-    """The archive's line of one record or sample row of ``seekrl-eval`` (fields a row lacks are
-    None)."""
-    if isinstance(row, EvalRecord):
-        return row.archived()
-    return {f: row.get(f) for f in RECORD_FIELDS}
+#: a line of ``samples.jsonl`` as ``json`` reads it: what an evaluation from before the archive
+#: existed left (:func:`~framework.eval.paired.load_samples`), archived field for field
+SampleRow = Mapping[str, object]
 
 
-def write_records(path: Path, rows: Iterable[RowLike]) -> Path:
-    """Write the records of ``rows`` to ``path`` (gzip, one JSON object a line), atomically and
-    byte-for-byte reproducibly (no timestamp or file name in the gzip header)."""
+def write_records(path: Path, records: Iterable[EvalRecord] | Iterable[SampleRow]) -> Path:
+    """Write the archive lines of ``records`` (:meth:`EvalRecord.archived`; of a sample row, its
+    :data:`RECORD_FIELDS`, None where it lacks one) to ``path`` (gzip, one JSON object a line),
+    atomically and byte-for-byte reproducibly (no timestamp or file name in the gzip header)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as gz:
-        for row in rows:
-            gz.write((json.dumps(to_record(row), sort_keys=True) + "\n").encode())
+        for r in records:
+            line = (
+                r.archived() if isinstance(r, EvalRecord) else {f: r.get(f) for f in RECORD_FIELDS}
+            )
+            gz.write((json.dumps(line, sort_keys=True) + "\n").encode())
     os.replace(tmp, path)
     return path
 
@@ -247,10 +238,9 @@ def load_records(path: Path) -> list[EvalRecord]:
     return [EvalRecord.from_row(rec, f"[records] {path}:{n}") for n, rec in _lines(path)]
 
 
-# study side converts after the merge (issue 75): the study's archive and seekrl-train's final
-# comparison read the dicts (and add keys to them); they take load_records's records then.
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """The records in ``path``, each the JSON object of its line.
+def read_records(path: Path) -> list[dict[str, object]]:
+    """The lines of the archive ``path`` as ``json`` reads them (the on-disk format, field for
+    field); the statistics take :func:`load_records`'s typed records.
 
     Raises:
         RecordsError: the file is missing, not gzip, has a line that is not a JSON object, or a
