@@ -37,7 +37,7 @@ from typing import Any
 
 from framework.eval.curves import Series, read_scalars
 from framework.eval.paired import load_samples
-from framework.eval.records import RECORDS, read_records, write_records
+from framework.eval.records import RECORDS, EvalRecord, load_records, write_records
 from framework.study.entity_credit import run_histogram
 from framework.study.integrity import run_provenance
 from framework.study.layout import (
@@ -51,7 +51,6 @@ from framework.study.layout import (
 )
 from framework.study.runs import RunState, train_finished
 from framework.study.schema import StudyConfig, arm_seeds
-from framework.types import STATUS_FORMAT_ERROR, STATUS_OVER_BUDGET
 
 #: training curves drawn per arm (mean over seeds, band = min..max)
 CURVE_TAGS = (
@@ -281,13 +280,9 @@ class StudyArchive:
     def has_eval(self, arm: str | None, seed: int | None = None) -> bool:
         return self._eval_file(arm, seed).is_file()
 
-    def records(self, arm: str | None, seed: int | None = None) -> list[dict[str, Any]]:
+    def records(self, arm: str | None, seed: int | None = None) -> list[EvalRecord]:
         """The records of the warm start (``arm`` None) or of one run's evaluation."""
-        rows = read_records(self._eval_file(arm, seed))
-        for r in rows:
-            r["format_error"] = float(r.get("status") == STATUS_FORMAT_ERROR)
-            r["over_budget"] = float(r.get("status") == STATUS_OVER_BUDGET)
-        return rows
+        return load_records(self._eval_file(arm, seed))
 
     def run(self, arm: str, seed: int) -> dict[str, Any] | None:
         return _read_json(self.path / TRAINING / arm / f"seed{seed}.json")

@@ -80,13 +80,13 @@ from collections.abc import Mapping, Sequence
 from itertools import combinations
 from typing import Any
 
-from framework.eval.paired import interval_side, paired_bootstrap, per_question, pooled_per_question
+from framework.eval.paired import interval_side, paired_bootstrap, pooled_per_question
 from framework.health.config import monitor_config
 from framework.registry.kinds import HEALTH_MONITORS
 from framework.study.archive import StudyArchive, archived_config
 from framework.study.compute import arm_compute, reference_arms, spends_more
 from framework.study.schema import StudyConfig, all_seeds, arm_seeds
-from framework.study.summary import result_dict, summarize_study
+from framework.study.summary import figure_means, result_dict, summarize_study
 
 #: the training figure compared across methods under the table (:func:`shared_fall`): accuracy,
 #: not reward, because rewards differ in scale between methods
@@ -140,7 +140,7 @@ def benjamini_hochberg(p: Sequence[float]) -> list[float]:
 
 
 def _per_question(archive: Any, arm: str, seed: int) -> dict[Any, float]:
-    return per_question(archive.records(arm, seed))
+    return figure_means(archive.records(arm, seed))
 
 
 def noise_band(
@@ -362,7 +362,7 @@ def _run_facts(archive: Any, arm: str, seeds: Sequence[int]) -> dict[str, Any]:
     curve = None  # the first seed's per-step training accuracy
     for seed in seeds:
         recs = archive.records(arm, seed)
-        tokens += [float(r["response_tokens"]) for r in recs if r.get("response_tokens")]
+        tokens += [float(r.response_tokens) for r in recs if r.response_tokens]
         run = archive.run(arm, seed) or {}
         if seed == seeds[0]:
             curve = (run.get("curves") or {}).get(SHARED_METRIC)

@@ -10,7 +10,7 @@ with the power of each design for the smallest difference that matters (``min_ef
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from framework.eval.metrics import entity_comparison, summarize_samples
@@ -19,21 +19,49 @@ from framework.eval.paired import (
     QuestionKey,
     cluster_bootstrap,
     paired_bootstrap,
-    per_question,
     pooled_per_question,
     power_at,
+    question_means,
     seed_bootstrap,
     variance_components,
 )
+from framework.eval.records import EvalRecord
 from framework.study.archive import StudyArchive
+from framework.types import STATUS_FORMAT_ERROR, STATUS_OVER_BUDGET
 
-#: per-rollout figures compared between arms (record field -> label)
+#: per-rollout figures compared between arms (figure -> label)
 FIGURES = {
     "correct": "Pass@1",
     "tool_calls": "tool calls",
     "turns": "turns",
     "format_error": "format errors",
 }
+
+
+def format_error(r: EvalRecord) -> float:
+    """1.0 for a rollout whose output broke the tool-call format, else 0.0."""
+    return float(r.status == STATUS_FORMAT_ERROR)
+
+
+def over_budget(r: EvalRecord) -> float:
+    """1.0 for a rollout that ran out of turns, tool calls or tokens unanswered, else 0.0."""
+    return float(r.status == STATUS_OVER_BUDGET)
+
+
+#: each figure of :data:`FIGURES`, of one record (None: not known, left out of the means)
+FIGURE_OF: dict[str, Callable[[EvalRecord], float | None]] = {
+    "correct": lambda r: r.correct,
+    "tool_calls": lambda r: r.tool_calls,
+    "turns": lambda r: r.turns,
+    "format_error": format_error,
+}
+
+
+def figure_means(
+    records: Sequence[EvalRecord], figure: str = "correct"
+) -> dict[QuestionKey, float]:
+    """Per question, the mean of one of :data:`FIGURES` over its records."""
+    return question_means(records, FIGURE_OF[figure])
 
 
 #: samples per question of the sizing table (same rollout budget, other splits of it)
@@ -45,13 +73,13 @@ def _mean_ci(values: Mapping[Any, float], n_boot: int) -> PairedResult:
     return paired_bootstrap(dict.fromkeys(values, 0.0), values, n_boot=n_boot)
 
 
-def overall(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def overall(rows: Sequence[EvalRecord]) -> dict[str, Any]:
     """One evaluation's headline figures from its records: Pass@1 (normal interval over
     questions), Pass@k at the smallest number of samples any question has, tool use, format
     errors, samples that ran out of budget unanswered, and the bridge-entity analysis."""
     groups = _grouped(rows)
     k = min(len(g) for g in groups)
-    sampling = summarize_samples([[bool(r["correct"]) for r in g] for g in groups], k)
+    sampling = summarize_samples([[r.correct for r in g] for g in groups], k)
     return {
         "pass@1": sampling.pass1.mean,
         "pass@1_ci": [sampling.pass1.low, sampling.pass1.high],
@@ -59,20 +87,20 @@ def overall(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "pass@k": sampling.pass_k,
         "questions": len(groups),
         "samples": len(rows),
-        "tool_calls": _mean([r["tool_calls"] for r in rows]),
-        "turns": _mean([r["turns"] for r in rows]),
-        "format_error_rate": _mean([r["format_error"] for r in rows]),
-        "over_budget_rate": _mean([r["over_budget"] for r in rows]),
+        "tool_calls": _mean([r.tool_calls for r in rows]),
+        "turns": _mean([r.turns for r in rows]),
+        "format_error_rate": _mean([format_error(r) for r in rows]),
+        "over_budget_rate": _mean([over_budget(r) for r in rows]),
         "entity": bridge_analysis(groups),
     }
 
 
-def _mean(values: Sequence[Any]) -> float | None:
+def _mean(values: Sequence[float | None]) -> float | None:
     vals = [float(v) for v in values if v is not None]
     return sum(vals) / len(vals) if vals else None
 
 
-def bridge_analysis(groups: Any) -> dict[str, Any] | None:
+def bridge_analysis(groups: Sequence[Sequence[EvalRecord]]) -> dict[str, Any] | None:
     """The paper's entity analysis on the hidden bridge entities only.
 
     The anchor is named in the question and the answer is written by every correct rollout, so
@@ -82,55 +110,50 @@ def bridge_analysis(groups: Any) -> dict[str, Any] | None:
     rate, and the share of wrong rollouts that match at least one bridge (those E-GRPO credits
     for something the question did not give away). None when no question has bridges.
     """
-    groups = [g for g in groups if (g[0].get("bridges") or 0) > 0]
+    groups = [g for g in groups if (g[0].bridges or 0) > 0]
     if not groups:
         return None
+    # a question with bridges has both counts on every record (entity_kinds)
     cmp = entity_comparison(
-        [[r["matched_bridges"] for r in g] for g in groups],
-        [[bool(r["correct"]) for r in g] for g in groups],
+        [[r.matched_bridges or 0 for r in g] for g in groups],
+        [[r.correct for r in g] for g in groups],
     )
     rows = [r for g in groups for r in g]
-    wrong = [r for r in rows if not r["correct"]]
+    wrong = [r for r in rows if not r.correct]
     return {
         "questions_with_bridges": len(groups),
         **cmp.as_dict(),
-        "bridge_match_rate": sum(r["matched_bridges"] for r in rows)
-        / sum(r["bridges"] for r in rows),
+        "bridge_match_rate": sum(r.matched_bridges or 0 for r in rows)
+        / sum(r.bridges or 0 for r in rows),
         "wrong_with_a_bridge": (
-            sum(r["matched_bridges"] > 0 for r in wrong) / len(wrong) if wrong else None
+            sum((r.matched_bridges or 0) > 0 for r in wrong) / len(wrong) if wrong else None
         ),
     }
 
 
-def _samples(rows: Sequence[dict[str, Any]]) -> dict[QuestionKey, list[float]]:
+def _samples(rows: Sequence[EvalRecord]) -> dict[QuestionKey, list[float]]:
     out: dict[QuestionKey, list[float]] = {}
     for r in rows:
-        out.setdefault((r["dataset"], r["question_id"]), []).append(float(r["correct"]))
+        out.setdefault((r.dataset, r.question_id), []).append(float(r.correct))
     return out
 
 
-def _clusters(rows: Sequence[dict[str, Any]]) -> dict[QuestionKey, Any]:
+def _clusters(rows: Sequence[EvalRecord]) -> dict[QuestionKey, str]:
     """question -> its answer key (records without one leave the question its own cluster)."""
-    return {
-        (r["dataset"], r["question_id"]): r["answer_key"]
-        for r in rows
-        if r.get("answer_key") is not None
-    }
+    return {(r.dataset, r.question_id): r.answer_key for r in rows if r.answer_key is not None}
 
 
 def _by_hops(
-    start: Sequence[dict[str, Any]], seed_rows: Sequence[Sequence[dict[str, Any]]], n_boot: int
+    start: Sequence[EvalRecord], seed_rows: Sequence[Sequence[EvalRecord]], n_boot: int
 ) -> dict[str, dict[str, Any]]:
     """Pass@1 of the warm start and of the arm (pooled over seeds) on the questions of each hop
     count, with the paired difference; empty when the rows carry no hop counts. A hop count with
     fewer than two questions is left out (no interval to give)."""
-    hops = sorted({r["hops"] for r in start if r.get("hops") is not None})
+    hops = sorted({r.hops for r in start if r.hops is not None})
     out = {}
     for h in hops:
-        s = per_question([r for r in start if r.get("hops") == h])
-        a = pooled_per_question(
-            [per_question([r for r in rs if r.get("hops") == h]) for rs in seed_rows]
-        )
+        s = figure_means([r for r in start if r.hops == h])
+        a = pooled_per_question([figure_means([r for r in rs if r.hops == h]) for rs in seed_rows])
         if len(set(s) & set(a)) >= 2:  # a bootstrap needs two questions; fewer is left out
             out[str(h)] = result_dict(paired_bootstrap(s, a, n_boot=n_boot))
     return out
@@ -159,7 +182,7 @@ def _three_ways(
 
 
 def _sizing(
-    a_rows: Sequence[dict[str, Any]], b_rows: Sequence[dict[str, Any]], min_effect: float
+    a_rows: Sequence[EvalRecord], b_rows: Sequence[EvalRecord], min_effect: float
 ) -> dict[str, Any]:
     """How the same rollout budget would be best spent, from the measured variance components of
     the Pass@1 difference (:func:`framework.eval.paired.variance_components`)."""
@@ -206,7 +229,7 @@ def summarize_study(
     }
     pooled: dict[str, dict[str, dict[Any, float]]] = {}
     by_seed: dict[str, dict[str, list[dict[Any, float]]]] = {}
-    all_rows: dict[str, list[dict[str, Any]]] = {}
+    all_rows: dict[str, list[EvalRecord]] = {}
     clusters: dict[QuestionKey, Any] = {}
     if start is not None:
         out["start"] = overall(start)
@@ -218,7 +241,7 @@ def summarize_study(
         seed_rows = [archive.records(arm, s) for s in seeds_done]
         for rows in seed_rows:
             clusters.update(_clusters(rows))
-        figures = {key: [per_question(rows, key) for rows in seed_rows] for key in FIGURES}
+        figures = {key: [figure_means(rows, key) for rows in seed_rows] for key in FIGURES}
         all_rows[arm] = [r for rows in seed_rows for r in rows]
         pooled[arm] = {key: pooled_per_question(v) for key, v in figures.items()}
         by_seed[arm] = figures
@@ -238,9 +261,9 @@ def summarize_study(
 
 def _arm_figures(
     seeds_done: Sequence[int],
-    seed_rows: Sequence[Sequence[dict[str, Any]]],
+    seed_rows: Sequence[Sequence[EvalRecord]],
     pooled: Mapping[str, Mapping[Any, float]],
-    rows: Sequence[dict[str, Any]],
+    rows: Sequence[EvalRecord],
     n_boot: int,
 ) -> dict[str, Any]:
     """One arm's figures: Pass@1 pooled over its seeds with its interval, the other figures as
@@ -272,8 +295,8 @@ def _arm_figures(
 def _versus_start(
     out: dict[str, Any],
     arm: str,
-    start: Sequence[dict[str, Any]],
-    seed_rows: Sequence[Sequence[dict[str, Any]]],
+    start: Sequence[EvalRecord],
+    seed_rows: Sequence[Sequence[EvalRecord]],
     pooled: Mapping[str, Mapping[Any, float]],
     figures: Mapping[str, Sequence[Mapping[Any, float]]],
     clusters: Mapping[QuestionKey, Any],
@@ -283,7 +306,7 @@ def _versus_start(
     """Into ``out``: ``arm`` minus the warm start in every figure (its seeds pooled, each seed's
     Pass@1, and with its seeds resampled too), the Pass@1 difference three ways, the sizing of the
     next evaluation and the difference by hop count."""
-    start_pq = {key: per_question(start, key) for key in FIGURES}
+    start_pq = {key: figure_means(start, key) for key in FIGURES}
     per_seed = out["arms"][arm]["per_seed"]
     out["versus_start"][arm] = {
         label: result_dict(paired_bootstrap(start_pq[key], pooled[key], n_boot=n_boot))
@@ -315,7 +338,7 @@ def _versus_baseline(
     baseline: str,
     pooled: Mapping[str, Mapping[str, Mapping[Any, float]]],
     by_seed: Mapping[str, Mapping[str, Sequence[Mapping[Any, float]]]],
-    all_rows: Mapping[str, Sequence[dict[str, Any]]],
+    all_rows: Mapping[str, Sequence[EvalRecord]],
     clusters: Mapping[QuestionKey, Any],
     n_boot: int,
     min_effect: float,
@@ -339,10 +362,10 @@ def _versus_baseline(
     out["sizing"][f"{arm} - {baseline}"] = _sizing(all_rows[baseline], all_rows[arm], min_effect)
 
 
-def _grouped(rows: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    by_q: dict[str, list[dict[str, Any]]] = {}
+def _grouped(rows: Sequence[EvalRecord]) -> list[list[EvalRecord]]:
+    by_q: dict[str, list[EvalRecord]] = {}
     for r in rows:
-        by_q.setdefault(r["question_id"], []).append(r)
+        by_q.setdefault(r.question_id, []).append(r)
     return list(by_q.values())
 
 
