@@ -180,7 +180,7 @@ def _partial_lines(cfg: StudyConfig, s: StudySummary) -> list[str]:
     missing = [
         f"{arm} seed {seed} ({status.get((arm, seed), 'pending')})"
         for arm, seed in jobs
-        if arm not in s["arms"] or seed not in s["arms"][arm]["seeds"]
+        if arm not in s["arms"] or seed not in s["arms"][arm].get("seeds", [])
     ]
     if not missing:
         return []

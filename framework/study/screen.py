@@ -427,10 +427,10 @@ def _evaluated_row(
         "detectable": None,
         "tool_calls": figures["tool_calls"],
         # the share of evaluation samples whose output broke the tool-call format
-        "format_errors": figures["format_error_rate"],
+        "format_errors": figures.get("format_error_rate"),
         # the share that ran out of turns, tool calls or tokens without an answer
         "over_budget": figures.get("over_budget_rate"),
-        "questions": figures["questions"],
+        "questions": figures.get("questions"),
         "response_tokens": sum(tokens) / len(tokens) if tokens else None,
         # per training step: rollouts generated, their generated tokens, optimiser steps
         "compute": arm_compute(archive, arm, figures["seeds"]),
