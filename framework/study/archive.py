@@ -46,6 +46,7 @@ from framework.study.layout import (
     TEST_COUNTS,
     TRAINING,
     eval_dir,
+    read_json_object,
     run_dir_of,
     saved_config,
 )
@@ -175,8 +176,8 @@ def _as_plain(node: object) -> JSON:
 def _run_record(run: Path, state: RunState, evals: Path | None = None) -> RunRecord:
     scalars = read_scalars(run) if (run / "tensorboard").is_dir() else {}
     steps = scalars.get("timing/step", [])
-    versions = _read_json(run / "versions.json") or {}
-    summary = cast(_TrainSummary, _read_json(run / "summary.json") or {})
+    versions = read_json_object(run / "versions.json") or {}
+    summary = cast(_TrainSummary, read_json_object(run / "summary.json") or {})
     peaks = [float(s["peak_gb"]) for s in summary.get("stages", []) if "peak_gb" in s]
     earlier = summary.get("earlier_launches_peak_gb")  # resumed: the killed launches' peak
     if earlier is not None:
@@ -268,15 +269,6 @@ def _write_json(path: Path, data: Mapping[str, object], sort_keys: bool = True) 
     path.write_text(json.dumps(data, indent=2, sort_keys=sort_keys, default=str) + "\n")
 
 
-def _read_json(path: Path) -> dict[str, JSON] | None:
-    """The JSON object in ``path``; None when it is missing, unreadable or not an object."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 class StudyArchive:
     """Read access to one study's archive directory."""
 
@@ -305,7 +297,9 @@ class StudyArchive:
 
     def run(self, arm: str, seed: int) -> RunRecord | None:
         """The archived record of one run (:func:`archive_study`); None when there is none."""
-        return cast("RunRecord | None", _read_json(self.path / TRAINING / arm / f"seed{seed}.json"))
+        return cast(
+            "RunRecord | None", read_json_object(self.path / TRAINING / arm / f"seed{seed}.json")
+        )
 
     def runs(self, arms: Sequence[str]) -> list[tuple[str, int]]:
         """The archived runs of ``arms``, arm by arm in that order, seeds ascending."""
@@ -322,7 +316,7 @@ class StudyArchive:
 
     def test_evaluations(self) -> dict[str, int]:
         """How many times each policy was evaluated on the test split."""
-        return cast(dict[str, int], _read_json(self.path / TEST_COUNTS) or {})
+        return cast(dict[str, int], read_json_object(self.path / TEST_COUNTS) or {})
 
 
 def kept_jobs(kept: Path | None, jobs: Sequence[tuple[str, int]]) -> set[tuple[str, int]]:

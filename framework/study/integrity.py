@@ -42,7 +42,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict, cast
 
-from framework.study.layout import published_records
+from framework.study.layout import published_records, read_json_object
 from framework.study.schema import StudyConfig
 from framework.study.types import JSON, FileRecord, Launch, Provenance, RunRecord
 
@@ -223,7 +223,7 @@ def record_launch(
     ``preregistration``). A launch that does not go on from a checkpoint (``resumed``) trains the
     run from its start: the launches before it made nothing the run keeps, and are dropped."""
     path = run / PROVENANCE
-    saved: dict[str, object] = (_read_dict(path) or {}) if resumed else {}
+    saved: dict[str, object] = {**(read_json_object(path) or {})} if resumed else {}
     saved |= dict(study)
     earlier = saved.get("launches", [])
     saved["launches"] = [
@@ -237,7 +237,7 @@ def record_launch(
 def record_trained(run: Path) -> None:
     """The run in ``run`` finished training now."""
     path = run / PROVENANCE
-    saved = _read_dict(path)
+    saved = read_json_object(path)
     if saved is not None:
         _write(path, {**saved, "trained": now()})
 
@@ -252,12 +252,14 @@ def run_provenance(run: Path, evals: Path) -> Provenance | None:
     ``train_started`` (its first launch), ``train_ended``, ``evaluated``, its ``launches`` (each
     one's start, commit and uncommitted changes), ``allow_dirty``, ``data_key`` and
     ``preregistration``; None for a run the study did not record (made before these records)."""
-    read = _read_dict(run / PROVENANCE)
+    read = read_json_object(run / PROVENANCE)
     if read is None:
         return None
     saved = cast(_Saved, read)
     launches = saved.get("launches") or []
-    evaluated = cast(dict[str, str], _read_dict(evals / EVAL_TIME) or {})  # record_evaluated's
+    evaluated = cast(
+        dict[str, str], read_json_object(evals / EVAL_TIME) or {}
+    )  # record_evaluated's
     return {
         "train_started": launches[0].get("started") if launches else None,
         "train_ended": saved.get("trained"),
@@ -546,15 +548,6 @@ def integrity_lines(info: Integrity | None) -> list[str]:
                 + "."
             )
     return [*lines, ""]
-
-
-def _read_dict(path: Path) -> dict[str, object] | None:
-    """The JSON object in ``path``; None when it is missing, unreadable or not an object."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def _write(path: Path, data: Mapping[str, object]) -> None:
