@@ -23,7 +23,7 @@ from typing import cast
 
 import numpy as np
 
-from framework.eval.records import EvalRecord
+from framework.eval.records import EvalRecord, json_lines
 
 QuestionKey = tuple[str, str]
 """``(dataset, question_id)``: a question is only the same question within its dataset."""
@@ -112,19 +112,17 @@ def load_samples(run_dir: Path) -> list[dict[str, object]]:
             f"[load_samples] got {str(run_dir)!r}; expected an evaluation directory with "
             "samples.jsonl. Fix: run seekrl-eval on the policy and pass its run directory."
         )
+
+    def malformed(lineno: int, err: json.JSONDecodeError) -> ValueError:
+        return ValueError(
+            f"[load_samples] got malformed JSON on line {lineno} of {path} ({err.msg}); "
+            "expected one JSON object per line. Fix: re-run seekrl-eval to rewrite the "
+            "file (a run killed mid-write leaves a truncated last line)."
+        )
+
     rows: list[dict[str, object]] = []
     with path.open() as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(
-                    f"[load_samples] got malformed JSON on line {lineno} of {path} ({err.msg}); "
-                    "expected one JSON object per line. Fix: re-run seekrl-eval to rewrite the "
-                    "file (a run killed mid-write leaves a truncated last line)."
-                ) from err
+        for lineno, row in json_lines(fh, malformed):
             if not isinstance(row, dict):
                 raise ValueError(
                     f"[load_samples] got a {type(row).__name__} on line {lineno} of {path}; "

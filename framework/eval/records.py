@@ -21,9 +21,10 @@ from __future__ import annotations
 import gzip
 import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import cast
 
 RECORDS = "records.jsonl.gz"
 RECORD_FIELDS = (
@@ -249,6 +250,21 @@ def read_records(path: Path) -> list[dict[str, object]]:
     return [rec for _, rec in _lines(path)]
 
 
+def json_lines(
+    lines: Iterable[str], malformed: Callable[[int, json.JSONDecodeError], Exception]
+) -> Iterator[tuple[int, object]]:
+    """``(line number, JSON value)`` of each non-blank line of ``lines`` (from 1); a line that is
+    not JSON raises ``malformed(line number, error)``."""
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise malformed(lineno, err) from err
+        yield lineno, value
+
+
 def _lines(path: Path) -> list[tuple[int, dict[str, object]]]:
     """``(line number, JSON object)`` of each non-blank line of the archive ``path``, checked for
     the required fields (errors as :func:`read_records` says)."""
@@ -257,27 +273,24 @@ def _lines(path: Path) -> list[tuple[int, dict[str, object]]]:
             f"[records] got {str(path)!r}; expected a {RECORDS} archive. Fix: evaluate the policy "
             "again (seekrl-eval writes it), or point at the study directory that holds it."
         )
+
+    def malformed(lineno: int, err: json.JSONDecodeError) -> RecordsError:
+        return RecordsError(
+            f"[records] got malformed JSON on line {lineno} of {path} ({err.msg}); expected one "
+            "JSON object a line. Fix: restore the archive from git or evaluate again."
+        )
+
     out: list[tuple[int, dict[str, object]]] = []
     try:
         with gzip.open(path, "rt", encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise RecordsError(
-                        f"[records] got malformed JSON on line {lineno} of {path} ({err.msg}); "
-                        "expected one JSON object a line. Fix: restore the archive from git or "
-                        "evaluate again."
-                    ) from err
+            for lineno, rec in json_lines(fh, malformed):
                 missing = [f for f in REQUIRED if not isinstance(rec, dict) or f not in rec]
                 if missing:
                     raise RecordsError(
                         f"[records] got line {lineno} of {path} without {missing}; expected the "
                         f"fields {list(RECORD_FIELDS)}. Fix: rewrite it with write_records."
                     )
-                out.append((lineno, rec))
+                out.append((lineno, cast(dict[str, object], rec)))  # an object: checked above
     except (OSError, EOFError) as err:
         raise RecordsError(
             f"[records] got {path} that is not a readable gzip file ({err}); expected a "
