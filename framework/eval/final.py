@@ -11,10 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict, cast
 
-from framework.eval.paired import paired_bootstrap, per_question
+from framework.eval.paired import paired_bootstrap, question_means
+from framework.eval.records import EvalRecord
 from framework.types import STATUS_OK
+
+if TYPE_CHECKING:
+    from framework.rl.config import TrainConfig
 
 #: what the demo is, printed under the figures
 WHAT_THIS_IS = (
@@ -23,23 +27,49 @@ WHAT_THIS_IS = (
 )
 
 
-def _figures(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
-    n = len(rows)
+#: one policy's figures in the block (:func:`final_comparison`)
+Figures = TypedDict("Figures", {"pass@1": float, "format_valid": float, "tool_calls": float})
+
+
+class Difference(TypedDict):
+    """The paired Pass@1 difference, trained minus warm start."""
+
+    diff: float
+    ci: list[float]
+    p_value: float
+    detectable: float
+
+
+#: what :func:`final_comparison` returns (``summary.json``'s ``final``, less ``where``)
+FinalBlock = TypedDict(
+    "FinalBlock",
+    {
+        "questions": int,
+        "samples_per_question": int,
+        "start": Figures,
+        "trained": Figures,
+        "pass@1_difference": Difference,
+    },
+)
+
+
+def _figures(records: Sequence[EvalRecord]) -> Figures:
+    n = len(records)
     return {
-        "pass@1": sum(float(r["correct"]) for r in rows) / n,
-        "format_valid": sum(r.get("status") == STATUS_OK for r in rows) / n,
-        "tool_calls": sum(float(r.get("tool_calls") or 0) for r in rows) / n,
+        "pass@1": sum(float(r.correct) for r in records) / n,
+        "format_valid": sum(r.status == STATUS_OK for r in records) / n,
+        "tool_calls": sum(float(r.tool_calls or 0) for r in records) / n,
     }
 
 
-def final_evaluation(cfg: Any, run_dir: Path) -> dict[str, Any]:
+def final_evaluation(cfg: TrainConfig, run_dir: Path) -> dict[str, object]:
     """Evaluate the warm start and the trained policy of a train run (``cfg``, its
     :class:`~framework.rl.config.TrainConfig`) on the same validation questions with the same
     sampling (``final_eval``), in ``<run_dir>/final_eval/{start,trained}``; returns the paired
     comparison (:func:`final_comparison`) with where things are. An evaluation finished by an
     earlier, interrupted attempt is read back, not redone."""
     from framework.eval.config import eval_config_for
-    from framework.eval.records import RECORDS, read_records
+    from framework.eval.records import RECORDS, load_records
     from framework.eval.run import evaluate_policy
 
     print("\nseekrl-train: final comparison: the warm start and the trained policy", flush=True)
@@ -48,34 +78,34 @@ def final_evaluation(cfg: Any, run_dir: Path) -> dict[str, Any]:
         out = run_dir / "final_eval" / label
         if not (out / RECORDS).is_file():
             evaluate_policy(eval_config_for(cfg, checkpoint, out, cfg.final_eval.settings()))
-        records[label] = read_records(out / RECORDS)
+        records[label] = load_records(out / RECORDS)
     block = final_comparison(records["start"], records["trained"], n_boot=cfg.final_eval.bootstrap)
-    block["where"] = {
+    where = {
         "policy": str(run_dir / "policy"),
         "evaluations": str(run_dir / "final_eval"),
         "summary": str(run_dir / "summary.json"),
     }
     if "TensorBoard" in str((cfg.logger or {}).get("_target_", "")):
-        block["where"]["TensorBoard"] = f"tensorboard --logdir {run_dir / 'tensorboard'}"
-    return block
+        where["TensorBoard"] = f"tensorboard --logdir {run_dir / 'tensorboard'}"
+    return {**block, "where": where}
 
 
 def final_comparison(
-    start: Sequence[Mapping[str, Any]], trained: Sequence[Mapping[str, Any]], *, n_boot: int
-) -> dict[str, Any]:
+    start: Sequence[EvalRecord], trained: Sequence[EvalRecord], *, n_boot: int
+) -> FinalBlock:
     """Warm start and trained policy on the same questions: each one's Pass@1 (mean over samples
     and questions), format-valid share and tool calls, and the paired Pass@1 difference.
 
     Args:
-        start: the warm start's per-sample records (``dataset``, ``question_id``, ``correct``,
-            ``status``, ``tool_calls``).
+        start: the warm start's per-sample records (their ``dataset``, ``question_id``,
+            ``correct``, ``status``, ``tool_calls``).
         trained: the trained policy's, on the same questions.
         n_boot: bootstrap resamples of the paired interval.
 
     Raises:
         ValueError: fewer than 2 questions common to both.
     """
-    a, b = per_question(start), per_question(trained)
+    a, b = question_means(start), question_means(trained)
     d = paired_bootstrap(a, b, n_boot=n_boot)
     return {
         "questions": d.n,
@@ -91,13 +121,15 @@ def final_comparison(
     }
 
 
-def final_lines(block: Mapping[str, Any], where: Mapping[str, str]) -> list[str]:
-    """The printed block: the comparison, where things are, and what the run is."""
-    s, t, d = block["start"], block["trained"], block["pass@1_difference"]
+def final_lines(block: Mapping[str, object], where: Mapping[str, str]) -> list[str]:
+    """The printed block (:func:`final_comparison`'s, as ``summary.json`` keeps it): the
+    comparison, where things are, and what the run is."""
+    b = cast(FinalBlock, block)
+    s, t, d = b["start"], b["trained"], b["pass@1_difference"]
     lo, hi = d["ci"]
     lines = [
-        f"warm start -> trained, {block['questions']} validation questions x "
-        f"{block['samples_per_question']} samples, paired by question:",
+        f"warm start -> trained, {b['questions']} validation questions x "
+        f"{b['samples_per_question']} samples, paired by question:",
         f"  Pass@1        {s['pass@1']:.3f} -> {t['pass@1']:.3f}   difference "
         f"{d['diff']:+.3f} [{lo:+.3f}, {hi:+.3f}] (95% bootstrap; this size detects "
         f"{d['detectable']:.2f} with 80% power)",

@@ -11,7 +11,7 @@ import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ParamSpec, Protocol, TypedDict, TypeVar
+from typing import Protocol, TypedDict, TypeVar
 
 from framework.data.leakage import answer_key
 from framework.data.schema import QAItem
@@ -23,7 +23,7 @@ from framework.eval.metrics import (
     mean_ci,
     summarize_samples,
 )
-from framework.eval.records import EvalRecord, RowLike, as_records, entity_kinds
+from framework.eval.records import EvalRecord, entity_kinds
 from framework.progress import Progress
 from framework.rewards.entity import EntityRewardConfig
 from framework.rewards.entity_match import entities_found
@@ -55,9 +55,16 @@ class Schedule(TypedDict):
     wave_questions: int
 
 
+class DatasetResults(TypedDict):
+    """What ``results.json`` holds per dataset: its :func:`summarize` and
+    :func:`summarize_by_hops`."""
+
+    overall: dict[str, object]
+    by_hops: dict[str, dict[str, object]]
+
+
 Judge = Callable[[JudgeInputs], list[bool]]
 T = TypeVar("T")
-P = ParamSpec("P")
 
 
 def rollout_seed(seed: int, question_id: str, sample: int) -> int:
@@ -158,23 +165,6 @@ def _journal_row(record: EvalRecord) -> dict[str, object]:
     row = record.to_row()
     del row["match_rate_norm"]
     return row
-
-
-def _as_rows(
-    records_of: Callable[P, list[EvalRecord]],
-) -> Callable[P, list[dict[str, object]]]:
-    """``records_of`` returning the dict rows of its records (:meth:`EvalRecord.to_row`)."""
-
-    def rows_of(*args: P.args, **kwargs: P.kwargs) -> list[dict[str, object]]:
-        return [r.to_row() for r in records_of(*args, **kwargs)]
-
-    rows_of.__doc__ = f"{records_of.__name__} as dict rows (samples.jsonl lines)."
-    return rows_of
-
-
-# study side converts after the merge (issue 75): seekrl-eval takes the dict rows (its
-# samples.jsonl lines) and passes them back to summarize and write_outputs.
-rollout_rows = _as_rows(rollout_records)
 
 
 def _roll_wave(
@@ -336,16 +326,16 @@ def _present(values: Sequence[T | None], what: str) -> list[T]:
     return known
 
 
-def summarize(rows: Sequence[RowLike], k: int) -> dict[str, Any]:
+def summarize(records: Sequence[EvalRecord], k: int) -> dict[str, object]:
     """Sampling metrics, tool use and the entity analysis of a set of records (one dataset or a
-    slice): the JSON object ``results.json`` holds per dataset (``pass@{k}`` keys name ``k``)."""
-    records = as_records(rows)
+    slice): the JSON object ``results.json`` holds per dataset (``pass@{k}`` keys name ``k``;
+    :func:`~framework.eval.report.flat` reads it as a typed table row)."""
     by_q: dict[str, list[EvalRecord]] = {}
     for r in records:
         by_q.setdefault(r.question_id, []).append(r)
     groups = [g for g in by_q.values() if len(g) >= k]
     sampling = summarize_samples([[r.correct for r in g] for g in groups], k)
-    out: dict[str, Any] = {
+    out: dict[str, object] = {
         "questions": sampling.questions,
         "rollouts": len(records),
         "k": k,
@@ -388,10 +378,9 @@ def _ci(est: Estimate) -> list[float]:
     return [est.low, est.high]
 
 
-def summarize_by_hops(rows: Sequence[RowLike], k: int) -> dict[str, dict[str, Any]]:
+def summarize_by_hops(records: Sequence[EvalRecord], k: int) -> dict[str, dict[str, object]]:
     """:func:`summarize` per hop count (questions of unknown hops under ``"unknown"``)."""
-    records = as_records(rows)
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, dict[str, object]] = {}
     hops = sorted({r.hops for r in records}, key=lambda h: (h is None, h or 0))
     for h in hops:
         out[str(h) if h is not None else "unknown"] = summarize(

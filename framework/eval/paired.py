@@ -5,8 +5,10 @@ got lucky on; pairing by question removes the between-question variance that two
 intervals would count twice. The unit of resampling is the question (its samples are not
 independent), as in the percentile bootstrap of Efron & Tibshirani 1993, ch. 13 and 16.
 
-Inputs are the per-rollout rows that :func:`framework.eval.harness.rollout_rows` returns and that
-``seekrl-eval`` writes to ``<run dir>/samples.jsonl``.
+Inputs are the per-question means of an evaluation's records (:func:`question_means` of the
+:class:`~framework.eval.records.EvalRecord` objects :func:`framework.eval.harness.rollout_records`
+returns and :func:`~framework.eval.records.load_records` reads back; :func:`per_question` of the
+rows of ``<run dir>/samples.jsonl`` that :func:`load_samples` reads).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import cast
 
 import numpy as np
 
-from framework.eval.records import EvalRecord
+from framework.eval.records import EvalRecord, json_lines
 
 QuestionKey = tuple[str, str]
 """``(dataset, question_id)``: a question is only the same question within its dataset."""
@@ -110,19 +112,17 @@ def load_samples(run_dir: Path) -> list[dict[str, object]]:
             f"[load_samples] got {str(run_dir)!r}; expected an evaluation directory with "
             "samples.jsonl. Fix: run seekrl-eval on the policy and pass its run directory."
         )
+
+    def malformed(lineno: int, err: json.JSONDecodeError) -> ValueError:
+        return ValueError(
+            f"[load_samples] got malformed JSON on line {lineno} of {path} ({err.msg}); "
+            "expected one JSON object per line. Fix: re-run seekrl-eval to rewrite the "
+            "file (a run killed mid-write leaves a truncated last line)."
+        )
+
     rows: list[dict[str, object]] = []
     with path.open() as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(
-                    f"[load_samples] got malformed JSON on line {lineno} of {path} ({err.msg}); "
-                    "expected one JSON object per line. Fix: re-run seekrl-eval to rewrite the "
-                    "file (a run killed mid-write leaves a truncated last line)."
-                ) from err
+        for lineno, row in json_lines(fh, malformed):
             if not isinstance(row, dict):
                 raise ValueError(
                     f"[load_samples] got a {type(row).__name__} on line {lineno} of {path}; "
@@ -148,13 +148,11 @@ def question_means(
     return _means(((r.dataset, r.question_id), value(r)) for r in records)
 
 
-# study side converts after the merge (issue 75): the study and seekrl-train's final comparison
-# pass the dict rows of read_records (with keys of their own, ``format_error``); question_means
-# takes records.
 def per_question(
     rows: Iterable[Mapping[str, object]], key: str = "correct"
 ) -> dict[QuestionKey, float]:
-    """Mean of ``key`` over each question's samples, as :func:`question_means` of dict rows.
+    """Mean of ``key`` over each question's samples, as :func:`question_means` of the dict rows of
+    :func:`load_samples` (or of :func:`~framework.eval.records.read_records`).
 
     Samples whose value is ``None`` are skipped (``match_rate`` is ``None`` for a question without
     entities); a question with no value left is left out.

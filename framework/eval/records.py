@@ -2,9 +2,9 @@
 
 ``seekrl-eval`` writes ``records.jsonl.gz`` beside ``samples.jsonl``: one compact line per rollout
 with what the statistics need and nothing they do not (no think text), so a whole study's records
-take a few hundred kB and can be committed with its report. :func:`read_records` reads one back and
-checks its fields (:func:`load_records` reads them as typed :class:`EvalRecord` objects, the one
-record of a rollout from the harness to the statistics); ``seekrl-study report_only=true`` builds
+take a few hundred kB and can be committed with its report. :func:`load_records` reads one back as
+typed :class:`EvalRecord` objects, the one record of a rollout from the harness to the statistics
+(:func:`read_records`, as the JSON objects of its lines); ``seekrl-study report_only=true`` builds
 every table from these files alone.
 
 Fields (:data:`RECORD_FIELDS`): the question (``dataset``, ``question_id``, ``answer_key`` — the
@@ -21,10 +21,10 @@ from __future__ import annotations
 import gzip
 import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 RECORDS = "records.jsonl.gz"
 RECORD_FIELDS = (
@@ -152,7 +152,7 @@ class EvalRecord:
                 f"{where} got a row without {missing}; expected the fields {list(RECORD_FIELDS)}."
                 " Fix: rewrite it with write_records."
             )
-        values: dict[str, Any] = {}
+        values: dict[str, object] = {}
         for name in ROW_FIELDS:
             value = row.get(name)
             if value is None:
@@ -169,7 +169,7 @@ class EvalRecord:
                     "the line with write_records (or evaluate again)."
                 )
             values[name] = value
-        return cls(**values)
+        return cls(**values)  # type: ignore[arg-type]  # each value checked against _KINDS
 
 
 #: every field of an :class:`EvalRecord`, in the order of a ``samples.jsonl`` line
@@ -191,15 +191,6 @@ _KINDS: dict[str, tuple[type, ...]] = {
     "golden_answers": (list,),
 }
 
-#: a record, or a dict row of one (``EvalRecord.to_row``): what the apps and the study pass today
-#: study side converts after the merge (issue 75)
-RowLike = EvalRecord | Mapping[str, object]
-
-
-def as_records(rows: Iterable[RowLike]) -> list[EvalRecord]:
-    """``rows`` as records (dict rows through :meth:`EvalRecord.from_row`)."""
-    return [r if isinstance(r, EvalRecord) else EvalRecord.from_row(r) for r in rows]
-
 
 class RecordsError(ValueError):
     """An archive that cannot be read as evaluation records (the message says where and why)."""
@@ -217,22 +208,23 @@ def entity_kinds(flags: Sequence[bool]) -> dict[str, int | None]:
     }
 
 
-def to_record(row: RowLike) -> dict[str, object]:
-    """The archive's line of one record or sample row of ``seekrl-eval`` (fields a row lacks are
-    None)."""
-    if isinstance(row, EvalRecord):
-        return row.archived()
-    return {f: row.get(f) for f in RECORD_FIELDS}
+#: a line of ``samples.jsonl`` as ``json`` reads it: what an evaluation from before the archive
+#: existed left (:func:`~framework.eval.paired.load_samples`), archived field for field
+SampleRow = Mapping[str, object]
 
 
-def write_records(path: Path, rows: Iterable[RowLike]) -> Path:
-    """Write the records of ``rows`` to ``path`` (gzip, one JSON object a line), atomically and
-    byte-for-byte reproducibly (no timestamp or file name in the gzip header)."""
+def write_records(path: Path, records: Iterable[EvalRecord] | Iterable[SampleRow]) -> Path:
+    """Write the archive lines of ``records`` (:meth:`EvalRecord.archived`; of a sample row, its
+    :data:`RECORD_FIELDS`, None where it lacks one) to ``path`` (gzip, one JSON object a line),
+    atomically and byte-for-byte reproducibly (no timestamp or file name in the gzip header)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as gz:
-        for row in rows:
-            gz.write((json.dumps(to_record(row), sort_keys=True) + "\n").encode())
+        for r in records:
+            line = (
+                r.archived() if isinstance(r, EvalRecord) else {f: r.get(f) for f in RECORD_FIELDS}
+            )
+            gz.write((json.dumps(line, sort_keys=True) + "\n").encode())
     os.replace(tmp, path)
     return path
 
@@ -247,16 +239,30 @@ def load_records(path: Path) -> list[EvalRecord]:
     return [EvalRecord.from_row(rec, f"[records] {path}:{n}") for n, rec in _lines(path)]
 
 
-# study side converts after the merge (issue 75): the study's archive and seekrl-train's final
-# comparison read the dicts (and add keys to them); they take load_records's records then.
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """The records in ``path``, each the JSON object of its line.
+def read_records(path: Path) -> list[dict[str, object]]:
+    """The lines of the archive ``path`` as ``json`` reads them (the on-disk format, field for
+    field); the statistics take :func:`load_records`'s typed records.
 
     Raises:
         RecordsError: the file is missing, not gzip, has a line that is not a JSON object, or a
             record without a required field.
     """
     return [rec for _, rec in _lines(path)]
+
+
+def json_lines(
+    lines: Iterable[str], malformed: Callable[[int, json.JSONDecodeError], Exception]
+) -> Iterator[tuple[int, object]]:
+    """``(line number, JSON value)`` of each non-blank line of ``lines`` (from 1); a line that is
+    not JSON raises ``malformed(line number, error)``."""
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise malformed(lineno, err) from err
+        yield lineno, value
 
 
 def _lines(path: Path) -> list[tuple[int, dict[str, object]]]:
@@ -267,27 +273,24 @@ def _lines(path: Path) -> list[tuple[int, dict[str, object]]]:
             f"[records] got {str(path)!r}; expected a {RECORDS} archive. Fix: evaluate the policy "
             "again (seekrl-eval writes it), or point at the study directory that holds it."
         )
+
+    def malformed(lineno: int, err: json.JSONDecodeError) -> RecordsError:
+        return RecordsError(
+            f"[records] got malformed JSON on line {lineno} of {path} ({err.msg}); expected one "
+            "JSON object a line. Fix: restore the archive from git or evaluate again."
+        )
+
     out: list[tuple[int, dict[str, object]]] = []
     try:
         with gzip.open(path, "rt", encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise RecordsError(
-                        f"[records] got malformed JSON on line {lineno} of {path} ({err.msg}); "
-                        "expected one JSON object a line. Fix: restore the archive from git or "
-                        "evaluate again."
-                    ) from err
+            for lineno, rec in json_lines(fh, malformed):
                 missing = [f for f in REQUIRED if not isinstance(rec, dict) or f not in rec]
                 if missing:
                     raise RecordsError(
                         f"[records] got line {lineno} of {path} without {missing}; expected the "
                         f"fields {list(RECORD_FIELDS)}. Fix: rewrite it with write_records."
                     )
-                out.append((lineno, rec))
+                out.append((lineno, cast(dict[str, object], rec)))  # an object: checked above
     except (OSError, EOFError) as err:
         raise RecordsError(
             f"[records] got {path} that is not a readable gzip file ({err}); expected a "

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypedDict
 
-from framework.eval.records import RECORDS, RowLike, as_records, write_records
+from framework.eval.records import RECORDS, EvalRecord, write_records
 
 TABLE_KEYS = (
     "questions",
@@ -101,16 +101,15 @@ def _fmt(v: object) -> object:
 
 
 def write_outputs(
-    run_dir: Path, results: Mapping[str, Any], rows: Sequence[RowLike], notices: list[str]
+    run_dir: Path, results: Mapping[str, Any], records: Sequence[EvalRecord], notices: list[str]
 ) -> list[Path]:
     """Everything an evaluation leaves behind; returns the plot files.
 
     Args:
         results: the JSON object of ``results.json`` (``policy``, ``k``, ``judge``, ``seed``,
             ``schedule``, and per dataset its ``overall`` and ``by_hops`` summaries).
-        rows: the evaluation's records (or their dict rows), every dataset's.
+        records: the evaluation's records, every dataset's.
     """
-    records = as_records(rows)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     with (run_dir / "samples.jsonl").open("w") as fh:

@@ -24,12 +24,12 @@ class EvalError(RuntimeError):
     """A bad evaluation input (a dataset)."""
 
 
-def evaluate(cfg: EvalConfig) -> dict[str, Any]:
+def evaluate(cfg: EvalConfig) -> dict[str, object]:
     """``seekrl-eval``: compare the evaluations ``cfg.compare`` names, or evaluate the policy."""
     return compare_runs(cfg) if cfg.compare else evaluate_policy(cfg)
 
 
-def compare_runs(cfg: EvalConfig) -> dict[str, Any]:
+def compare_runs(cfg: EvalConfig) -> dict[str, object]:
     """Put finished evaluations (or a sweep's) side by side, with no new rollouts; prints the
     comparison and writes ``comparison.md`` into ``cfg.run_dir``."""
     from framework.eval.report import CompareError, compare
@@ -85,7 +85,7 @@ def eval_backend(cfg: EvalConfig, model: Any, tokenizer: Any) -> Any:
     return build_backend(replace(cfg.rollout, sampling=sampling), model, tokenizer, owns_model=True)
 
 
-def evaluate_policy(cfg: EvalConfig) -> dict[str, Any]:
+def evaluate_policy(cfg: EvalConfig) -> dict[str, object]:
     """Roll out the policy ``cfg.checkpoint`` names ``samples_per_question`` times on each question
     of the configured datasets, judge the answers, summarise, and write the outputs; returns the
     results (``results.json``).
@@ -94,8 +94,14 @@ def evaluate_policy(cfg: EvalConfig) -> dict[str, Any]:
         SystemExit: status 2 with the message for a bad checkpoint, dataset, policy or retriever.
     """
     from framework.data.schema import DatasetError
-    from framework.eval.harness import rollout_rows, summarize, summarize_by_hops
-    from framework.eval.report import write_outputs
+    from framework.eval.harness import (
+        DatasetResults,
+        rollout_records,
+        summarize,
+        summarize_by_hops,
+    )
+    from framework.eval.records import EvalRecord
+    from framework.eval.report import flat, write_outputs
     from framework.registry import JUDGES, RETRIEVERS
     from framework.retrieval.types import RetrievalError
     from framework.rollout.engine import AgentLoop
@@ -116,8 +122,8 @@ def evaluate_policy(cfg: EvalConfig) -> dict[str, Any]:
     judge = JUDGES.bind(cfg.judge)(backend=backend)
     loop = AgentLoop(backend, retriever, cfg.agent)
     k = cfg.samples_per_question
-    rows: list[dict[str, Any]] = []
-    datasets = {}
+    records: list[EvalRecord] = []
+    datasets: dict[str, DatasetResults] = {}
     waves: dict[str, dict[str, int]] = {}
     try:
         for name, items in sets.items():
@@ -125,7 +131,7 @@ def evaluate_policy(cfg: EvalConfig) -> dict[str, Any]:
             progress = Progress(
                 f"eval {name}", len(items), "question", every_s=0, min_s=0, plain=True
             )
-            got = rollout_rows(
+            got = rollout_records(
                 loop,
                 items,
                 k,
@@ -138,11 +144,13 @@ def evaluate_policy(cfg: EvalConfig) -> dict[str, Any]:
                 seed=cfg.seed,
                 waves=waves.setdefault(name, {}),
             )
-            rows += got
-            datasets[name] = {"overall": summarize(got, k), "by_hops": summarize_by_hops(got, k)}
+            records += got
+            datasets[name] = DatasetResults(
+                overall=summarize(got, k), by_hops=summarize_by_hops(got, k)
+            )
     finally:
         retriever.close()
-    results = {
+    results: dict[str, object] = {
         "policy": described,
         "k": k,
         "judge": cfg.judge.name,
@@ -151,16 +159,16 @@ def evaluate_policy(cfg: EvalConfig) -> dict[str, Any]:
         "schedule": schedule(cfg, backend, waves),
         "datasets": datasets,
     }
-    write_outputs(run_dir, results, rows, notices)
+    write_outputs(run_dir, results, records, notices)
     for name in sets:  # every row is in samples.jsonl now
         journal_path(run_dir, name).unlink(missing_ok=True)
     for n in notices:
         print(f"notice: {n}")
     for name, s in datasets.items():
-        o = s["overall"]
+        o = flat(s["overall"])
         print(
-            f"{name}: Pass@1 {o['pass@1']:.3f} [{o['pass@1_ci'][0]:.3f}, {o['pass@1_ci'][1]:.3f}], "
-            f"Pass@{k} {o[f'pass@{k}']:.3f}, pass^{k} {o[f'pass^{k}']:.3f}, "
+            f"{name}: Pass@1 {o['pass@1']:.3f} [{o['pass@1_low']:.3f}, {o['pass@1_high']:.3f}], "
+            f"Pass@{k} {o['pass@k']:.3f}, pass^{k} {o['pass^k']:.3f}, "
             f"tool calls {o['tool_calls']:.2f}, format errors {o['format_error_rate']:.3f}"
         )
     print(f"seekrl-eval: report {run_dir / 'report.md'} ({results['seconds']} s)")

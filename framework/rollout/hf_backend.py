@@ -285,7 +285,7 @@ class TransformersBackend:
     def restart(self) -> None:
         """Go on as a new backend with the same weights would: no KV entries kept from earlier
         calls, and the per-call seed count back at 0. An evaluation starts each of its waves here
-        (:func:`framework.eval.harness.rollout_rows`), so a wave decodes the same whether it
+        (:func:`framework.eval.harness.rollout_records`), so a wave decodes the same whether it
         follows other waves or opens a resumed evaluation in a new process."""
         self.calls = 0
         if self.prefix_cache is not None:

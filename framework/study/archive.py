@@ -30,14 +30,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, is_dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, cast
 
 from framework.eval.curves import Series, read_scalars
 from framework.eval.paired import load_samples
-from framework.eval.records import RECORDS, read_records, write_records
+from framework.eval.records import RECORDS, EvalRecord, load_records, write_records
 from framework.study.entity_credit import run_histogram
 from framework.study.integrity import run_provenance
 from framework.study.layout import (
@@ -46,12 +46,13 @@ from framework.study.layout import (
     TEST_COUNTS,
     TRAINING,
     eval_dir,
+    read_json_object,
     run_dir_of,
     saved_config,
 )
 from framework.study.runs import RunState, train_finished
 from framework.study.schema import StudyConfig, arm_seeds
-from framework.types import STATUS_FORMAT_ERROR, STATUS_OVER_BUDGET
+from framework.study.types import JSON, Method, RunRecord
 
 #: training curves drawn per arm (mean over seeds, band = min..max)
 CURVE_TAGS = (
@@ -104,7 +105,7 @@ CONFIG_KEYS = (
 VERSION_KEYS = ("git_commit", "precision", "precision_reason", "cpu", "platform", "packages")
 
 
-def archive_study(root: Path, cfg: Any, states: Sequence[Any]) -> Path:
+def archive_study(root: Path, cfg: StudyConfig, states: Sequence[RunState]) -> Path:
     """Bring ``<root>/archive`` up to date with the study directory; returns the archive."""
     arc = root / ARCHIVE
     arc.mkdir(parents=True, exist_ok=True)
@@ -138,9 +139,10 @@ def archive_study(root: Path, cfg: Any, states: Sequence[Any]) -> Path:
     return arc
 
 
-def study_settings(cfg: Any) -> dict[str, Any]:
+def study_settings(cfg: StudyConfig) -> dict[str, JSON]:
     """The study config's fields the report depends on (:data:`CONFIG_KEYS`), as plain data."""
-    out = {k: v for k, v in _as_plain(cfg).items() if k in CONFIG_KEYS}
+    plain = cast(dict[str, JSON], _as_plain(cfg))  # a dataclass: an object
+    out = {k: v for k, v in plain.items() if k in CONFIG_KEYS}
     # unset: as settings recorded before the field say
     for key in ("only_arms", "parts", "baseline_seeds", "inert_arms"):
         if not out.get(key):
@@ -148,33 +150,34 @@ def study_settings(cfg: Any) -> dict[str, Any]:
     return out
 
 
-def archived_config(saved: dict[str, Any], cfg: Any) -> Any:
+def archived_config(saved: dict[str, JSON], cfg: StudyConfig) -> StudyConfig:
     """``cfg`` (a :class:`~framework.study.schema.StudyConfig`) with the settings an archive was
     made with (arms, seeds, baseline, evaluation, analysis); settings the archive predates keep
     ``cfg``'s values, and so does ``publish`` (where a screen's page goes is the command's choice:
     a copy of a published archive reported elsewhere must not overwrite the committed page)."""
     fields = {k: v for k, v in saved.items() if k not in ("eval", "publish")}
-    return replace(cfg, **fields, eval=replace(cfg.eval, **saved.get("eval", {})))
+    evaluation = cast(dict[str, JSON], saved.get("eval", {}))  # study_settings wrote an object
+    return replace(cfg, **fields, eval=replace(cfg.eval, **evaluation))  # type: ignore[arg-type]
 
 
-def _as_plain(node: Any) -> Any:
+def _as_plain(node: object) -> JSON:
     """A dataclass or namespace config as plain dicts and lists (for JSON)."""
     if is_dataclass(node) and not isinstance(node, type):
-        return asdict(node)
+        return cast(dict[str, JSON], asdict(node))
     if hasattr(node, "__dict__"):
         return {k: _as_plain(v) for k, v in vars(node).items()}
     if isinstance(node, dict):
         return {k: _as_plain(v) for k, v in node.items()}
     if isinstance(node, list | tuple):
         return [_as_plain(v) for v in node]
-    return node
+    return cast(JSON, node)  # a str, number, bool or None
 
 
-def _run_record(run: Path, state: Any, evals: Path | None = None) -> dict[str, Any]:
+def _run_record(run: Path, state: RunState, evals: Path | None = None) -> RunRecord:
     scalars = read_scalars(run) if (run / "tensorboard").is_dir() else {}
     steps = scalars.get("timing/step", [])
-    versions = _read_json(run / "versions.json") or {}
-    summary = _read_json(run / "summary.json") or {}
+    versions = read_json_object(run / "versions.json") or {}
+    summary = cast(_TrainSummary, read_json_object(run / "summary.json") or {})
     peaks = [float(s["peak_gb"]) for s in summary.get("stages", []) if "peak_gb" in s]
     earlier = summary.get("earlier_launches_peak_gb")  # resumed: the killed launches' peak
     if earlier is not None:
@@ -187,7 +190,7 @@ def _run_record(run: Path, state: Any, evals: Path | None = None) -> dict[str, A
         for tag, values in scalars.items()
         if tag.startswith("health/") and tag.endswith("/alarm") and any(v > 0 for _, v in values)
     )
-    return {
+    record: RunRecord = {
         "arm": state.arm,
         "seed": state.seed,
         "status": state.status,
@@ -207,21 +210,33 @@ def _run_record(run: Path, state: Any, evals: Path | None = None) -> dict[str, A
         "curves": {
             t: [[int(x), float(y)] for x, y in scalars[t]] for t in CURVE_TAGS if t in scalars
         },
-        # per step, what it spent (COMPUTE_TAGS); runs logged before the figures have none
-        **(
-            {"compute": {t: [[int(x), float(y)] for x, y in scalars[t]] for t in found}}
-            if (found := [t for t in COMPUTE_TAGS if t in scalars])
-            else {}
-        ),
-        **({"provenance": provenance} if provenance is not None else {}),
     }
+    # per step, what it spent (COMPUTE_TAGS); runs logged before the figures have none
+    if found := [t for t in COMPUTE_TAGS if t in scalars]:
+        record["compute"] = {t: [[int(x), float(y)] for x, y in scalars[t]] for t in found}
+    if provenance is not None:
+        record["provenance"] = provenance
+    return record
+
+
+class _Stage(TypedDict, total=False):
+    peak_gb: float
+
+
+class _TrainSummary(TypedDict, total=False):
+    """The fields of a run's ``summary.json`` (:func:`framework.rl.summary.run_summary`) its
+    record keeps."""
+
+    stages: list[_Stage]
+    earlier_launches_peak_gb: float | None
+    stopped_by: dict[str, JSON] | None
 
 
 #: the config sections whose components may name a paper (a run's methods)
 METHOD_SECTIONS = ("reward", "advantage", "loss", "sampler", "augment")
 
 
-def run_methods(run: Path) -> list[dict[str, str]]:
+def run_methods(run: Path) -> list[Method]:
     """The components of a run that come from a paper (:data:`METHOD_SECTIONS`): section, name,
     paper and how closely the component follows it (``fidelity``), as registered now; empty when
     the run's config cannot be read."""
@@ -230,7 +245,7 @@ def run_methods(run: Path) -> list[dict[str, str]]:
 
     saved = saved_config(run) or {}
     load_components()
-    out = []
+    out: list[Method] = []
     for section in METHOD_SECTIONS:
         part = saved.get(section)
         name = part.get("name") if isinstance(part, dict) else None
@@ -249,16 +264,9 @@ def run_methods(run: Path) -> list[dict[str, str]]:
     return out
 
 
-def _write_json(path: Path, data: Any, sort_keys: bool = True) -> None:
+def _write_json(path: Path, data: Mapping[str, object], sort_keys: bool = True) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, sort_keys=sort_keys, default=str) + "\n")
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
 
 
 class StudyArchive:
@@ -270,8 +278,10 @@ class StudyArchive:
     def exists(self) -> bool:
         return (self.path / "study_config.json").is_file()
 
-    def config(self) -> dict[str, Any]:
-        return json.loads((self.path / "study_config.json").read_text())
+    def config(self) -> dict[str, JSON]:
+        """The study's settings (:func:`study_settings`) as archived."""
+        config: dict[str, JSON] = json.loads((self.path / "study_config.json").read_text())
+        return config
 
     def _eval_file(self, arm: str | None, seed: int | None) -> Path:
         if arm is None:
@@ -281,16 +291,15 @@ class StudyArchive:
     def has_eval(self, arm: str | None, seed: int | None = None) -> bool:
         return self._eval_file(arm, seed).is_file()
 
-    def records(self, arm: str | None, seed: int | None = None) -> list[dict[str, Any]]:
+    def records(self, arm: str | None, seed: int | None = None) -> list[EvalRecord]:
         """The records of the warm start (``arm`` None) or of one run's evaluation."""
-        rows = read_records(self._eval_file(arm, seed))
-        for r in rows:
-            r["format_error"] = float(r.get("status") == STATUS_FORMAT_ERROR)
-            r["over_budget"] = float(r.get("status") == STATUS_OVER_BUDGET)
-        return rows
+        return load_records(self._eval_file(arm, seed))
 
-    def run(self, arm: str, seed: int) -> dict[str, Any] | None:
-        return _read_json(self.path / TRAINING / arm / f"seed{seed}.json")
+    def run(self, arm: str, seed: int) -> RunRecord | None:
+        """The archived record of one run (:func:`archive_study`); None when there is none."""
+        return cast(
+            "RunRecord | None", read_json_object(self.path / TRAINING / arm / f"seed{seed}.json")
+        )
 
     def runs(self, arms: Sequence[str]) -> list[tuple[str, int]]:
         """The archived runs of ``arms``, arm by arm in that order, seeds ascending."""
@@ -306,7 +315,8 @@ class StudyArchive:
         return {t: [(int(x), float(y)) for x, y in v] for t, v in run.get("curves", {}).items()}
 
     def test_evaluations(self) -> dict[str, int]:
-        return _read_json(self.path / TEST_COUNTS) or {}
+        """How many times each policy was evaluated on the test split."""
+        return cast(dict[str, int], read_json_object(self.path / TEST_COUNTS) or {})
 
 
 def kept_jobs(kept: Path | None, jobs: Sequence[tuple[str, int]]) -> set[tuple[str, int]]:
@@ -321,7 +331,12 @@ def kept_jobs(kept: Path | None, jobs: Sequence[tuple[str, int]]) -> set[tuple[s
     }
 
 
-def restore_kept(kept: Path, root: Path, jobs: Sequence[tuple[str, int]]) -> dict[Any, dict]:
+#: the records :func:`restore_kept` brought back, by ``(arm, seed)`` (None: the warm start's
+#: evaluation)
+Restored = dict[tuple[str, int] | None, RunRecord]
+
+
+def restore_kept(kept: Path, root: Path, jobs: Sequence[tuple[str, int]]) -> Restored:
     """Bring into ``<root>/archive`` what the kept archive (``archive_to``) holds and ``root`` does
     not: the warm start's evaluation and each finished, evaluated (arm, seed). Those are not made
     again. Returns their training records, keyed by ``(arm, seed)`` (``None`` for the warm start's
@@ -330,7 +345,7 @@ def restore_kept(kept: Path, root: Path, jobs: Sequence[tuple[str, int]]) -> dic
     if not archive.exists():
         return {}
     local = root / ARCHIVE
-    restored: dict[Any, dict] = {}
+    restored: Restored = {}
 
     def copy(rel: Path) -> None:
         (local / rel).parent.mkdir(parents=True, exist_ok=True)

@@ -9,12 +9,13 @@ import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from framework.config.inert import config_leaves
 from framework.study.archive import StudyArchive
 from framework.study.layout import ARCHIVE, BASIS, published_records, run_dir_of
 from framework.study.schema import StudyConfig
+from framework.study.types import JSON
 
 if TYPE_CHECKING:
     from framework.training.precision import PrecisionChoice
@@ -137,7 +138,7 @@ def check_kept_archive(
     now = asdict(cfg.eval)
     changed += [
         f"eval.{k}: recorded {v!r}, now {now.get(k)!r}"
-        for k, v in archive.config().get("eval", {}).items()
+        for k, v in cast(dict[str, JSON], archive.config().get("eval", {})).items()
         if now.get(k) != v
     ]
     if changed:
@@ -237,7 +238,7 @@ def precision_mismatch(archive: StudyArchive, here: PrecisionChoice) -> tuple[st
     follow them. Returns the difference and its fix, or None (no run records say, or they agree).
     """
     recorded: dict[str, str] = {}
-    for arm, seed in archive.runs(list(archive.config().get("arms", {}))):
+    for arm, seed in archive.runs(list(cast(dict[str, JSON], archive.config().get("arms", {})))):
         versions = (archive.run(arm, seed) or {}).get("versions") or {}
         if versions.get("precision"):
             recorded.setdefault(str(versions["precision"]), str(versions.get("cpu", "?")))

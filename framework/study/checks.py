@@ -10,13 +10,13 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from framework.study import integrity as study_integrity
 from framework.study.archive import StudyArchive, study_settings
 from framework.study.integrity import (
     PROVENANCE,
     SHOWN,
+    TreeState,
     file_record,
     is_ancestor,
     publishable,
@@ -29,6 +29,7 @@ from framework.study.integrity import (
 from framework.study.layout import ARCHIVE, run_dir_of
 from framework.study.runs import state_on_disk, train_finished
 from framework.study.schema import StudyConfig
+from framework.study.types import JSON, FileRecord
 
 PREREGISTRATION = "preregistration.json"
 
@@ -134,7 +135,7 @@ def integrity_problems(
     root: Path,
     kept: Path | None,
     jobs: Sequence[tuple[str, int]],
-    tree: Any,
+    tree: TreeState,
 ) -> list[str]:
     """Why the publishable study ``cfg`` may not go on from the checkout ``tree``
     (a :class:`~framework.study.integrity.TreeState`), one line each: git cannot say, the tree
@@ -182,7 +183,7 @@ def integrity_problems(
     return out + preregistration_problems(cfg, root, tree)
 
 
-def preregistration_problems(cfg: StudyConfig, root: Path, tree: Any) -> list[str]:
+def preregistration_problems(cfg: StudyConfig, root: Path, tree: TreeState) -> list[str]:
     """A test-split study's pre-registration that does not precede its runs: its file not
     committed as it is, changed since the study froze it (:func:`check_preregistration`), or its
     commit not an ancestor of the checkout's. [] for any other study, and for a file that is
@@ -229,7 +230,7 @@ def check_integrity(
     kept_runs: set[tuple[str, int]] | None = None,
     *,
     quiet: bool = False,
-) -> Any:
+) -> TreeState:
     """Refuse to start (or go on with) a publishable study on an uncommitted tree, on a commit
     other than its table's existing runs', or with a pre-registration that does not precede its
     runs (:func:`integrity_problems`; :mod:`framework.study.integrity`), unless
@@ -265,12 +266,14 @@ def check_integrity(
     raise SystemExit(2)
 
 
-def launch_context(cfg: StudyConfig, root: Path, tree: Any, data_key: dict[str, Any]) -> dict:
+def launch_context(
+    cfg: StudyConfig, root: Path, tree: TreeState, data_key: dict[str, JSON]
+) -> dict[str, object]:
     """What every run's provenance record of this invocation carries besides its launch:
     ``allow_dirty``, the questions' ``data_key`` and, for a study with one, the pre-registration
     (its file as it is now, :func:`~framework.study.integrity.file_record`, and whether its
     commit is an ancestor of the checkout's: ``ancestor``, None when git cannot say)."""
-    prereg = None
+    prereg: FileRecord | None = None
     doc = Path(cfg.preregistration.split("#", 1)[0])
     if cfg.preregistration and doc.is_file():
         prereg = {"preregistration": cfg.preregistration, **file_record(doc)}

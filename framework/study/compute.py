@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Literal, TypedDict
+
+from framework.study.types import JSON, ArchivedSeries, RunRecord
+
+if TYPE_CHECKING:
+    from framework.study.archive import StudyArchive
 
 #: more rollouts per step than the baseline's by this share spends more (a sampler that draws a
 #: reserve group now and then is not flagged; dynamic sampling's extra rounds are)
@@ -22,12 +27,22 @@ ROLLOUT_TOLERANCE = 0.05
 TOKEN_TOLERANCE = 0.5
 
 
-def _series_mean(series: Mapping[str, Any], tag: str) -> float | None:
+class Compute(TypedDict):
+    """What a run (or an arm, the mean over its seeds) spent per training step
+    (:func:`run_compute`); None where nothing says."""
+
+    rollouts: float | None
+    generated_tokens: float | None
+    optimizer_steps: float | None
+    from_config: bool
+
+
+def _series_mean(series: Mapping[str, ArchivedSeries], tag: str) -> float | None:
     values = [float(v) for _, v in series.get(tag) or []]
     return statistics.fmean(values) if values else None
 
 
-def run_compute(run: Mapping[str, Any]) -> dict[str, Any]:
+def run_compute(run: RunRecord) -> Compute:
     """What one run spent per training step, the mean over its steps, from its record's
     ``compute`` series (:data:`framework.study.archive.COMPUTE_TAGS`): ``rollouts`` (every
     rollout generated: ``train/generated_rollouts``, else the trained ``train/rollouts``),
@@ -60,12 +75,15 @@ def run_compute(run: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _configured_steps(config: Mapping[str, Any]) -> float | None:
+def _configured_steps(config: Mapping[str, JSON]) -> float | None:
     """Optimiser steps per batch from a saved train config: its policy epochs, when it trained
     on whole batches (no ``mini_batch_size``, or 0) with a loss that is not turn-staged."""
-    optim = config.get("optim") or {}
-    loss = (config.get("loss") or {}).get("name")
-    if "policy_epochs" not in optim or optim.get("mini_batch_size") or loss is None:
+    optim, section = config.get("optim") or {}, config.get("loss") or {}
+    loss = section.get("name") if isinstance(section, dict) else None
+    if not isinstance(optim, dict) or not isinstance(loss, str):
+        return None
+    epochs = optim.get("policy_epochs")
+    if "policy_epochs" not in optim or optim.get("mini_batch_size"):
         return None
     from framework.registry import ALL, load_components
 
@@ -73,24 +91,33 @@ def _configured_steps(config: Mapping[str, Any]) -> float | None:
     entry = ALL["loss"].get(loss) if loss in ALL["loss"] else None
     if entry is None or getattr(entry.config_cls, "stages_per_turn", False):
         return None
-    return float(optim["policy_epochs"])
+    return float(epochs)  # type: ignore[arg-type]  # a number in a config train accepted
 
 
-def arm_compute(archive: Any, arm: str, seeds: Sequence[int]) -> dict[str, Any] | None:
+def arm_compute(archive: StudyArchive, arm: str, seeds: Sequence[int]) -> Compute | None:
     """:func:`run_compute` of the arm's runs, each figure the mean over the seeds that have it;
     None without a run record."""
     found = [run_compute(run) for s in seeds if (run := archive.run(arm, s))]
     if not found:
         return None
-    out: dict[str, Any] = {}
-    for key in ("rollouts", "generated_tokens", "optimizer_steps"):
-        values = [c[key] for c in found if c[key] is not None]
-        out[key] = statistics.fmean(values) if values else None
-    out["from_config"] = any(c["from_config"] for c in found)
-    return out
+
+    def mean(values: Sequence[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return statistics.fmean(known) if known else None
+
+    return {
+        "rollouts": mean([c["rollouts"] for c in found]),
+        "generated_tokens": mean([c["generated_tokens"] for c in found]),
+        "optimizer_steps": mean([c["optimizer_steps"] for c in found]),
+        "from_config": any(c["from_config"] for c in found),
+    }
 
 
-def spends_more(mine: Mapping[str, Any] | None, theirs: Mapping[str, Any] | None) -> list[str]:
+#: the figures of a :class:`Compute`
+Figure = Literal["optimizer_steps", "rollouts", "generated_tokens"]
+
+
+def spends_more(mine: Compute | None, theirs: Compute | None) -> list[str]:
     """How ``mine`` (a row's compute, :func:`arm_compute`) spends more per step than ``theirs``,
     one phrase per figure: more optimiser steps (any excess), more rollouts (above
     :data:`ROLLOUT_TOLERANCE`) or more generated tokens (above :data:`TOKEN_TOLERANCE`); a figure
@@ -99,7 +126,7 @@ def spends_more(mine: Mapping[str, Any] | None, theirs: Mapping[str, Any] | None
         return []
     out = []
 
-    def both(key: str) -> tuple[float, float] | None:
+    def both(key: Figure) -> tuple[float, float] | None:
         a, b = mine.get(key), theirs.get(key)
         return None if a is None or b is None else (float(a), float(b))
 

@@ -16,7 +16,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from framework.rollout.metrics import (
     correct_answers,
@@ -25,13 +25,26 @@ from framework.rollout.metrics import (
     wrong_entity_rates,
 )
 from framework.study.layout import saved_config
+from framework.study.types import Histogram, PooledHistogram, RunHistogram
 from framework.types import STATUS_OK
 
 #: the histogram's interior bins over (0, 1), beside the masses at exactly 0 and at 1
 INTERIOR_EDGES = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
-def reward_config(run: Path) -> Any:
+class StepRecord(TypedDict, total=False):
+    """The fields of a saved trajectory record (``trajectories/step-*.jsonl``) this reads."""
+
+    status: str
+    answer: str | None
+    golden_answers: list[str]
+    think_text: str | None
+    entities: list[list[str] | str]
+    question: str
+    group: int
+
+
+def reward_config(run: Path) -> object:
     """The run's reward config, typed through the reward registry from its saved ``config.yaml``
     (None when the file or the reward cannot be read: the default rule and exact match apply)."""
     from framework.registry import REWARDS, load_components
@@ -48,7 +61,7 @@ def reward_config(run: Path) -> Any:
         return None
 
 
-def step_rates(records: Sequence[dict[str, Any]], cfg: Any) -> list[float]:
+def step_rates(records: Sequence[StepRecord], cfg: object) -> list[float]:
     """``γ̂`` of each wrong rollout of one training step's records (:func:`~framework.rollout.
     metrics.wrong_entity_rates`); empty when a record carries no entities."""
     if not records or not all(r.get("entities") for r in records):
@@ -72,7 +85,7 @@ def step_rates(records: Sequence[dict[str, Any]], cfg: Any) -> list[float]:
     return [float(x) for x in rates]
 
 
-def run_histogram(run: Path) -> dict[str, Any] | None:
+def run_histogram(run: Path) -> RunHistogram | None:
     """The :func:`histogram` of ``γ̂`` over every wrong rollout of the run's saved steps (rank
     0's), with ``rule`` saying whose settings scored them; None when it saved no trajectories."""
     folder = run / "trajectories"
@@ -86,10 +99,10 @@ def run_histogram(run: Path) -> dict[str, Any] | None:
             records = [json.loads(line) for line in fh if line.strip()]
         rates += step_rates(records, cfg)
     rule = "the run's reward" if cfg is not None else "defaults (config.yaml unreadable)"
-    return histogram(rates) | {"steps": len(files), "rule": rule}
+    return RunHistogram(**histogram(rates), steps=len(files), rule=rule)
 
 
-def histogram(rates: Sequence[float]) -> dict[str, Any]:
+def histogram(rates: Sequence[float]) -> Histogram:
     """Counts of ``rates``: at exactly 0, in each interior bin ``(a, b]`` of
     :data:`INTERIOR_EDGES` below 1, and at 1 or more."""
     interior = [0] * (len(INTERIOR_EDGES) - 1)
@@ -107,9 +120,9 @@ def histogram(rates: Sequence[float]) -> dict[str, Any]:
     }
 
 
-def pooled(histograms: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+def pooled(histograms: Sequence[Histogram | None]) -> PooledHistogram | None:
     """The sum of several runs' :func:`histogram` (their rollouts pooled); None for none."""
-    hs = [h for h in histograms if h and h.get("n")]
+    hs = [h for h in histograms if h and h["n"]]
     if not hs:
         return None
     n = sum(h["n"] for h in hs)
@@ -120,5 +133,5 @@ def pooled(histograms: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
         "interior": [sum(col) for col in zip(*(h["interior"] for h in hs), strict=True)],
         "full": sum(h["full"] for h in hs),
         "edges": hs[0]["edges"],
-        "mean": sum(h["mean"] * h["n"] for h in hs) / n,
+        "mean": sum((h["mean"] or 0.0) * h["n"] for h in hs) / n,  # a histogram of n > 0 has one
     }

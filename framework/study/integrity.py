@@ -40,9 +40,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict, cast
 
-from framework.study.layout import published_records
+from framework.study.layout import published_records, read_json_object
+from framework.study.schema import StudyConfig
+from framework.study.types import JSON, FileRecord, Launch, Provenance, RunRecord
+
+if TYPE_CHECKING:
+    from framework.study.archive import StudyArchive
 
 #: in a run directory: the study's record of the run's launches (see :func:`run_provenance`)
 PROVENANCE = "provenance.json"
@@ -95,9 +100,9 @@ class TreeState:
     def clean(self) -> bool:
         return not self.error and not self.changed
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> Launch:
         """The launch record of a run made on this tree (:data:`PROVENANCE`)."""
-        out: dict[str, Any] = {"commit": self.commit, "changed": list(self.changed)}
+        out: Launch = {"commit": self.commit, "changed": list(self.changed)}
         if self.error:
             out["git_error"] = self.error
         return out
@@ -160,11 +165,11 @@ def is_ancestor(repo: Path, older: str, newer: str) -> bool | None:
     return {0: True, 1: False}.get(done.returncode)
 
 
-def file_record(path: Path) -> dict[str, Any]:
+def file_record(path: Path) -> FileRecord:
     """A pre-registration's file as its record: its ``sha256``, the ``commit`` that last changed it
     and when (``committed_at``, UTC), and whether it is ``committed`` as it is (tracked, unchanged
     since); ``git_error`` when git cannot say."""
-    out: dict[str, Any] = {
+    out: FileRecord = {
         "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
         "commit": None,
         "committed_at": None,
@@ -180,12 +185,12 @@ def file_record(path: Path) -> dict[str, Any]:
         return {**out, "git_error": f"{path} is not in a git checkout"}
     if log.stdout.strip():
         commit, when = log.stdout.split()
-        out |= {"commit": commit, "committed_at": utc(when)}
+        out["commit"], out["committed_at"] = commit, utc(when)
         out["committed"] = status.returncode == 0 and not status.stdout.strip()
     return out
 
 
-def publishable(cfg: Any) -> list[str]:
+def publishable(cfg: StudyConfig) -> list[str]:
     """What makes the study publishable (module docstring), as its settings; [] when nothing."""
     why = []
     if getattr(cfg, "publish", ""):
@@ -197,7 +202,7 @@ def publishable(cfg: Any) -> list[str]:
     return why
 
 
-def study_folders(cfg: Any) -> list[Path]:
+def study_folders(cfg: StudyConfig) -> list[Path]:
     """The folders the study writes its records to while it runs (and its parts' records): a
     change there is the study's own, not the code's."""
     out = [cfg.directory()]
@@ -211,16 +216,20 @@ def study_folders(cfg: Any) -> list[Path]:
 
 # -- what a run was made on -------------------------------------------------------------------------
 def record_launch(
-    run: Path, launch: Mapping[str, Any], study: Mapping[str, Any], *, resumed: bool = False
+    run: Path, launch: Launch, study: Mapping[str, object], *, resumed: bool = False
 ) -> None:
     """Add one launch of the run in ``run`` (its start, :meth:`TreeState.record`) to its
     :data:`PROVENANCE`, with what the study stands on (``study``: ``allow_dirty``, ``data_key``,
     ``preregistration``). A launch that does not go on from a checkpoint (``resumed``) trains the
     run from its start: the launches before it made nothing the run keeps, and are dropped."""
     path = run / PROVENANCE
-    saved = (_read(path) or {}) if resumed else {}
+    saved: dict[str, object] = {**(read_json_object(path) or {})} if resumed else {}
     saved |= dict(study)
-    saved["launches"] = [*saved.get("launches", []), {"started": now(), **launch}]
+    earlier = saved.get("launches", [])
+    saved["launches"] = [
+        *(earlier if isinstance(earlier, list) else []),
+        {"started": now(), **launch},
+    ]
     saved.pop("trained", None)  # trained again (a retry), or on from a checkpoint
     _write(path, saved)
 
@@ -228,8 +237,8 @@ def record_launch(
 def record_trained(run: Path) -> None:
     """The run in ``run`` finished training now."""
     path = run / PROVENANCE
-    saved = _read(path)
-    if isinstance(saved, dict):
+    saved = read_json_object(path)
+    if saved is not None:
         _write(path, {**saved, "trained": now()})
 
 
@@ -238,19 +247,23 @@ def record_evaluated(out: Path) -> None:
     _write(out / EVAL_TIME, {"finished": now()})
 
 
-def run_provenance(run: Path, evals: Path) -> dict[str, Any] | None:
+def run_provenance(run: Path, evals: Path) -> Provenance | None:
     """The provenance of the run in ``run`` (evaluated in ``evals``) for its archived record:
     ``train_started`` (its first launch), ``train_ended``, ``evaluated``, its ``launches`` (each
     one's start, commit and uncommitted changes), ``allow_dirty``, ``data_key`` and
     ``preregistration``; None for a run the study did not record (made before these records)."""
-    saved = _read(run / PROVENANCE)
-    if not isinstance(saved, dict):
+    read = read_json_object(run / PROVENANCE)
+    if read is None:
         return None
+    saved = cast(_Saved, read)
     launches = saved.get("launches") or []
+    evaluated = cast(
+        dict[str, str], read_json_object(evals / EVAL_TIME) or {}
+    )  # record_evaluated's
     return {
         "train_started": launches[0].get("started") if launches else None,
         "train_ended": saved.get("trained"),
-        "evaluated": (_read(evals / EVAL_TIME) or {}).get("finished"),
+        "evaluated": evaluated.get("finished"),
         "launches": launches,
         "allow_dirty": bool(saved.get("allow_dirty")),
         "data_key": saved.get("data_key"),
@@ -258,16 +271,25 @@ def run_provenance(run: Path, evals: Path) -> dict[str, Any] | None:
     }
 
 
-def _launch_commit(launch: Mapping[str, Any]) -> str:
+class _Saved(Provenance, total=False):
+    """A run directory's :data:`PROVENANCE` as :func:`record_launch` writes it (``trained``: when
+    it finished training)."""
+
+    trained: str
+
+
+def _launch_commit(launch: Launch) -> str:
     commit = str(launch.get("commit") or "unknown")
     return commit + ("-dirty" if launch.get("changed") else "")
 
 
-def record_commits(record: Mapping[str, Any]) -> list[str]:
+def record_commits(record: RunRecord) -> list[str]:
     """The commits a run's record (archived, or a run directory's) says it was made on: each
     launch's (``-dirty`` when its tree had uncommitted changes; ``unknown`` when git could not
     say), else the one its train process recorded (``versions.git_commit``); [] when none."""
-    launches = (record.get("provenance") or record).get("launches") or []
+    # a run directory's record is its provenance itself
+    prov = record.get("provenance") or cast(Provenance, record)
+    launches = prov.get("launches") or []
     if launches:
         return list(dict.fromkeys(_launch_commit(launch) for launch in launches))
     commit = (record.get("versions") or {}).get("git_commit")
@@ -289,7 +311,58 @@ def short(commit: str) -> str:
 
 
 # -- the report's reading ---------------------------------------------------------------------------
-def integrity(archive: Any, runs: Sequence[tuple[str, int]]) -> dict[str, Any] | None:
+class IntegrityRow(TypedDict):
+    """One run's provenance in the report (:func:`integrity`)."""
+
+    arm: str
+    seed: int
+    recorded: bool
+    commits: list[str]
+    changed: list[str]
+    git_error: str
+    allow_dirty: bool
+    train_started: str | None
+    train_ended: str | None
+    evaluated: str | None
+    data_key: JSON
+
+
+class FirstRun(TypedDict):
+    """The run that began training first."""
+
+    run: str
+    train_started: str | None
+    commit: str | None
+
+
+class PreregistrationOrder(TypedDict):
+    """Whether the pre-registration precedes the first run (:func:`preregistration_order`)."""
+
+    preregistration: str | None
+    sha256: str | None
+    commit: str | None
+    committed_at: str | None
+    ancestor: bool | None
+    precedes: bool
+    problems: list[str]
+
+
+class _Integrity(TypedDict):
+    runs: list[IntegrityRow]
+    commits: list[str]
+    mixed: bool
+    dirty: list[str]
+    unknown: list[str]
+    first_run: FirstRun | None
+
+
+class Integrity(_Integrity, total=False):
+    """What the runs' records say of the study's integrity (:func:`integrity`)."""
+
+    preregistration: PreregistrationOrder
+
+
+def integrity(archive: StudyArchive, runs: Sequence[tuple[str, int]]) -> Integrity | None:
     """What the archived records of ``runs`` say of the study's integrity: per run its commits,
     uncommitted changes and times; the commits of the table (``mixed`` when more than one), the
     runs made on a dirty tree or an unknown commit, the first run (by its training start) and the
@@ -298,9 +371,9 @@ def integrity(archive: Any, runs: Sequence[tuple[str, int]]) -> dict[str, Any] |
     records = {(arm, seed): r for arm, seed in runs if (r := archive.run(arm, seed)) is not None}
     if not any(r.get("provenance") for r in records.values()):
         return None
-    rows: list[dict[str, Any]] = []
+    rows: list[IntegrityRow] = []
     for (arm, seed), r in records.items():
-        prov = r.get("provenance") or {}
+        prov: Provenance = r.get("provenance") or {}
         launches = prov.get("launches") or []
         commits = record_commits(r)
         rows.append(
@@ -320,8 +393,8 @@ def integrity(archive: Any, runs: Sequence[tuple[str, int]]) -> dict[str, Any] |
         )
     bare = sorted({c.removesuffix("-dirty") for row in rows for c in row["commits"]})
     started = [row for row in rows if row["train_started"]]
-    first = min(started, key=lambda row: _time(row["train_started"])) if started else None
-    out: dict[str, Any] = {
+    first = min(started, key=lambda row: _time(row["train_started"] or "")) if started else None
+    out: Integrity = {
         "runs": rows,
         "commits": bare,
         "mixed": len(bare) > 1,
@@ -341,17 +414,17 @@ def integrity(archive: Any, runs: Sequence[tuple[str, int]]) -> dict[str, Any] |
     return out
 
 
-def _label(row: Mapping[str, Any]) -> str:
+def _label(row: IntegrityRow) -> str:
     return f"`{row['arm']}` seed {row['seed']}"
 
 
-def _unknown(row: Mapping[str, Any]) -> bool:
+def _unknown(row: IntegrityRow) -> bool:
     return not row["commits"] or any(c.startswith("unknown") for c in row["commits"])
 
 
 def preregistration_order(
-    records: Mapping[tuple[str, int], Mapping[str, Any]], first: Mapping[str, Any] | None
-) -> dict[str, Any] | None:
+    records: Mapping[tuple[str, int], RunRecord], first: FirstRun | None
+) -> PreregistrationOrder | None:
     """Whether the pre-registration the runs' records name precedes the first run: it was
     committed as it is when the runs began, its commit's time is before the first run's training
     start, its commit is an ancestor of each launch's (``git merge-base --is-ancestor``, checked
@@ -377,7 +450,7 @@ def preregistration_order(
         problems.append("no run records when it began training")
     elif when is None:
         problems.append("its commit is not recorded")
-    elif _time(when) > _time(first["train_started"]):
+    elif _time(when) > _time(first["train_started"] or ""):
         problems.append(
             f"it was committed at {when}, after the first run ({first['run']}) began training at "
             f"{first['train_started']}"
@@ -401,7 +474,7 @@ def _changes(changed: Sequence[str]) -> str:
     return f"{len(changed)} uncommitted change{'s' if len(changed) != 1 else ''}: {shown}{more}"
 
 
-def integrity_lines(info: Mapping[str, Any] | None) -> list[str]:
+def integrity_lines(info: Integrity | None) -> list[str]:
     """The report's lines on :func:`integrity`: the commit every run was made on, or, marked, the
     commits mixed in the table (each run under its commit), the runs made on an uncommitted tree
     (each with its changes) or on an unknown commit, and the pre-registration's order against the
@@ -477,14 +550,7 @@ def integrity_lines(info: Mapping[str, Any] | None) -> list[str]:
     return [*lines, ""]
 
 
-def _read(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-
-
-def _write(path: Path, data: Any) -> None:
+def _write(path: Path, data: Mapping[str, object]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")

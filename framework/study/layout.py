@@ -8,8 +8,11 @@ and the report itself; a screen's published page keeps its records in the folder
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
+
+from framework.study.types import JSON
 
 ARCHIVE = "archive"
 
@@ -32,6 +35,15 @@ def run_dir_of(root: Path, arm: str, seed: int) -> Path:
 def eval_dir(root: Path, arm: str | None, seed: int | None = None) -> Path:
     """The study's evaluation directory of the warm start (``arm`` None) or of one run."""
     return root / "eval" / "start" if arm is None else root / "eval" / arm / f"seed{seed}"
+
+
+def read_json_object(path: Path) -> dict[str, JSON] | None:
+    """The JSON object in ``path``; None when it is missing, unreadable or not an object."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def saved_config(run: Path) -> dict[str, Any] | None:

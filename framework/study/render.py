@@ -4,15 +4,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
 
 from framework.eval.paired import interval_side, questions_needed
 from framework.study.integrity import integrity_lines
-from framework.study.schema import arm_seeds
-from framework.study.summary import FIGURES
+from framework.study.schema import StudyConfig, arm_seeds
+from framework.study.summary import FIGURES, PoweredResult, Result, StudySummary
+from framework.study.types import PooledHistogram
 
 
 def _pct(v: float | None) -> str:
@@ -23,12 +23,12 @@ def _ci(ci: Sequence[float]) -> str:
     return f"[{ci[0]:.3f}, {ci[1]:.3f}]"
 
 
-def _diff(d: dict[str, Any]) -> str:
+def _diff(d: Result) -> str:
     sign = "excludes 0" if d["excludes_zero"] else "includes 0"
     return f"{d['diff']:+.3f} {_ci([d['ci'][0], d['ci'][1]])} ({sign}, p={d['p_value']:.3f})"
 
 
-def _power_lines(versus: dict[str, dict[str, Any]]) -> list[str]:
+def _power_lines(versus: Mapping[str, Mapping[str, Result]]) -> list[str]:
     """What each Pass@1 comparison could detect, from the spread of its per-question differences."""
     lines = [
         "",
@@ -49,11 +49,11 @@ def _power_lines(versus: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _start_k(s: dict[str, Any]) -> str:
+def _start_k(s: StudySummary) -> str:
     return f"{s['start']['k']} samples per question" if "start" in s else "not evaluated"
 
 
-def _test_line(s: dict[str, Any]) -> str:
+def _test_line(s: StudySummary) -> str:
     """How many times each policy was evaluated on the test split (the protocol counts them)."""
     counts = s.get("test_evaluations") or {}
     if not counts:
@@ -65,12 +65,12 @@ def _test_line(s: dict[str, Any]) -> str:
     )
 
 
-def _power_cell(d: dict[str, Any]) -> str:
+def _power_cell(d: PoweredResult) -> str:
     p = d["power_at_min_effect"]
     return "n/a" if p != p else f"{p:.2f}"
 
 
-def _three_way_lines(s: dict[str, Any]) -> list[str]:
+def _three_way_lines(s: StudySummary) -> list[str]:
     """Pass@1 differences by the three resampling schemes, side by side, with their power."""
     if not s["pass1_three_ways"]:
         return []
@@ -100,7 +100,7 @@ def _three_way_lines(s: dict[str, Any]) -> list[str]:
     return lines
 
 
-def verdict(name: str, d: dict[str, Any]) -> str:
+def verdict(name: str, d: Result) -> str:
     """The decision rule on one comparison ``"b - a"`` (``name``) and its interval ``d``: ``b``
     beats ``a`` when the interval lies above 0, ``a`` beats ``b`` when below, otherwise no
     difference shown."""
@@ -109,7 +109,7 @@ def verdict(name: str, d: dict[str, Any]) -> str:
     return f"{b} beats {a}" if side > 0 else f"{a} beats {b}" if side < 0 else "no difference shown"
 
 
-def _decision_lines(s: dict[str, Any]) -> list[str]:
+def _decision_lines(s: StudySummary) -> list[str]:
     """Every Pass@1 comparison read by the decision rule on its primary interval: the seed
     bootstrap where an arm has several seeds, else the question bootstrap."""
     if not s["pass1_three_ways"]:
@@ -138,7 +138,7 @@ def _decision_lines(s: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _sizing_lines(s: dict[str, Any]) -> list[str]:
+def _sizing_lines(s: StudySummary) -> list[str]:
     """The same rollout budget split into questions x samples, from the measured variance."""
     if not s["sizing"]:
         return []
@@ -165,13 +165,13 @@ def _sizing_lines(s: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _baseline_seeds(cfg: Any) -> str:
+def _baseline_seeds(cfg: StudyConfig) -> str:
     """``" (the baseline `grpo`: [0, 1, 2])"`` for a replicated baseline, else ``""``."""
     extra = getattr(cfg, "baseline_seeds", None) or []
     return f" (the baseline `{cfg.baseline}`: {list(extra)})" if extra else ""
 
 
-def _partial_lines(cfg: Any, s: dict[str, Any]) -> list[str]:
+def _partial_lines(cfg: StudyConfig, s: StudySummary) -> list[str]:
     """A warning when some (arm, seed) of the study is not evaluated yet: the tables cover only
     the evaluated ones, and arms pooled over different seeds are compared as they are."""
     status = {(r["arm"], r["seed"]): r["status"] for r in s.get("runs", [])}
@@ -180,7 +180,7 @@ def _partial_lines(cfg: Any, s: dict[str, Any]) -> list[str]:
     missing = [
         f"{arm} seed {seed} ({status.get((arm, seed), 'pending')})"
         for arm, seed in jobs
-        if seed not in s["arms"].get(arm, {}).get("seeds", [])
+        if arm not in s["arms"] or seed not in s["arms"][arm].get("seeds", [])
     ]
     if not missing:
         return []
@@ -193,7 +193,7 @@ def _partial_lines(cfg: Any, s: dict[str, Any]) -> list[str]:
     ]
 
 
-def _entity_rate_lines(hists: dict[str, dict[str, Any]]) -> list[str]:
+def _entity_rate_lines(hists: Mapping[str, PooledHistogram]) -> list[str]:
     """The distribution of ``γ̂`` over each arm's wrong training rollouts (pooled over seeds)."""
     if not hists:
         return []
@@ -224,7 +224,7 @@ def _entity_rate_lines(hists: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _seed_lines(cfg: Any, s: dict[str, Any]) -> list[str]:
+def _seed_lines(cfg: StudyConfig, s: StudySummary) -> list[str]:
     """The comparisons again with each arm's seeds resampled too (``seed_bootstrap``): the
     tables above hold the seeds fixed, so they speak for these runs; these speak for the arms."""
     rows = [("the warm start", arm, d) for arm, d in s.get("versus_start_seeds", {}).items()]
@@ -252,7 +252,7 @@ def _seed_lines(cfg: Any, s: dict[str, Any]) -> list[str]:
 
 
 def study_markdown(
-    cfg: Any, s: dict[str, Any], plots: Sequence[Path], root: Path, screen_table: str = ""
+    cfg: StudyConfig, s: StudySummary, plots: Sequence[Path], root: Path, screen_table: str = ""
 ) -> str:
     """The report ``study.md`` from the summary ``s`` (:func:`~framework.study.summary.
     summarize_study`), the curves' ``plots`` (linked relative to ``root``) and, for a screen, its
@@ -278,7 +278,7 @@ def study_markdown(
     return "\n".join(lines)
 
 
-def _header_lines(cfg: Any, s: dict[str, Any]) -> list[str]:
+def _header_lines(cfg: StudyConfig, s: StudySummary) -> list[str]:
     """The title, the arms and seeds, how every policy was evaluated, the test-split count."""
     e = cfg.eval
     arms = ", ".join(f"`{a}` ({' '.join(v)})" for a, v in cfg.arms.items())
@@ -299,7 +299,7 @@ def _header_lines(cfg: Any, s: dict[str, Any]) -> list[str]:
     ]
 
 
-def _arm_lines(s: dict[str, Any]) -> list[str]:
+def _arm_lines(s: StudySummary) -> list[str]:
     """Pass@1 and the other figures of the warm start and of each arm pooled over its seeds,
     then of each seed."""
     lines = ["## Pass@1 per arm (pooled over seeds)", ""]
@@ -338,7 +338,7 @@ def _arm_lines(s: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _versus_lines(whom: str, versus: dict[str, dict[str, Any]]) -> list[str]:
+def _versus_lines(whom: str, versus: Mapping[str, Mapping[str, Result]]) -> list[str]:
     """Each arm minus ``whom`` (the warm start, or the baseline) in every figure, paired over
     questions, with what each Pass@1 comparison can detect; [] when there is none."""
     if not versus:
@@ -353,7 +353,7 @@ def _versus_lines(whom: str, versus: dict[str, dict[str, Any]]) -> list[str]:
     return lines + _power_lines(versus)
 
 
-def _hop_lines(s: dict[str, Any]) -> list[str]:
+def _hop_lines(s: StudySummary) -> list[str]:
     """Pass@1 by hop count, each arm minus the warm start; [] when the rows carry no hops."""
     if not s["by_hops"]:
         return []
@@ -371,7 +371,7 @@ def _hop_lines(s: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _bridge_lines(s: dict[str, Any]) -> list[str]:
+def _bridge_lines(s: StudySummary) -> list[str]:
     """The entity analysis on the hidden bridge entities, per policy (:func:`~framework.study.
     summary.bridge_analysis`)."""
     lines = [
@@ -401,7 +401,7 @@ def _bridge_lines(s: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _curve_lines(s: dict[str, Any], plots: Sequence[Path], root: Path) -> list[str]:
+def _curve_lines(s: StudySummary, plots: Sequence[Path], root: Path) -> list[str]:
     """The training curves' first and last quarters per arm and metric, and the plots."""
     if not s["curves"]:
         return []
@@ -420,7 +420,7 @@ def _curve_lines(s: dict[str, Any], plots: Sequence[Path], root: Path) -> list[s
     return [*lines, "", *(f"![{p.stem}]({p.relative_to(root)})" for p in plots)]
 
 
-def _run_lines(s: dict[str, Any]) -> list[str]:
+def _run_lines(s: StudySummary) -> list[str]:
     """Every run's status, times, commit and precision, the failed runs, where the rest is."""
     lines = ["", "## Runs", ""]
     lines += [

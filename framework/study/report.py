@@ -14,7 +14,7 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from framework.eval.curves import curve_table, plot_arms
 from framework.study.archive import CURVE_TAGS, StudyArchive, archive_study
@@ -22,20 +22,42 @@ from framework.study.entity_credit import pooled
 from framework.study.integrity import integrity, integrity_lines
 from framework.study.layout import published_records
 from framework.study.render import study_markdown
-from framework.study.schema import all_seeds
-from framework.study.screen import row_machines, screen_parts, screen_rows
+from framework.study.runs import RunState
+from framework.study.schema import StudyConfig, all_seeds
+from framework.study.screen import ScreenRow, row_machines, screen_parts, screen_rows
 from framework.study.screen_render import parts_markdown, screen_markdown
-from framework.study.summary import summarize_study
+from framework.study.summary import StudySummary, summarize_study
+from framework.study.types import JSON
 
 
-def write_study(root: Path, cfg: Any, states: Sequence[Any]) -> dict[str, Any]:
+class RunRow(TypedDict):
+    """A run in the report's run table (``study.json``'s ``runs``)."""
+
+    arm: str
+    seed: int
+    status: str
+    seconds: float
+    train_seconds: float | None
+    dir: str
+    versions: dict[str, JSON]
+
+
+class PartRows(TypedDict):
+    """A part of a screen in ``study.json`` (``screen_parts``)."""
+
+    name: str | None
+    archive: str
+    rows: list[ScreenRow]
+
+
+def write_study(root: Path, cfg: StudyConfig, states: Sequence[RunState]) -> StudySummary:
     """Archive the study in ``root`` (:func:`archive_study`), then write its report from the
     archive alone (:func:`write_report`)."""
     archive_study(root, cfg, states)
     return write_report(root, cfg)
 
 
-def write_subset_report(root: Path, cfg: Any, seeds: Sequence[int]) -> dict[str, Any]:
+def write_subset_report(root: Path, cfg: StudyConfig, seeds: Sequence[int]) -> StudySummary:
     """The report over ``seeds`` only, a subset of the study's (a sensitivity analysis, e.g. the
     seeds no exploration used), from ``<root>/archive`` beside the main report:
     ``study_seeds_<s>_<s>.md``, ``.json`` and ``curves_seeds_<s>_<s>/``; the main report and
@@ -59,12 +81,12 @@ def write_subset_report(root: Path, cfg: Any, seeds: Sequence[int]) -> dict[str,
 
 def write_report(
     root: Path,
-    cfg: Any,
+    cfg: StudyConfig,
     *,
     publish: bool = True,
     suffix: str = "",
     subset_of: Sequence[int] = (),
-) -> dict[str, Any]:
+) -> StudySummary:
     """``study.md``, ``study.json`` and ``curves/`` in ``root`` (each name with ``suffix``), from
     ``<root>/archive`` only; a screen with ``cfg.publish`` also publishes
     (:func:`publish_screen`) unless ``publish`` is off. ``subset_of``: the study's seeds, when
@@ -82,11 +104,7 @@ def write_report(
     rates = {
         arm: h
         for arm in arms
-        if (
-            h := pooled(
-                [(archive.run(arm, s) or {}).get("wrong_entity_rates") or {} for s in seeds]
-            )
-        )
+        if (h := pooled([(archive.run(arm, s) or {}).get("wrong_entity_rates") for s in seeds]))
         is not None
     }
     if rates:  # archives from before the histogram was kept have none (their reports unchanged)
@@ -138,7 +156,7 @@ def write_report(
     return summary
 
 
-def publish_screen(root: Path, cfg: Any, table: str) -> Path:
+def publish_screen(root: Path, cfg: StudyConfig, table: str) -> Path:
     """Writes the screening ``table`` to ``cfg.publish`` (``docs/benchmarks/screen.md``) with the
     records it comes from beside it: ``root``'s archive copied to the folder of the same name
     (``docs/benchmarks/screen/archive``) and the study's report written there from that copy, so

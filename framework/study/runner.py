@@ -7,12 +7,13 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from framework.study.archive import (
+    Restored,
     StudyArchive,
     archived_config,
     keep_archive,
@@ -34,6 +35,7 @@ from framework.study.checks import (
     launch_context,
     left_to_make,
 )
+from framework.study.integrity import TreeState
 from framework.study.layout import ARCHIVE, run_dir_of
 from framework.study.report import write_report, write_study, write_subset_report
 from framework.study.runs import (
@@ -51,9 +53,10 @@ from framework.study.runs import (
     warm_start_child,
 )
 from framework.study.schema import StudyConfig
+from framework.study.summary import StudySummary
 
 
-def study(cfg: StudyConfig) -> dict[str, Any]:
+def study(cfg: StudyConfig) -> Mapping[str, object]:
     """The study app's entry point (``seekrl-study``): the study's arms and (arm, seed) jobs, the
     checks before anything is built, the warm start and its evaluation, every job trained (or
     resumed, or skipped) and evaluated, then the report; returns the report's figures (``{}``
@@ -167,9 +170,9 @@ class StudyStart:
     """What this invocation's runs go on from (:func:`warm_start_and_evaluate`)."""
 
     train_cfg: Any  #: the first arm's train config, its warm start in place (every run's rollout)
-    tree: Any  #: the checkout the study was checked on (a TreeState)
-    context: dict[str, Any]  #: what every run's provenance record carries besides its launch
-    restored: dict[Any, dict]  #: the records brought back from the kept archive, by (arm, seed)
+    tree: TreeState  #: the checkout the study was checked on
+    context: dict[str, object]  #: what every run's provenance record carries besides its launch
+    restored: Restored  #: the records brought back from the kept archive, by (arm, seed)
 
 
 def warm_start_and_evaluate(
@@ -177,7 +180,7 @@ def warm_start_and_evaluate(
     root: Path,
     jobs: list[tuple[str, int]],
     kept: Path | None,
-    tree: Any,
+    tree: TreeState,
     first_cfg: Any,
     basis: dict[str, Any],
     here: Any,
@@ -194,7 +197,7 @@ def warm_start_and_evaluate(
     check_basis(root, content)
     data_key = {"data": basis["data"], "questions_sha256": content["questions_sha256"]}
     context = launch_context(cfg, root, tree, data_key)  # in every run's provenance record
-    restored: dict[Any, dict] = {}
+    restored: Restored = {}
     check_record_folders(cfg, kept, {**basis, **content}, here)
     if kept is not None:
         restored = restore_kept(kept, root, jobs)
@@ -331,7 +334,7 @@ def _hours(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
-def report_so_far(cfg: StudyConfig, root: Path, jobs: list[tuple[str, int]]) -> dict[str, Any]:
+def report_so_far(cfg: StudyConfig, root: Path, jobs: list[tuple[str, int]]) -> StudySummary:
     """``report_only=true``: the report of the evaluations already in ``root`` (a long study
     looked at between sessions, or a published study's committed archive); it trains and
     evaluates nothing and says what is missing.

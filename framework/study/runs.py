@@ -23,6 +23,7 @@ from typing import Any
 from framework.study.integrity import record_evaluated, record_launch, record_trained
 from framework.study.layout import TEST_COUNTS, run_dir_of
 from framework.study.schema import StudyConfig
+from framework.study.types import Launch
 
 #: exit status of a train run stopped by SIGINT / SIGTERM after its checkpoint (see cli/train.py)
 INTERRUPTED = 130
@@ -94,8 +95,8 @@ def run_train(
     arm: str,
     seed: int,
     root: Path,
-    launch: Mapping[str, Any] | None = None,
-    context: Mapping[str, Any] | None = None,
+    launch: Launch | None = None,
+    context: Mapping[str, object] | None = None,
 ) -> RunState:
     """Train one (arm, seed) in a child process unless it is finished; never raises for a crash.
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from framework.config.problems import Problem, check, check_range
 
@@ -327,7 +326,7 @@ class StudyConfig:
         return self.eval.samples_per_question * len(self.seeds)
 
 
-def arm_seeds(cfg: Any, arm: str) -> list[int]:
+def arm_seeds(cfg: StudyConfig, arm: str) -> list[int]:
     """The seeds one arm of the study ``cfg`` runs: the baseline's ``baseline_seeds`` when set (a
     replicated baseline), else the study's ``seeds``. ``cfg`` may be any object with ``seeds``
     and ``baseline`` (a study config from before ``baseline_seeds`` had none)."""
@@ -335,7 +334,7 @@ def arm_seeds(cfg: Any, arm: str) -> list[int]:
     return extra if extra and arm == cfg.baseline else list(cfg.seeds)
 
 
-def all_seeds(cfg: Any) -> list[int]:
+def all_seeds(cfg: StudyConfig) -> list[int]:
     """Every seed some arm of ``cfg`` runs: ``seeds``, then the baseline's further seeds."""
     extra = list(getattr(cfg, "baseline_seeds", None) or [])
     return list(dict.fromkeys([*cfg.seeds, *extra]))

@@ -76,17 +76,117 @@ What a method's row can and cannot show at the screen's settings:
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from itertools import combinations
-from typing import Any
+from typing import TypedDict
 
-from framework.eval.paired import interval_side, paired_bootstrap, per_question, pooled_per_question
+from framework.eval.paired import QuestionKey, interval_side, paired_bootstrap, pooled_per_question
 from framework.health.config import monitor_config
 from framework.registry.kinds import HEALTH_MONITORS
 from framework.study.archive import StudyArchive, archived_config
-from framework.study.compute import arm_compute, reference_arms, spends_more
+from framework.study.compute import Compute, arm_compute, reference_arms, spends_more
 from framework.study.schema import StudyConfig, all_seeds, arm_seeds
-from framework.study.summary import result_dict, summarize_study
+from framework.study.summary import (
+    ArmFigures,
+    Result,
+    StudySummary,
+    figure_means,
+    result_dict,
+    summarize_study,
+)
+from framework.study.types import ArchivedSeries, Method
+
+
+class NoisePair(Result):
+    """The paired difference of two of the baseline's seeds (later minus earlier)."""
+
+    seeds: list[int]
+
+
+#: the spread between the baseline's seeds (:func:`noise_band`)
+NoiseBand = TypedDict(
+    "NoiseBand",
+    {
+        "seeds": list[int],
+        "pass@1": list[float],
+        "range": float,
+        "sd": float,
+        "pairs": list[NoisePair],
+        "widest": float,
+    },
+)
+
+
+#: a row of the screening table (:func:`screen_rows`); an inert arm's row has fewer keys
+ScreenRow = TypedDict(
+    "ScreenRow",
+    {
+        "arm": str,
+        "seeds": list[int],
+        "pass@1": float | None,
+        "pass@1_ci": list[float] | None,
+        "minus_baseline": Result | None,
+        "detectable": float | None,
+        "tool_calls": float | None,
+        "format_errors": float | None,
+        "over_budget": float | None,
+        "questions": int | None,
+        "response_tokens": float | None,
+        "compute": Compute | None,
+        "seconds_per_step": float | None,
+        "train_seconds": float | None,
+        "peak_gb": float | None,
+        "peak_last_launch": bool,
+        "machines": list[str],
+        "monitors_fired": list[str],
+        "stopped_by": list[str],
+        "identical_to_baseline": bool,
+        "inert": str | None,
+        "reference": str | None,
+        "verdict": str,
+        "fidelity": str,
+        "accuracy_curve": ArchivedSeries | None,
+        "noise_band": NoiseBand | None,
+        "within_noise": bool | None,
+        "unmatched": str | None,
+        "compared_with": str | None,
+        "p_value": float | None,
+        "p_holm": float | None,
+        "p_bh": float | None,
+    },
+    total=False,
+)
+
+
+#: a span of steps and the moving mean over it: ``(first step, last step, mean)``
+Span = tuple[int, int, float]
+
+
+class Fall(TypedDict):
+    """Where the mean curve trips ``reward_collapse`` (:func:`shared_fall`)."""
+
+    best: Span
+    low: Span
+    drop: float
+
+
+class SharedFall(TypedDict):
+    """How the methods' training curves move together (:func:`shared_fall`)."""
+
+    methods: int
+    correlation: float | None
+    mean: list[float]
+    fall: Fall | None
+
+
+class PartRows(TypedDict):
+    """One part of a screen (:func:`screen_parts`): its name, archive, config and rows."""
+
+    archive: str
+    name: str | None
+    cfg: StudyConfig | None
+    rows: list[ScreenRow]
+
 
 #: the training figure compared across methods under the table (:func:`shared_fall`): accuracy,
 #: not reward, because rewards differ in scale between methods
@@ -139,13 +239,13 @@ def benjamini_hochberg(p: Sequence[float]) -> list[float]:
     return out
 
 
-def _per_question(archive: Any, arm: str, seed: int) -> dict[Any, float]:
-    return per_question(archive.records(arm, seed))
+def _per_question(archive: StudyArchive, arm: str, seed: int) -> dict[QuestionKey, float]:
+    return figure_means(archive.records(arm, seed))
 
 
 def noise_band(
-    archive: Any, baseline: str, seeds: Sequence[int], n_boot: int
-) -> dict[str, Any] | None:
+    archive: StudyArchive, baseline: str, seeds: Sequence[int], n_boot: int
+) -> NoiseBand | None:
     """The spread between the baseline's evaluated ``seeds`` (two or more; None otherwise): each
     seed's Pass@1, their range and SD, and the paired difference of every pair (later seed minus
     earlier, bootstrap over questions, with its interval); ``widest``, the largest of those
@@ -158,7 +258,7 @@ def noise_band(
     pairs = []
     for a, b in combinations(done, 2):
         d = result_dict(paired_bootstrap(pq[a], pq[b], n_boot=n_boot))
-        pairs.append({"seeds": [a, b], **d})
+        pairs.append(NoisePair(seeds=[a, b], **d))
     return {
         "seeds": done,
         "pass@1": pass1,
@@ -170,15 +270,15 @@ def noise_band(
 
 
 def _matched_diff(
-    summary: Mapping[str, Any],
-    archive: Any,
+    summary: StudySummary,
+    archive: StudyArchive,
     target: str,
     arm: str,
     mine: Sequence[int],
     theirs: Sequence[int],
     baseline: str,
     n_boot: int,
-) -> dict[str, Any] | None:
+) -> Result | None:
     """``arm`` minus ``target`` (Pass@1, paired bootstrap over questions) on the seeds both ran,
     each pooled over those seeds; the summary's comparison where it is that already (the baseline
     with the arm's seeds exactly), or where no seed is shared."""
@@ -200,7 +300,7 @@ def _matched_diff(
 FIDELITY_ORDER = ("reconstructed", "partial", "exact")
 
 
-def arm_fidelity(methods: Sequence[Mapping[str, str]]) -> str:
+def arm_fidelity(methods: Sequence[Method]) -> str:
     """How closely an arm follows its papers: the weakest ``fidelity`` among its components that
     name a paper (``"RECONSTRUCTED"`` loudly, so no reader takes it for the paper's method), with
     those components; ``""`` when none declares one (the formulas of docs/algorithms.md)."""
@@ -212,7 +312,7 @@ def arm_fidelity(methods: Sequence[Mapping[str, str]]) -> str:
     return ""
 
 
-def same_as_baseline(archive: Any, arm: str, baseline: str, seeds: Sequence[int]) -> bool:
+def same_as_baseline(archive: StudyArchive, arm: str, baseline: str, seeds: Sequence[int]) -> bool:
     """Whether every run of ``arm`` is the baseline's of its seed exactly: the same training
     curves (every logged figure at every step) and the same evaluation records, sample for
     sample. False when a run, its curves or the baseline's are missing: nothing is assumed."""
@@ -227,7 +327,7 @@ def same_as_baseline(archive: Any, arm: str, baseline: str, seeds: Sequence[int]
     return bool(seeds)
 
 
-def _inert_row(arm: str, reason: str) -> dict[str, Any]:
+def _inert_row(arm: str, reason: str) -> ScreenRow:
     """The row of an arm listed as inert at these settings and not trained."""
     return {
         "arm": arm,
@@ -254,13 +354,13 @@ def _inert_row(arm: str, reason: str) -> dict[str, Any]:
 
 
 def screen_rows(
-    summary: Mapping[str, Any],
-    archive: Any,
+    summary: StudySummary,
+    archive: StudyArchive,
     arms: Sequence[str],
     baseline: str,
     *,
-    cfg: Any = None,
-) -> list[dict[str, Any]]:
+    cfg: StudyConfig | None = None,
+) -> list[ScreenRow]:
     """One row per arm of a screen (module docstring), from the study's summary
     (:func:`~framework.study.summary.summarize_study`) and its archive: an evaluated arm's
     figures, or an inert arm's reason.
@@ -305,8 +405,8 @@ def screen_rows(
 
 
 def _evaluated_row(
-    archive: Any, arm: str, figures: Mapping[str, Any], baseline: str
-) -> dict[str, Any]:
+    archive: StudyArchive, arm: str, figures: ArmFigures, baseline: str
+) -> ScreenRow:
     """The row of an evaluated arm before its comparison: its summary ``figures`` and what its
     runs' records say (:func:`_run_facts`); the caller sets ``inert`` and ``reference``."""
     facts = _run_facts(archive, arm, figures["seeds"])
@@ -350,29 +450,44 @@ def _evaluated_row(
     }
 
 
-def _run_facts(archive: Any, arm: str, seeds: Sequence[int]) -> dict[str, Any]:
+class _Facts(TypedDict):
+    tokens: list[float]
+    steps: int
+    seconds: float
+    trained: float
+    peaks: list[float]
+    resumed: bool
+    cpus: list[str]
+    methods: list[Method]
+    alarms: set[str]
+    stopped: list[str]
+    curve: ArchivedSeries | None
+
+
+def _run_facts(archive: StudyArchive, arm: str, seeds: Sequence[int]) -> _Facts:
     """What the records of the arm's evaluated ``seeds`` say, gathered over them: response tokens,
     training steps and seconds, peaks, whether a peak is a last launch's only, CPUs, methods,
     monitors fired and stopping, and the first seed's training accuracy curve."""
-    tokens, steps, seconds, peaks, alarms, stopped = [], 0, 0.0, [], set(), []
+    tokens: list[float] = []
+    steps, seconds, peaks, alarms, stopped = 0, 0.0, [], set(), []
     trained = 0.0  # training wall seconds of every seed, every launch
     resumed = False
     cpus: list[str] = []
-    methods: list[Mapping[str, str]] = []
+    methods: list[Method] = []
     curve = None  # the first seed's per-step training accuracy
     for seed in seeds:
         recs = archive.records(arm, seed)
-        tokens += [float(r["response_tokens"]) for r in recs if r.get("response_tokens")]
+        tokens += [float(r.response_tokens) for r in recs if r.response_tokens]
         run = archive.run(arm, seed) or {}
         if seed == seeds[0]:
             curve = (run.get("curves") or {}).get(SHARED_METRIC)
-        if run.get("train_seconds"):
-            trained += float(run["train_seconds"])
-            if run.get("steps"):
-                seconds += float(run["train_seconds"])
-                steps += int(run["steps"])
-        if run.get("peak_gb") is not None:
-            peaks.append(float(run["peak_gb"]))
+        if train := run.get("train_seconds"):
+            trained += float(train)
+            if run_steps := run.get("steps"):
+                seconds += float(train)
+                steps += int(run_steps)
+        if (peak := run.get("peak_gb")) is not None:
+            peaks.append(float(peak))
         # resumed from a checkpoint written before checkpoints kept the peak: its summary,
         # hence its peak, is its last launch's only
         resumed |= bool((run.get("config") or {}).get("resume")) and (
@@ -384,10 +499,10 @@ def _run_facts(archive: Any, arm: str, seeds: Sequence[int]) -> dict[str, Any]:
         if cpu and versions.get("precision"):  # what the CPU ran: bf16 or fp32 differ
             cpu = f"{cpu}, {versions['precision']}"
         if cpu and cpu not in cpus:
-            cpus.append(cpu)
+            cpus.append(str(cpu))
         methods += [m for m in run.get("methods", []) if m not in methods]
-        if run.get("stopped_by"):
-            stopped.append(str(run["stopped_by"].get("monitor", "a monitor")))
+        if stopped_by := run.get("stopped_by"):
+            stopped.append(str(stopped_by.get("monitor", "a monitor")))
     return {
         "tokens": tokens,
         "steps": steps,
@@ -404,9 +519,9 @@ def _run_facts(archive: Any, arm: str, seeds: Sequence[int]) -> dict[str, Any]:
 
 
 def _compare(
-    rows: list[dict[str, Any]],
-    summary: Mapping[str, Any],
-    archive: Any,
+    rows: list[ScreenRow],
+    summary: StudySummary,
+    archive: StudyArchive,
     baseline: str,
     n_boot: int,
 ) -> None:
@@ -418,7 +533,7 @@ def _compare(
     base = by_arm.get(baseline)
     refs = sorted(
         (r for r in rows if r.get("reference") and r.get("pass@1") is not None),
-        key=lambda r: ((r.get("compute") or {}).get("optimizer_steps") or 0.0, r["arm"]),
+        key=lambda r: (_optimizer_steps(r) or 0.0, r["arm"]),
     )
     for r in rows:
         r["unmatched"] = None
@@ -446,7 +561,12 @@ def _compare(
         r["detectable"] = d.get("detectable") if d else None
 
 
-def _in_family(r: Mapping[str, Any], baseline: str) -> bool:
+def _optimizer_steps(r: ScreenRow) -> float | None:
+    compute = r.get("compute")
+    return compute.get("optimizer_steps") if compute else None
+
+
+def _in_family(r: ScreenRow, baseline: str) -> bool:
     """Whether a row is one of the table's comparisons (module docstring, "Multiplicity")."""
     d = r.get("minus_baseline")
     return (
@@ -459,11 +579,11 @@ def _in_family(r: Mapping[str, Any], baseline: str) -> bool:
     )
 
 
-def _adjust(rows: list[dict[str, Any]], baseline: str) -> None:
+def _adjust(rows: list[ScreenRow], baseline: str) -> None:
     """Each comparison's raw p-value and its Holm and BH adjustments over the table's
     comparisons (``p_value``, ``p_holm``, ``p_bh``; None outside the family)."""
     family = [r for r in rows if _in_family(r, baseline)]
-    raw = [float(r["minus_baseline"]["p_value"]) for r in family]
+    raw = [float(d["p_value"]) for r in family if (d := r.get("minus_baseline"))]  # each has one
     for r in rows:
         d = r.get("minus_baseline")
         r["p_value"] = d.get("p_value") if d else None
@@ -472,7 +592,7 @@ def _adjust(rows: list[dict[str, Any]], baseline: str) -> None:
         r["p_holm"], r["p_bh"] = h, q
 
 
-def _reading(r: Mapping[str, Any], baseline: str) -> str:
+def _reading(r: ScreenRow, baseline: str) -> str:
     """A row's reading (module docstring): baseline, reference, inert, identical, or the
     comparison read by its Holm-adjusted p-value, with an unmatched comparison said so."""
     if r["arm"] == baseline:
@@ -509,7 +629,7 @@ def _reading(r: Mapping[str, Any], baseline: str) -> str:
     return text
 
 
-def row_machines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+def row_machines(rows: Sequence[ScreenRow]) -> list[str]:
     """The machines (CPU and precision) the rows' runs trained on, each once, in row order."""
     return list(dict.fromkeys(m for r in rows for m in r.get("machines", [])))
 
@@ -522,9 +642,7 @@ def _pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
         return None
 
 
-def shared_fall(
-    rows: Sequence[Mapping[str, Any]], window: int, drop: float
-) -> dict[str, Any] | None:
+def shared_fall(rows: Sequence[ScreenRow], window: int, drop: float) -> SharedFall | None:
     """How much the methods' training curves move together, and whether their mean falls by the
     ``reward_collapse`` rule on its own.
 
@@ -537,7 +655,7 @@ def shared_fall(
     step, last step, mean), "low": (...), "drop": share}`` of its moving means, or None.
     None overall when fewer than three curves share ``window`` or more steps."""
     curves = [
-        {int(step): float(v) for step, v in r["accuracy_curve"]}
+        {int(step): float(v) for step, v in r["accuracy_curve"] or []}
         for r in rows
         if r.get("accuracy_curve") and not r.get("identical_to_baseline")
     ]
@@ -554,7 +672,8 @@ def shared_fall(
     mean = [statistics.fmean(col) for col in zip(*series, strict=True)]
     fields = {"metric": SHARED_METRIC, "window": window, "drop": drop}
     monitor = HEALTH_MONITORS.bind(monitor_config("reward_collapse", fields))()
-    fall, best = None, None
+    fall: Fall | None = None
+    best: Span | None = None
     for end, (step, value) in enumerate(zip(steps, mean, strict=True), 1):
         reading = monitor.check(step, {SHARED_METRIC: value}, {})
         if end < window:
@@ -563,7 +682,7 @@ def shared_fall(
         if best is None or now[2] > best[2]:
             best = now
         if reading.alarm:
-            fall = {"best": best, "low": now, "drop": reading.values["drop"]}
+            fall = {"best": best, "low": now, "drop": reading.values["drop"]}  # best: set
             break
     return {
         "methods": len(series),
@@ -573,12 +692,12 @@ def shared_fall(
     }
 
 
-def screen_parts(cfg: Any) -> list[dict[str, Any]]:
+def screen_parts(cfg: StudyConfig) -> list[PartRows]:
     """The parts of a screen (``cfg.parts``: archives of ``only_arms`` studies run on a basis of
     their own, another precision say): per part, its name, archive folder, study config (as
     archived) and screening rows against its own baseline. A part whose archive holds no
     evaluated run yet gives no rows; one whose folder is missing gives no config either."""
-    out: list[dict[str, Any]] = []
+    out: list[PartRows] = []
     for folder in getattr(cfg, "parts", None) or []:
         archive = StudyArchive(folder)
         if not archive.exists():

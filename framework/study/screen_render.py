@@ -9,10 +9,10 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
-from framework.study.compute import ROLLOUT_TOLERANCE, TOKEN_TOLERANCE
-from framework.study.screen import ALPHA, row_machines, shared_fall
+from framework.study.compute import ROLLOUT_TOLERANCE, TOKEN_TOLERANCE, Compute
+from framework.study.schema import StudyConfig
+from framework.study.screen import ALPHA, NoiseBand, PartRows, ScreenRow, row_machines, shared_fall
 
 
 def _methods(n: int) -> str:
@@ -24,7 +24,7 @@ def _num(v: float | None, fmt: str) -> str:
     return "n/a" if v is None else format(v, fmt)
 
 
-def _diff_cell(r: Mapping[str, Any], baseline: str) -> str:
+def _diff_cell(r: ScreenRow, baseline: str) -> str:
     d = r.get("minus_baseline")
     if not d:
         return ""
@@ -33,7 +33,7 @@ def _diff_cell(r: Mapping[str, Any], baseline: str) -> str:
     return text + (f" vs `{against}`" if against not in (None, baseline) else "")
 
 
-def _p_cell(r: Mapping[str, Any]) -> str:
+def _p_cell(r: ScreenRow) -> str:
     p = r.get("p_value")
     if p is None:
         return ""
@@ -42,10 +42,14 @@ def _p_cell(r: Mapping[str, Any]) -> str:
     return f"{p:.3f}, {r['p_holm']:.3f}, {r['p_bh']:.3f}"
 
 
-def _compute_cells(r: Mapping[str, Any]) -> list[str]:
+#: the compute of a row whose runs recorded none
+_NO_COMPUTE = Compute(rollouts=None, generated_tokens=None, optimizer_steps=None, from_config=False)
+
+
+def _compute_cells(r: ScreenRow) -> list[str]:
     if r.get("pass@1") is None:
         return ["-", "-", "-"]
-    c = r.get("compute") or {}
+    c: Compute = r.get("compute") or _NO_COMPUTE
     steps = c.get("optimizer_steps")
     if steps is not None and c.get("from_config"):
         shown = f"{steps:.0f} (config)"
@@ -55,11 +59,11 @@ def _compute_cells(r: Mapping[str, Any]) -> list[str]:
 
 
 def screen_markdown(
-    cfg: Any,
-    rows: Sequence[Mapping[str, Any]],
+    cfg: StudyConfig,
+    rows: Sequence[ScreenRow],
     *,
     title: str = "Screening table",
-    in_parts: Mapping[str, str] | None = None,
+    in_parts: Mapping[str, str | None] | None = None,
     machines_before: Sequence[str] = (),
 ) -> str:
     """The screening table as a Markdown section.
@@ -107,7 +111,7 @@ def screen_markdown(
 
 
 def _intro_lines(
-    cfg: Any, rows: Sequence[Mapping[str, Any]], title: str, base_row: Mapping[str, Any] | None
+    cfg: StudyConfig, rows: Sequence[ScreenRow], title: str, base_row: ScreenRow | None
 ) -> list[str]:
     """The table's heading (its count of methods, its baseline) and what its figures are: the
     seeds, the questions the records hold, the comparison, a candidate, the columns."""
@@ -124,7 +128,7 @@ def _intro_lines(
             "(their spread is the noise band below)"
         )
     # the questions the records hold, which a split smaller than ``eval.questions`` caps
-    counts = sorted({int(r["questions"]) for r in rows if r.get("questions")})
+    counts = sorted({int(q) for r in rows if (q := r.get("questions"))})
     asked = cfg.eval.questions
     if not counts:
         held = f"{asked} {cfg.eval.split} questions"
@@ -158,7 +162,7 @@ def _intro_lines(
 
 
 def _coverage_lines(
-    cfg: Any, rows: Sequence[Mapping[str, Any]], in_parts: Mapping[str, str]
+    cfg: StudyConfig, rows: Sequence[ScreenRow], in_parts: Mapping[str, str | None]
 ) -> list[str]:
     """A screen part way (longer than one machine's life): the methods the table lacks yet, those
     a part of the screen evaluated (``in_parts``), and, for a part itself, what it keeps."""
@@ -198,7 +202,7 @@ def _coverage_lines(
 
 
 def _table_lines(
-    rows: Sequence[Mapping[str, Any]], baseline: str, noise_col: bool, letter: Mapping[str, str]
+    rows: Sequence[ScreenRow], baseline: str, noise_col: bool, letter: Mapping[str, str]
 ) -> list[str]:
     """The table itself: its header and a row per arm (``noise_col``: the band's column)."""
     header = ["method", "fidelity", "Pass@1 [95% CI]", "minus baseline [95% CI]"]
@@ -213,7 +217,7 @@ def _table_lines(
             cells += [""] * noise_col + ["-"] * 4 + _compute_cells(r) + ["-"] * 4
             lines.append("| " + " | ".join([*cells, r["verdict"]]) + " |")
             continue
-        low, high = r["pass@1_ci"]
+        low, high = r["pass@1_ci"] or (math.nan, math.nan)  # an evaluated arm has one
         fired = ", ".join(r["monitors_fired"]) or "none"
         if r["stopped_by"]:
             fired += f" (stopped: {', '.join(r['stopped_by'])})"
@@ -243,9 +247,7 @@ def _table_lines(
     return lines
 
 
-def _unchanged_lines(
-    rows: Sequence[Mapping[str, Any]], inert: Sequence[Mapping[str, Any]]
-) -> list[str]:
+def _unchanged_lines(rows: Sequence[ScreenRow], inert: Sequence[ScreenRow]) -> list[str]:
     """Under the table: the arms inert at these settings (not trained) and the arms whose runs
     came out the baseline's exactly, and why neither says anything about its method."""
     lines: list[str] = []
@@ -272,7 +274,7 @@ def _unchanged_lines(
     return lines
 
 
-def _band_lines(band: Mapping[str, Any] | None, baseline: str) -> list[str]:
+def _band_lines(band: NoiseBand | None, baseline: str) -> list[str]:
     """The noise band under the table: the replicated baseline's seeds and their spread."""
     if not band:
         return []
@@ -293,7 +295,7 @@ def _band_lines(band: Mapping[str, Any] | None, baseline: str) -> list[str]:
     ]
 
 
-def _adjustment_lines(rows: Sequence[Mapping[str, Any]], baseline: str) -> list[str]:
+def _adjustment_lines(rows: Sequence[ScreenRow], baseline: str) -> list[str]:
     """What the p-values are and which adjustment reads a candidate."""
     family = [r for r in rows if r.get("p_holm") is not None]
     if not family:
@@ -312,11 +314,11 @@ def _adjustment_lines(rows: Sequence[Mapping[str, Any]], baseline: str) -> list[
     ]
 
 
-def _compute_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+def _compute_lines(rows: Sequence[ScreenRow]) -> list[str]:
     """What the compute columns hold and how a method that spends more is compared."""
     if not any(r.get("compute") for r in rows):
         return []
-    config = any((r.get("compute") or {}).get("from_config") for r in rows)
+    config = any((r.get("compute") or _NO_COMPUTE).get("from_config") for r in rows)
     return [
         "",
         "Rollouts, generated tokens and optimiser steps per step: the mean over a run's training "
@@ -338,16 +340,16 @@ def _compute_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     ]
 
 
-def _cost_lines(rows: Sequence[Mapping[str, Any]], letter: Mapping[str, str]) -> list[str]:
+def _cost_lines(rows: Sequence[ScreenRow], letter: Mapping[str, str]) -> list[str]:
     """What the screen's training cost: the runs' training wall time, in all and per machine
     (a run resumed on another machine counts under each of its machines' letters together)."""
-    timed = [r for r in rows if r.get("train_seconds")]
+    timed = [(r, s) for r in rows if (s := r.get("train_seconds"))]
     if not timed:
         return []
     by_machine: dict[str, float] = {}
-    for r in timed:
+    for r, seconds in timed:
         key = ", ".join(letter[m] for m in r.get("machines", [])) or "unrecorded"
-        by_machine[key] = by_machine.get(key, 0.0) + float(r["train_seconds"])
+        by_machine[key] = by_machine.get(key, 0.0) + float(seconds)
     total = sum(by_machine.values())
     where = "; ".join(f"{k}: {v / 3600:.1f} h" for k, v in by_machine.items())
     return [
@@ -362,7 +364,7 @@ def _cost_lines(rows: Sequence[Mapping[str, Any]], letter: Mapping[str, str]) ->
 CHANCE_UPWARDS = 0.025
 
 
-def _power_lines(rows: Sequence[Mapping[str, Any]], baseline: str = "") -> list[str]:
+def _power_lines(rows: Sequence[ScreenRow], baseline: str = "") -> list[str]:
     """What the screen could detect, and how many candidates chance alone would give: the median
     (and range) over the comparisons of the true difference each finds with 80% power, and the
     expected number of intervals excluding 0 upwards if no method differed (``CHANCE_UPWARDS``
@@ -370,10 +372,10 @@ def _power_lines(rows: Sequence[Mapping[str, Any]], baseline: str = "") -> list[
     Arms identical to the baseline, inert and reference arms are not comparisons and are left
     out."""
     found = sorted(
-        float(r["detectable"])
+        float(d)
         for r in rows
-        if r.get("detectable") is not None
-        and not math.isnan(r["detectable"])
+        if (d := r.get("detectable")) is not None
+        and not math.isnan(d)
         and not r.get("identical_to_baseline")
         and not r.get("reference")
         and r["arm"] != baseline
@@ -396,7 +398,7 @@ def _power_lines(rows: Sequence[Mapping[str, Any]], baseline: str = "") -> list[
     ]
 
 
-def _monitor_lines(rows: Sequence[Mapping[str, Any]], baseline: str) -> list[str]:
+def _monitor_lines(rows: Sequence[ScreenRow], baseline: str) -> list[str]:
     """How often each monitor fired across the table, and whether on the baseline too: a monitor
     that fires on most methods and on the baseline (a warning on a noisy curve, say) does not set
     one method apart; the run's curves (its TensorBoard) say what happened."""
@@ -419,7 +421,7 @@ def _monitor_lines(rows: Sequence[Mapping[str, Any]], baseline: str) -> list[str
     ]
 
 
-def _shared_lines(rows: Sequence[Mapping[str, Any]], collapse_fired: bool) -> list[str]:
+def _shared_lines(rows: Sequence[ScreenRow], collapse_fired: bool) -> list[str]:
     """Under the monitor line, when ``reward_collapse`` fired: whether the methods' shared
     questions alone explain it (:func:`shared_fall`, with the monitor's default rule)."""
     from framework.health.monitors import CollapseConfig
@@ -451,7 +453,7 @@ def _shared_lines(rows: Sequence[Mapping[str, Any]], collapse_fired: bool) -> li
     return ["", text]
 
 
-def parts_markdown(parts: Sequence[Mapping[str, Any]], machines_before: Sequence[str]) -> str:
+def parts_markdown(parts: Sequence[PartRows], machines_before: Sequence[str]) -> str:
     """The tables of a screen's parts (:func:`screen_parts`), each under its own heading."""
     text = ""
     known = list(machines_before)

@@ -18,10 +18,16 @@ from pathlib import Path
 import pytest
 
 from framework.data.schema import QAItem
-from framework.eval.harness import rollout_rows
+from framework.eval.harness import rollout_records
 from framework.eval.judge import RuleJudge, RuleJudgeConfig
 from framework.eval.records import write_records
 from tests.unit.rollout.fakes import FakeRetriever
+
+
+def rollout_rows(*args, **kwargs):
+    """The ``samples.jsonl`` rows of :func:`rollout_records` (:meth:`EvalRecord.to_row`)."""
+    return [r.to_row() for r in rollout_records(*args, **kwargs)]
+
 
 #: prompts of different lengths, so that a batch's padding depends on which questions share it
 ITEMS = [

@@ -5,13 +5,16 @@ from __future__ import annotations
 import pytest
 
 from framework.eval.final import WHAT_THIS_IS, final_comparison, final_lines
+from framework.eval.records import EvalRecord
 
 
 def rows(correct: dict[str, list[bool]], status="ok", tool_calls=1):
     return [
-        {"dataset": "d", "question_id": q, "correct": c, "status": status, "tool_calls": tool_calls}
+        EvalRecord(
+            dataset="d", question_id=q, sample=i, correct=c, status=status, tool_calls=tool_calls
+        )
         for q, cs in correct.items()
-        for c in cs
+        for i, c in enumerate(cs)
     ]
 
 

@@ -9,9 +9,14 @@ import json
 import pytest
 
 from framework.data.schema import QAItem
-from framework.eval.harness import append_journal, read_journal, rollout_rows, rollout_seed
+from framework.eval.harness import append_journal, read_journal, rollout_records, rollout_seed
 from framework.progress import Progress
 from framework.rollout.types import Trajectory
+
+
+def rollout_rows(*args, **kwargs):
+    """The ``samples.jsonl`` rows of :func:`rollout_records` (:meth:`EvalRecord.to_row`)."""
+    return [r.to_row() for r in rollout_records(*args, **kwargs)]
 
 
 class Interrupted(Exception):

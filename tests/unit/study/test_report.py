@@ -346,11 +346,11 @@ def test_a_committed_archive_regenerates_the_report_exactly(study_dir, tmp_path,
     for name in ("study.md", "study.json"):
         assert (published / name).read_text() == (study_dir / name).read_text()
     # a headline interval recomputed by hand from the archived records
-    from framework.eval.paired import paired_bootstrap, per_question, pooled_per_question
+    from framework.eval.paired import paired_bootstrap, pooled_per_question, question_means
 
     archive = StudyArchive(published / "archive")
-    base = pooled_per_question([per_question(archive.records("base", s)) for s in (0, 1)])
-    new = pooled_per_question([per_question(archive.records("new", s)) for s in (0, 1)])
+    base = pooled_per_question([question_means(archive.records("base", s)) for s in (0, 1)])
+    new = pooled_per_question([question_means(archive.records("new", s)) for s in (0, 1)])
     r = paired_bootstrap(base, new, n_boot=500)
     assert again["versus_baseline"]["new"]["Pass@1"]["ci"] == [r.low, r.high]
     assert first["versus_baseline"]["new"]["Pass@1"]["ci"] == [r.low, r.high]

@@ -4,7 +4,7 @@ from a study's archive."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
 
 import pytest
@@ -12,6 +12,7 @@ import torch
 
 from framework.cli.app import load_config
 from framework.config import ComponentConfig
+from framework.eval.records import EvalRecord
 from framework.registry import ADVANTAGES, load_components
 from framework.study.archive import StudyArchive
 from framework.study.arms import screen_arms
@@ -235,7 +236,7 @@ def test_a_method_whose_runs_are_the_baselines_exactly_is_marked_so():
     from framework.study.screen import IDENTICAL, same_as_baseline
 
     curves = {"rollout/reward": [[1, 0.25], [2, 0.5]], "loss/entropy": [[1, 0.1], [2, 0.2]]}
-    recs = [{"question_id": "q1", "sample": "0", "correct": "True", "response_tokens": "40"}]
+    recs = [EvalRecord(dataset="d", question_id="q1", sample=0, correct=True, response_tokens=40)]
     other = {**curves, "loss/entropy": [[1, 0.1], [2, 0.21]]}  # one figure at one step
     runs = {(a, 0): {"curves": c, "steps": 2} for a, c in [("base", curves), ("same", curves)]}
     runs[("curve", 0)] = {"curves": other, "steps": 2, "peak_gb": 7.0, "config": {"resume": "r"}}
@@ -243,7 +244,7 @@ def test_a_method_whose_runs_are_the_baselines_exactly_is_marked_so():
     # resumed from a checkpoint that kept the earlier launches' peak: its peak covers them all
     runs[("same", 0)] |= {"config": {"resume": "r"}, "earlier_launches_peak_gb": 6.0}
     runs[("bare", 0)] = {"steps": 2}  # no curves recorded: nothing is assumed
-    changed = [{**recs[0], "response_tokens": "41"}]
+    changed = [replace(recs[0], response_tokens=41)]
     archive = _Archive(
         runs,
         {(a, 0): changed if a == "sample" else recs for a in ("base", "same", "curve", "sample")}
@@ -425,7 +426,7 @@ def test_a_row_names_the_precision_its_machine_ran_and_a_part_says_so():
         ("new", 0): {"versions": {"cpu": "cpu X", "precision": "32-true"}},
         ("old", 0): {"versions": {"cpu": "cpu Y"}},  # recorded before runs kept their precision
     }
-    recs = [{"question_id": "q1", "sample": "0", "correct": "True", "response_tokens": "40"}]
+    recs = [EvalRecord(dataset="d", question_id="q1", sample=0, correct=True, response_tokens=40)]
     archive = _Archive(runs, {(a, 0): recs for a in ("base", "new", "old")})
     figures = {"seeds": [0], "pass@1": 1.0, "pass@1_ci": [1.0, 1.0], "tool_calls": 1.0}
     diff = {"diff": 0.0, "ci": [0.0, 0.0]}

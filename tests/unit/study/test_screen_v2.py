@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from framework.cli.app import load_config
-from framework.eval.records import write_records
+from framework.eval.records import EvalRecord, write_records
 from framework.registry import load_components
 from framework.study.archive import StudyArchive
 from framework.study.arms import inert_reason, screen_arms, study_jobs
@@ -85,7 +85,7 @@ def test_a_candidate_needs_holms_adjusted_p():
         "d": (0.06, up, 0.005),
         "same": (0.0, [0.0, 0.0], 1.0),
     }
-    recs = [{"question_id": "q1", "sample": "0", "correct": "True"}]
+    recs = [EvalRecord(dataset="d", question_id="q1", sample=0, correct=True)]
     curves = {"rollout/reward": [[1, 0.5]]}
     runs = {(a, 0): {"curves": curves if a in ("base", "same") else {"x": [[1, 1.0]]}} for a in
             ["base", *diffs]}  # fmt: skip
