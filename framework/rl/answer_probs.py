@@ -28,8 +28,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from framework.algorithms.potential import SPAEAdvantageConfig, probe_accuracy, probe_confidence
-from framework.algorithms.turn_advantages import PROBE_PREFIX, IGPOAdvantageConfig
+from framework.algorithms.advantages.igpo import IGPOAdvantageConfig
+from framework.algorithms.advantages.spae import (
+    SPAEAdvantageConfig,
+    probe_accuracy,
+    probe_confidence,
+)
+from framework.algorithms.advantages.turns import PROBE_PREFIX
 from framework.data.schema import QAItem
 from framework.registry import INPUT_PROVIDERS
 from framework.rl.inputs import InputContext

@@ -13,15 +13,15 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from framework.algorithms.arena import (
+from framework.algorithms.advantages.arena import (
     ArenaAdvantageConfig,
     anchor_rewards,
     share_equal,
     single_elimination_rewards,
 )
-from framework.algorithms.replay import R3AdvantageConfig, entropy_stats
-from framework.algorithms.segment_values import HiPERAdvantageConfig
-from framework.algorithms.semantic_gain import InfoReasonerConfig, reader_prompt
+from framework.algorithms.advantages.hiper import HiPERAdvantageConfig
+from framework.algorithms.advantages.info_reasoner import InfoReasonerConfig, reader_prompt
+from framework.algorithms.advantages.r3 import R3AdvantageConfig, entropy_stats
 from framework.config import ComponentConfig
 from framework.registry import INPUT_PROVIDERS
 from framework.rewards.text import normalize_answer, token_f1
@@ -83,7 +83,7 @@ def context_gain_input(ctx: InputContext, *, cfg: InfoReasonerConfig) -> Tensor:
     """The ``context_gain`` input (InfoReasoner's ``requires``): ``[N]`` the gain in the reader's
     belief in the gold answer (the largest over the question's gold answers,
     :func:`reader_belief` under the pre-update policy) from the rollout's retrieved text, joined
-    by newlines (:func:`~framework.algorithms.semantic_gain.reader_prompt` with and without it);
+    by newlines (:func:`~framework.algorithms.advantages.info_reasoner.reader_prompt` with and without it);
     0 for a rollout that retrieved nothing or gave no answer."""
     trajs = ctx.trajectories
     prompts: list[str] = []
@@ -159,7 +159,7 @@ def _policy_scores(ctx: InputContext, question: str, a: str, b: str) -> tuple[fl
 @INPUT_PROVIDERS.register("arena_rewards", config=ArenaAdvantageConfig)
 def arena_rewards_input(ctx: InputContext, *, cfg: ArenaAdvantageConfig) -> Tensor:
     """The ``arena_rewards`` input (ArenaRL's ``requires``): ``[N]`` each rollout's ranking reward
-    in ``[0, 1]`` from its group's tournament (``cfg.format``; :mod:`framework.algorithms.arena`),
+    in ``[0, 1]`` from its group's tournament (``cfg.format``; :mod:`framework.algorithms.advantages.arena`),
     judged by ``cfg.judge``: ``rule`` (each answer's token F1 against the gold answers, -1 for no
     answer; with ``cfg.share_ties`` the rollouts of equal F1 share their mean reward) or
     ``policy`` (:func:`_policy_scores`; a rollout without an answer scores 0 against one with an
@@ -216,7 +216,7 @@ def switch_flags_input(ctx: InputContext, *, cfg: HiPERAdvantageConfig) -> Tenso
 def entropy_profile_input(ctx: InputContext, *, cfg: R3AdvantageConfig) -> Tensor:
     """The ``entropy_profile`` input: ``[N, 2]``, per rollout ``(E_peak, E_global)`` of the
     policy's next-token entropies over its trained tokens
-    (:func:`~framework.algorithms.replay.entropy_stats` with ``cfg.peak_share``), eight rollouts
+    (:func:`~framework.algorithms.advantages.r3.entropy_stats` with ``cfg.peak_share``), eight rollouts
     per forward pass."""
     from framework.training.tokens import pack, token_logprobs
 

@@ -11,7 +11,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, IterableDataset, Sampler
 
-from framework.algorithms.sft import sft_loss
+from framework.algorithms.losses.sft import sft_loss
 from framework.rollout.types import Trajectory
 from framework.training.schedule import adamw, lr_multiplier
 from framework.training.tokens import pack, token_logprobs
