@@ -25,7 +25,7 @@ from framework.rl.drawn import Drawn
 from framework.rollout.engine import Prefix
 from framework.rollout.records import trajectory_from_state, trajectory_state
 from framework.rollout.types import Trajectory
-from framework.training.tokens import pack, token_logprobs
+from framework.training.scoring import teacher_forced
 from framework.types import STATUS_OVER_BUDGET
 
 
@@ -529,7 +529,7 @@ class Hints(Augmenter):
 
 def _mean_logprobs(policy: Any, trajs: Sequence[Trajectory], pad_id: int) -> list[float]:
     """Per rollout, the mean log-prob of its trained tokens under ``policy``."""
-    batch = pack(list(trajs), pad_id)
-    logp, _ = token_logprobs(policy, batch)
-    mask = batch.loss_mask.to(logp.dtype)
+    (chunk,) = teacher_forced(policy, trajs, pad_id)
+    logp = chunk.logprobs
+    mask = chunk.batch.loss_mask.to(logp.dtype)
     return (logp.float() * mask).sum(-1).div(mask.sum(-1).clamp(min=1)).tolist()
