@@ -16,10 +16,8 @@ from framework.algorithms.advantages.turns import (
     PROBE_PREFIX,
     discounted_turn_returns,
     normalize_over,
-    turn_counts,
-    turn_extra,
+    turn_table,
     turn_token_values,
-    turn_valid,
 )
 from framework.config import ComponentConfig, Problem, check_range
 from framework.registry.kinds import ADVANTAGES
@@ -94,7 +92,8 @@ def igpo_advantage(inputs: AdvantageInputs, *, cfg: IGPOAdvantageConfig) -> Tens
     ended without answering, as in the authors' code. The normalisation follows the paper (the
     released code subtracts a per-position group mean of the token returns instead). The turn
     rewards match the released code's bookkeeping
-    (``tests/unit/algorithms/advantages/test_turn_advantages.py``) and its probabilities (``exp(mean log-prob)`` of the answer tokens behind the same scaffold;
+    (``tests/unit/algorithms/advantages/test_turn_advantages.py``) and its probabilities
+    (``exp(mean log-prob)`` of the answer tokens behind the same scaffold;
     ``tests/unit/training/test_turn_level_step.py`` checks them against a direct forward pass).
     A group whose turn rewards are all equal gets 0.
 
@@ -120,9 +119,7 @@ def belief_gain_advantage(
     ``source`` says how to provide): the belief's gains as turn rewards, the outcome on the last
     turn, z-normalised over each group's turns and summed forward with ``cfg.gamma``
     (``cfg.epsilon``, ``cfg.unbiased_std``); ``[N, L]`` on every token generated in each turn."""
-    counts = turn_counts(inputs, who)
-    belief = turn_extra(inputs, key, who, source)
-    valid = turn_valid(counts, belief.shape[1])
+    counts, belief, valid = turn_table(inputs, key, who, source)
     rewards = information_gain_rewards(belief, inputs.rewards.to(belief), counts)
     keys = inputs.group_index.unsqueeze(-1).expand_as(rewards)
     normed = normalize_over(rewards, valid, keys, epsilon=cfg.epsilon, unbiased=cfg.unbiased_std)

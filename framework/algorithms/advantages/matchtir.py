@@ -15,10 +15,8 @@ from framework.algorithms.advantages.grpo import GRPOAdvantageConfig, grpo_advan
 from framework.algorithms.advantages.turns import (
     discounted_turn_returns,
     normalize_over,
-    turn_counts,
-    turn_extra,
+    turn_table,
     turn_token_values,
-    turn_valid,
 )
 from framework.config import ComponentConfig, Problem, check_range
 from framework.registry.kinds import ADVANTAGES
@@ -55,8 +53,8 @@ def matchtir_advantage(inputs: AdvantageInputs, *, cfg: MatchTIRAdvantageConfig)
 
     ``γ = 0.9`` and the per-turn-index normalisation follow the authors' released code
     (``compute_grpo_outcome_advantage`` of their verl fork), which this matches on a worked example
-    (``tests/unit/algorithms/advantages/test_turn_advantages.py``). One difference: a turn index that only
-    one rollout of the group reaches gets ``A_turn = 0`` here (no baseline), the raw return there.
+    (``tests/unit/algorithms/advantages/test_turn_advantages.py``). One difference: a turn index
+    that only one rollout of the group reaches gets ``A_turn = 0`` here (no baseline), the raw return there.
     With all turn rewards 0, ``A = A_traj / 2``.
 
     Args:
@@ -67,14 +65,8 @@ def matchtir_advantage(inputs: AdvantageInputs, *, cfg: MatchTIRAdvantageConfig)
     Returns:
         ``[N, L]`` advantages, 0 on tool responses and padding.
     """
-    counts = turn_counts(inputs, "matchtir")
-    rewards = turn_extra(
-        inputs,
-        "turn_rewards",
-        "matchtir",
-        "use a turn-level reward (reward=matchtir) that returns them in a RewardOutput",
-    )
-    valid = turn_valid(counts, rewards.shape[1])
+    source = "use a turn-level reward (reward=matchtir) that returns them in a RewardOutput"
+    _, rewards, valid = turn_table(inputs, "turn_rewards", "matchtir", source)
     returns = discounted_turn_returns(rewards, valid, cfg.gamma)
     group = torch.unique(inputs.group_index, return_inverse=True)[1]  # [N], 0..K-1
     keys = group.unsqueeze(-1) * rewards.shape[1] + torch.arange(rewards.shape[1])  # (group, k)

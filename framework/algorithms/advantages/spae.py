@@ -33,10 +33,8 @@ from torch import Tensor
 from framework.algorithms.advantages.grpo import GRPOAdvantageConfig, grpo_advantage
 from framework.algorithms.advantages.turns import (
     PROBE_PREFIX,
-    turn_counts,
-    turn_extra,
+    turn_table,
     turn_token_values,
-    turn_valid,
 )
 from framework.config import Problem, check_range
 from framework.registry import ADVANTAGES
@@ -120,15 +118,11 @@ def spae_advantage(inputs: AdvantageInputs, *, cfg: SPAEAdvantageConfig) -> Tens
     Returns:
         ``[N, L]`` advantages, 0 on tool responses and padding.
     """
-    counts = turn_counts(inputs, "spae")
-    phi = turn_extra(
-        inputs,
-        "gold_potential",
-        "spae",
+    source = (
         "the training step fills it through the gold_potential input provider, which spae's "
-        "config requires (framework.rl.answer_probs)",
+        "config requires (framework.rl.answer_probs)"
     )
-    valid = turn_valid(counts, phi.shape[1])
+    _, phi, valid = turn_table(inputs, "gold_potential", "spae", source)
     group = grpo_advantage(inputs, cfg=cfg)
     correct = inputs.rewards > 0
     values = potential_advantage(group, correct, phi, valid, cfg.tau, cfg.kappa, cfg.xi)

@@ -67,6 +67,17 @@ def turn_valid(counts: Tensor, width: int) -> Tensor:
     return torch.arange(width).unsqueeze(0) < counts.unsqueeze(-1)
 
 
+def turn_table(
+    inputs: AdvantageInputs, key: str, who: str, source: str
+) -> tuple[Tensor, Tensor, Tensor]:
+    """What a turn-level estimator reads: ``(counts [N], values [N, T], valid [N, T])``, from
+    :func:`turn_counts`, :func:`turn_extra` (``inputs.extras[key]``; ``source`` says how to
+    provide it) and :func:`turn_valid`."""
+    counts = turn_counts(inputs, who)
+    values = turn_extra(inputs, key, who, source)
+    return counts, values, turn_valid(counts, values.shape[1])
+
+
 def discounted_turn_returns(rewards: Tensor, valid: Tensor, gamma: float) -> Tensor:
     """``R_k = Σ_{j >= k} γ^(j-k) r_j`` over each rollout's own turns; 0 past them.
 
