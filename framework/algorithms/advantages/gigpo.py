@@ -13,10 +13,9 @@ from torch import Tensor
 
 from framework.algorithms.advantages.grpo import _float_rewards
 from framework.algorithms.advantages.steps import (
-    STATE_KEYS,
     AgentSteps,
     StepAdvantageConfig,
-    agent_steps,
+    configured_steps,
     dense_ids,
     relative_to_group,
     steps_to_tokens,
@@ -106,7 +105,7 @@ def gigpo_advantage(inputs: AdvantageInputs, *, cfg: GiGPOAdvantageConfig) -> Te
     Raises:
         ValueError: ``inputs`` carries no token mask or no turns.
     """
-    steps = agent_steps(inputs, gamma=cfg.gamma, state_key=STATE_KEYS[cfg.state_key], name="gigpo")
+    steps = configured_steps(inputs, cfg, "gigpo")
     episode = gigpo_episode_advantage(inputs, steps, cfg)  # [N]
     question = inputs.group_index[steps.rollout].tolist()
     anchors = dense_ids(zip(question, steps.states, strict=True), steps.returns.device)  # [S]

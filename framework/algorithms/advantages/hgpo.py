@@ -12,10 +12,9 @@ import torch
 from torch import Tensor
 
 from framework.algorithms.advantages.steps import (
-    STATE_KEYS,
     AgentSteps,
     StepAdvantageConfig,
-    agent_steps,
+    configured_steps,
     dense_ids,
     relative_to_group,
     steps_to_tokens,
@@ -140,5 +139,5 @@ def hgpo_advantage(inputs: AdvantageInputs, *, cfg: HGPOAdvantageConfig) -> Tens
     Raises:
         ValueError: ``inputs`` carries no token mask or no turns.
     """
-    steps = agent_steps(inputs, gamma=cfg.gamma, state_key=STATE_KEYS[cfg.state_key], name="hgpo")
+    steps = configured_steps(inputs, cfg, "hgpo")
     return steps_to_tokens(hgpo_step_advantage(steps, inputs.group_index, cfg), steps, inputs)

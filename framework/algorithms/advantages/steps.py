@@ -207,6 +207,12 @@ class StepAdvantageConfig(ComponentConfig):
         )
 
 
+def configured_steps(inputs: AdvantageInputs, cfg: StepAdvantageConfig, name: str) -> AgentSteps:
+    """:func:`agent_steps` of ``inputs`` with ``cfg``'s discount and state key (``name``: the
+    estimator, for errors)."""
+    return agent_steps(inputs, gamma=cfg.gamma, state_key=STATE_KEYS[cfg.state_key], name=name)
+
+
 def relative_to_group(values: Tensor, ids: Tensor, cfg: StepAdvantageConfig) -> Tensor:
     """``[S]`` ``(v - mean) / (std + eps)`` (or ``v - mean``) within the groups of ``ids``; 0 in a
     group of one or of equal values (:func:`~framework.algorithms.advantages.grpo.grpo_advantage`)."""
