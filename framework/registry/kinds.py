@@ -51,7 +51,7 @@ KL_ESTIMATORS: Registry[KLFn] = Registry(
     "kl",
     signature="fn(logprobs, ref_logprobs, *, cfg) -> Tensor[N, L]",
     # the trainer reads ``coef`` (0 turns the term and its reference model off)
-    config_base="framework.algorithms.kl:KLConfig",
+    config_base="framework.algorithms.losses.kl:KLConfig",
 )
 SAMPLERS: Registry[SamplerFactory] = Registry(
     "sampler",

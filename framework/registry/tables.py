@@ -2,10 +2,10 @@
 
 Beside the registries (components with configs), a few choices are named entries of plain tables,
 read by the code that dispatches them, by config validation (``check_choice`` against the live
-table) and by the docs: aggregation modes (``AGG_MODES``, :mod:`framework.algorithms.aggregation`),
+table) and by the docs: aggregation modes (``AGG_MODES``, :mod:`framework.algorithms.stats.aggregation`),
 answer metrics (``ANSWER_METRICS``, :mod:`framework.rewards.text`), agent tools (``TOOLS``,
 :mod:`framework.rollout.tools`), anchor-state keys (``STATE_KEYS``,
-:mod:`framework.algorithms.step_advantages`) and the reward extras a weighted sum adds up
+:mod:`framework.algorithms.advantages.steps`) and the reward extras a weighted sum adds up
 (``SUMMED_EXTRAS``, :mod:`framework.rewards.composite`). A plugin module adds to one at import, which happens
 before any config is validated::
 

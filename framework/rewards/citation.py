@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from framework.algorithms.shaping import entity_shaped_reward
+from framework.algorithms.rewards.shaping import entity_shaped_reward
 from framework.config import Problem, check_choice, check_range
 from framework.registry.kinds import REWARDS
 from framework.rewards.chain import (

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from framework.algorithms.padding import pad_to_widest
+from framework.algorithms.stats.padding import pad_to_widest
 from framework.config import ComponentConfig, Problem
 from framework.registry.kinds import REWARDS
 from framework.rewards.common import valid_mask

@@ -19,7 +19,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from framework.algorithms.shaping import entity_shaped_reward
+from framework.algorithms.rewards.shaping import entity_shaped_reward
 from framework.config import ComponentConfig, Problem, check_choice, check_range
 from framework.registry.kinds import REWARDS
 from framework.rewards.common import answer_scores, require_column, valid_mask

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from framework.algorithms.shaping import overlong_penalty
+from framework.algorithms.rewards.shaping import overlong_penalty
 from framework.config import ComponentConfig, Problem, check, check_range
 from framework.registry.kinds import REWARDS
 from framework.types import RewardInputs
@@ -63,7 +63,7 @@ def overlong_reward(inputs: RewardInputs, *, cfg: OverlongRewardConfig) -> Tenso
     """DAPO's soft overlong penalty on the number of generated tokens.
 
     ``0`` for ``|y| <= L_max - L_cache``; ``((L_max - L_cache) - |y|) / L_cache`` inside the cache
-    window; ``-1`` beyond ``L_max`` (:func:`~framework.algorithms.shaping.overlong_penalty`). ``|y|``
+    window; ``-1`` beyond ``L_max`` (:func:`~framework.algorithms.rewards.shaping.overlong_penalty`). ``|y|``
     counts the policy's own response tokens, tool responses excluded (see the module docstring).
     The penalty applies whatever the rollout's status and answer.
 

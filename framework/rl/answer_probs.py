@@ -16,8 +16,8 @@ the answer are tokenised separately and concatenated, so the answer's tokens are
 the prefix ends with.
 
 Each probe is one teacher-forced forward pass (no gradient) through
-:func:`~framework.training.tokens.token_logprobs`, which projects onto the vocabulary only at the
-answer's positions.
+:func:`~framework.training.scoring.teacher_forced`, which projects onto the vocabulary only at
+the answer's positions.
 """
 
 from __future__ import annotations
@@ -28,13 +28,18 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from framework.algorithms.potential import SPAEAdvantageConfig, probe_accuracy, probe_confidence
-from framework.algorithms.turn_advantages import PROBE_PREFIX, IGPOAdvantageConfig
+from framework.algorithms.advantages.igpo import IGPOAdvantageConfig
+from framework.algorithms.advantages.spae import (
+    SPAEAdvantageConfig,
+    probe_accuracy,
+    probe_confidence,
+)
+from framework.algorithms.advantages.turns import PROBE_PREFIX
 from framework.data.schema import QAItem
 from framework.registry import INPUT_PROVIDERS
 from framework.rl.inputs import InputContext
 from framework.rollout.types import Tokenizer, Trajectory
-from framework.training.tokens import pack, token_logprobs
+from framework.training.scoring import scoring_row, teacher_forced
 
 
 def probe_prefix_ends(trajectory: Trajectory) -> list[int]:
@@ -106,17 +111,12 @@ def gold_probes(
         answer = _encode(tokenizer, items[t.group].golden_answers[0])
         for k, end in enumerate(probe_prefix_ends(t)):
             context = t.token_ids[:end] + head
-            ids = context + answer
-            mask = [0] * len(context) + [1] * len(answer)
-            probes.append(Trajectory(t.question, t.group, ids, mask, len(context)))
+            probes.append(scoring_row(context, answer, question=t.question, group=t.group))
             where.append((i, k))
-    device = next(policy.parameters()).device
-    for lo in range(0, len(probes), batch_size):
-        chunk = probes[lo : lo + batch_size]
-        batch = pack(chunk, pad_id).to(device)
-        logp, ent = token_logprobs(policy, batch, entropy=entropy)  # [n, R], 0 off the answer
-        on_answer = batch.loss_mask.bool()  # [n, R]
-        for row, key in enumerate(where[lo : lo + batch_size]):
+    for chunk in teacher_forced(policy, probes, pad_id, batch_size=batch_size, entropy=entropy):
+        logp, ent = chunk.logprobs, chunk.entropy  # [n, R], 0 off the answer
+        on_answer = chunk.batch.loss_mask.bool()  # [n, R]
+        for row, key in enumerate(where[chunk.start : chunk.start + batch_size]):
             sel = on_answer[row]
             yield key, logp[row][sel].cpu(), None if ent is None else ent[row][sel].cpu()
 

@@ -13,8 +13,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from framework.algorithms.group import group_mean
-from framework.algorithms.hints import hint_reward
+from framework.algorithms.rewards.hints import hint_reward
+from framework.algorithms.stats.group import group_mean
 from framework.config import Problem, check, check_choice, check_range
 from framework.data.schema import QAItem
 from framework.registry import AUGMENTERS
@@ -25,7 +25,7 @@ from framework.rl.drawn import Drawn
 from framework.rollout.engine import Prefix
 from framework.rollout.records import trajectory_from_state, trajectory_state
 from framework.rollout.types import Trajectory
-from framework.training.tokens import pack, token_logprobs
+from framework.training.scoring import teacher_forced
 from framework.types import STATUS_OVER_BUDGET
 
 
@@ -61,7 +61,7 @@ class MCValuesConfig(AugmenterConfig):
 class MCValues(Augmenter):
     """``boundary_values [N, W]``: ``V(s_k)`` of each rollout's state after ``k`` turns, the mean
     reward of ``continuations`` rollouts continued from it by the current policy
-    (:func:`framework.algorithms.segment_values.spo_advantage` reads it). Column 0 is the group's
+    (:func:`framework.algorithms.advantages.spo.spo_advantage` reads it). Column 0 is the group's
     mean reward, column ``T_i`` and the columns past it the rollout's own reward; a boundary after
     a turn without a tool response (a rollout that ended) keeps the rollout's reward. The trained
     rollouts are the step's own; the continuations are only scored."""
@@ -119,7 +119,7 @@ class EarlyExits(Augmenter):
     """Each rollout becomes a serial group: its early exits (after each tool response, ``forced``
     then one answer turn) and itself, ordered by turns kept (``exit_position``), with each exit's
     correctness by the reward's answer metric (``exit_correct``); see
-    :mod:`framework.algorithms.early_exit`."""
+    :mod:`framework.algorithms.advantages.s_grpo`."""
 
     def augment(self, drawn: Drawn, ctx: AugmentContext) -> Augmented:
         if not drawn.trajectories:  # a step that kept no group
@@ -241,7 +241,7 @@ def attempt_text(t: Trajectory, max_chars: int) -> str:
 @AUGMENTERS.register("replay_reflect", config=ReplayReflectConfig)
 class ReplayReflect(Augmenter):
     """R³'s cross-context replay and in-context self-reflection
-    (:mod:`framework.algorithms.replay`, parts 1 and 2): a group whose rollouts share one outcome
+    (:mod:`framework.algorithms.advantages.r3`, parts 1 and 2): a group whose rollouts share one outcome
     gets up to ``replays`` stored rollouts of the other added; a hard question (earlier mean
     correctness below ``hard_below``) gets a new group for its reflected prompt. The buffer (per
     question, counts and the newest ``keep`` rollouts of each outcome, from earlier steps) is this
@@ -432,7 +432,7 @@ _HIDDEN_RULE = EntityRule(aliases=True, lowercase=True, strip_punctuation=True)
 
 @AUGMENTERS.register("hints", config=HintsConfig)
 class Hints(Augmenter):
-    """HiLL (:mod:`framework.algorithms.hints`), partial: for each all-wrong group, ``hints``
+    """HiLL (:mod:`framework.algorithms.rewards.hints`), partial: for each all-wrong group, ``hints``
     hints (from the question's chain, or written by the policy as a hinter, which is not trained:
     the paper trains a second model with PPO on the hint rewards), ``rollouts`` rollouts of the
     hinted question per hint, each hint scored by ``R_hint``; the best hint with ``R_hint > 0``
@@ -529,7 +529,7 @@ class Hints(Augmenter):
 
 def _mean_logprobs(policy: Any, trajs: Sequence[Trajectory], pad_id: int) -> list[float]:
     """Per rollout, the mean log-prob of its trained tokens under ``policy``."""
-    batch = pack(list(trajs), pad_id)
-    logp, _ = token_logprobs(policy, batch)
-    mask = batch.loss_mask.to(logp.dtype)
+    (chunk,) = teacher_forced(policy, trajs, pad_id)
+    logp = chunk.logprobs
+    mask = chunk.batch.loss_mask.to(logp.dtype)
     return (logp.float() * mask).sum(-1).div(mask.sum(-1).clamp(min=1)).tolist()

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from framework.algorithms.aggregation import chunk_weights, masked_mean
+from framework.algorithms.stats.aggregation import chunk_weights, masked_mean
 from framework.data.schema import QAItem, dataset_columns
 from framework.rollout.scoring import Scores
 from framework.rollout.types import Trajectory
@@ -92,7 +92,7 @@ class UpdatePlan:
     Attributes:
         chunks: ``[n_k]`` row indices per micro-batch.
         weights: each micro-batch's accumulation weight
-            (:func:`~framework.algorithms.aggregation.chunk_weights`).
+            (:func:`~framework.algorithms.stats.aggregation.chunk_weights`).
         micro: the micro-batches, sliced once (:meth:`RolloutBatch.micro_batches`).
         rollouts: ``N``, the batch's rollouts.
         skipped: rollouts left out of every micro-batch.
@@ -269,7 +269,7 @@ class RolloutBatch:
         tokens, and search trajectories vary in length.
 
         With ``skip_zero``, rollouts whose advantage is exactly 0 or that are masked out are left
-        out: their loss terms are 0, and :func:`~framework.algorithms.aggregation.chunk_weights`
+        out: their loss terms are 0, and :func:`~framework.algorithms.stats.aggregation.chunk_weights`
         keeps them in the batch totals, so loss and gradient equal the full batch's.
 
         With ``whole_groups``, the unit packed into micro-batches is a group (the rollouts sharing

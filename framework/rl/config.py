@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import MISSING
 
-from framework.algorithms.rollout_correction import rollout_source_problems
+from framework.algorithms.losses.rollout_correction import rollout_source_problems
 from framework.config.app import RUN_DIR, schedule_problems, target_problems
 from framework.config.problems import Problem, check_range
 from framework.health.config import HealthConfig
@@ -23,8 +23,8 @@ from framework.sft.config import WarmStartConfig
 from framework.training.lora import LoraConfig
 
 if TYPE_CHECKING:
-    from framework.algorithms.kl import KLConfig
-    from framework.algorithms.losses import PolicyLossConfig
+    from framework.algorithms.losses.base import PolicyLossConfig
+    from framework.algorithms.losses.kl import KLConfig
     from framework.config import ComponentConfig
     from framework.retrieval.types import RetrieverConfigBase
     from framework.rl.augment import AugmenterConfig

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
-from framework.algorithms.padding import pad_to_widest
+from framework.algorithms.stats.padding import pad_to_widest
 from framework.data.schema import QAItem
 from framework.rollout.scoring import Scores
 from framework.rollout.types import Trajectory

@@ -13,19 +13,20 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from framework.algorithms.arena import (
+from framework.algorithms.advantages.arena import (
     ArenaAdvantageConfig,
     anchor_rewards,
     share_equal,
     single_elimination_rewards,
 )
-from framework.algorithms.replay import R3AdvantageConfig, entropy_stats
-from framework.algorithms.segment_values import HiPERAdvantageConfig
-from framework.algorithms.semantic_gain import InfoReasonerConfig, reader_prompt
+from framework.algorithms.advantages.hiper import HiPERAdvantageConfig
+from framework.algorithms.advantages.info_reasoner import InfoReasonerConfig, reader_prompt
+from framework.algorithms.advantages.r3 import R3AdvantageConfig, entropy_stats
 from framework.config import ComponentConfig
 from framework.registry import INPUT_PROVIDERS
 from framework.rewards.text import normalize_answer, token_f1
 from framework.rl.inputs import InputContext
+from framework.training.scoring import scoring_row, teacher_forced
 
 
 @INPUT_PROVIDERS.register("answers", config=ComponentConfig)
@@ -59,22 +60,18 @@ def reader_belief(
 ) -> list[float]:
     """For each pair, the policy's probability of writing ``" " + answer`` right after ``prompt``
     (teacher-forced, no gradient): ``exp`` of the sum of the answer tokens' log-probs."""
-    from framework.rollout.types import Trajectory
-    from framework.training.tokens import pack, token_logprobs
 
     def ids(text: str) -> list[int]:
         return [int(x) for x in tokenizer.encode(text, add_special_tokens=False)]
 
-    rows = []
-    for prompt, answer in zip(prompts, answers, strict=True):
-        head, tail = ids(prompt), ids(" " + answer)
-        rows.append(Trajectory(0, 0, head + tail, [0] * len(head) + [1] * len(tail), len(head)))
-    device = next(policy.parameters()).device
+    rows = [
+        scoring_row(ids(prompt), ids(" " + answer))
+        for prompt, answer in zip(prompts, answers, strict=True)
+    ]
     out: list[float] = []
     with torch.no_grad():
-        for lo in range(0, len(rows), batch_size):
-            logp, _ = token_logprobs(policy, pack(rows[lo : lo + batch_size], pad_id).to(device))
-            out += logp.float().sum(-1).exp().tolist()
+        for chunk in teacher_forced(policy, rows, pad_id, batch_size=batch_size):
+            out += chunk.logprobs.float().sum(-1).exp().tolist()
     return out
 
 
@@ -83,7 +80,7 @@ def context_gain_input(ctx: InputContext, *, cfg: InfoReasonerConfig) -> Tensor:
     """The ``context_gain`` input (InfoReasoner's ``requires``): ``[N]`` the gain in the reader's
     belief in the gold answer (the largest over the question's gold answers,
     :func:`reader_belief` under the pre-update policy) from the rollout's retrieved text, joined
-    by newlines (:func:`~framework.algorithms.semantic_gain.reader_prompt` with and without it);
+    by newlines (:func:`~framework.algorithms.advantages.info_reasoner.reader_prompt` with and without it);
     0 for a rollout that retrieved nothing or gave no answer."""
     trajs = ctx.trajectories
     prompts: list[str] = []
@@ -132,9 +129,6 @@ def _policy_scores(ctx: InputContext, question: str, a: str, b: str) -> tuple[fl
     probability of " A" among " A" and " B" with ``a`` shown first, plus that of " B" with the
     answers swapped (both orders summed, as the authors' judge sums them, which cancels a
     preference for a position); ``b`` scores 2 minus that."""
-    from framework.rollout.types import Trajectory
-    from framework.training.tokens import pack, token_logprobs
-
     tok = ctx.tokenizer
 
     def ids(text: str) -> list[int]:
@@ -143,15 +137,10 @@ def _policy_scores(ctx: InputContext, question: str, a: str, b: str) -> tuple[fl
     rows = []
     for first, second in ((a, b), (b, a)):
         prompt = ids(ARENA_PROMPT.format(question=question, a=first, b=second))
-        for option in (" A", " B"):
-            tail = ids(option)
-            rows.append(
-                Trajectory(0, 0, prompt + tail, [0] * len(prompt) + [1] * len(tail), len(prompt))
-            )
-    device = next(ctx.policy.parameters()).device
+        rows += [scoring_row(prompt, ids(option)) for option in (" A", " B")]
     with torch.no_grad():
-        logp, _ = token_logprobs(ctx.policy, pack(rows, ctx.pad_id).to(device))
-    total = logp.float().sum(-1)  # [A|ab, B|ab, A|ba, B|ba]
+        (chunk,) = teacher_forced(ctx.policy, rows, ctx.pad_id)
+    total = chunk.logprobs.float().sum(-1)  # [A|ab, B|ab, A|ba, B|ba]
     score = float(torch.sigmoid(total[0] - total[1]) + torch.sigmoid(total[3] - total[2]))
     return score, 2.0 - score
 
@@ -159,7 +148,7 @@ def _policy_scores(ctx: InputContext, question: str, a: str, b: str) -> tuple[fl
 @INPUT_PROVIDERS.register("arena_rewards", config=ArenaAdvantageConfig)
 def arena_rewards_input(ctx: InputContext, *, cfg: ArenaAdvantageConfig) -> Tensor:
     """The ``arena_rewards`` input (ArenaRL's ``requires``): ``[N]`` each rollout's ranking reward
-    in ``[0, 1]`` from its group's tournament (``cfg.format``; :mod:`framework.algorithms.arena`),
+    in ``[0, 1]`` from its group's tournament (``cfg.format``; :mod:`framework.algorithms.advantages.arena`),
     judged by ``cfg.judge``: ``rule`` (each answer's token F1 against the gold answers, -1 for no
     answer; with ``cfg.share_ties`` the rollouts of equal F1 share their mean reward) or
     ``policy`` (:func:`_policy_scores`; a rollout without an answer scores 0 against one with an
@@ -216,19 +205,14 @@ def switch_flags_input(ctx: InputContext, *, cfg: HiPERAdvantageConfig) -> Tenso
 def entropy_profile_input(ctx: InputContext, *, cfg: R3AdvantageConfig) -> Tensor:
     """The ``entropy_profile`` input: ``[N, 2]``, per rollout ``(E_peak, E_global)`` of the
     policy's next-token entropies over its trained tokens
-    (:func:`~framework.algorithms.replay.entropy_stats` with ``cfg.peak_share``), eight rollouts
+    (:func:`~framework.algorithms.advantages.r3.entropy_stats` with ``cfg.peak_share``), eight rollouts
     per forward pass."""
-    from framework.training.tokens import pack, token_logprobs
-
     trajs = list(ctx.trajectories)
     out = torch.zeros((len(trajs), 2))
     ctx.policy.eval()
-    for start in range(0, len(trajs), 8):
-        part = trajs[start : start + 8]
-        batch = pack(part, ctx.pad_id)
-        _, ent = token_logprobs(ctx.policy, batch, entropy=True)
-        assert ent is not None
-        for j in range(len(part)):
-            values = ent[j][batch.loss_mask[j].bool()].float()
-            out[start + j] = torch.tensor(entropy_stats(values, cfg.peak_share))
+    for chunk in teacher_forced(ctx.policy, trajs, ctx.pad_id, batch_size=8, entropy=True):
+        assert chunk.entropy is not None
+        for j in range(chunk.entropy.shape[0]):
+            values = chunk.entropy[j][chunk.batch.loss_mask[j].bool()].float()
+            out[chunk.start + j] = torch.tensor(entropy_stats(values, cfg.peak_share))
     return out

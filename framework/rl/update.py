@@ -14,10 +14,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from framework.algorithms.kl import KLConfig
-from framework.algorithms.losses import PolicyLossConfig
-from framework.algorithms.objective import add_kl_penalty
-from framework.algorithms.rollout_correction import (
+from framework.algorithms.losses.base import PolicyLossConfig
+from framework.algorithms.losses.kl import KLConfig
+from framework.algorithms.losses.objective import add_kl_penalty
+from framework.algorithms.losses.rollout_correction import (
     MismatchStats,
     correction_weights,
     mismatch_stats,
@@ -134,9 +134,9 @@ def chunk_loss(
 
     When the rollouts carry the backend's log-probs (``micro.rollout_logprobs``), their mismatch
     with the trainer's pre-update log-probs (``old``) over the trained tokens is measured
-    (:func:`~framework.algorithms.rollout_correction.mismatch_stats`), and with
+    (:func:`~framework.algorithms.losses.rollout_correction.mismatch_stats`), and with
     ``spec.rollout_correction`` on, the importance weights
-    (:func:`~framework.algorithms.rollout_correction.correction_weights`) go to the loss as
+    (:func:`~framework.algorithms.losses.rollout_correction.correction_weights`) go to the loss as
     ``PolicyLossInputs.token_weights``.
 
     ``history`` (a loss with ``stages_per_turn``): this micro-batch's log-probs at the start of

@@ -8,8 +8,8 @@ from statistics import mean
 import torch
 from torch import Tensor
 
-from framework.algorithms.group import group_max, group_min
-from framework.algorithms.shaping import entity_shaped_reward
+from framework.algorithms.rewards.shaping import entity_shaped_reward
+from framework.algorithms.stats.group import group_max, group_min
 from framework.data.schema import QAItem
 from framework.rewards.entity_match import (
     EntityRule,
@@ -98,7 +98,7 @@ def wrong_entity_rates(
     """``γ̂`` of each wrong rollout of a batch, in batch order: the share of its question's ``E_q``
     (the rule's entity set: hidden entities only under ``skip_question_entities``) named in its
     thinking ``thinks``, over the best share in its group, exactly as
-    :func:`~framework.algorithms.shaping.entity_shaped_reward` normalises it (0 for an invalid
+    :func:`~framework.algorithms.rewards.shaping.entity_shaped_reward` normalises it (0 for an invalid
     rollout). Plain lists in, so it also runs on saved trajectory records."""
     rates = question_match_rates(thinks, entities, questions, rule)
     correct_t = torch.tensor(list(correct_flags), dtype=torch.bool)

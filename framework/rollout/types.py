@@ -28,7 +28,7 @@ class Generation:
     of that token under the distribution it was drawn from, i.e. the log-softmax of the *processed*
     logits (after temperature, top-k and top-p; the unprocessed log-softmax at temperature 0).
     They are the behaviour policy's log-probs that rollout correction compares with the trainer's
-    (:mod:`framework.algorithms.rollout_correction`). ``None`` where a backend does not record them
+    (:mod:`framework.algorithms.losses.rollout_correction`). ``None`` where a backend does not record them
     (``rollout.decoder=generate``). They take no part in equality: two generations are equal when
     their tokens and finish are.
     """

@@ -11,10 +11,10 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, IterableDataset, Sampler
 
-from framework.algorithms.sft import sft_loss
+from framework.algorithms.losses.sft import sft_loss
 from framework.rollout.types import Trajectory
 from framework.training.schedule import adamw, lr_multiplier
-from framework.training.tokens import pack, token_logprobs
+from framework.training.scoring import teacher_forced
 
 
 class LengthBuckets(Sampler[list[int]]):
@@ -153,9 +153,9 @@ class SFTModule(L.LightningModule):
         return batch
 
     def _loss(self, batch: list[Trajectory]) -> tuple[torch.Tensor, int]:
-        tb = pack(batch, self.pad_id).to(self.device)
-        logp, _ = token_logprobs(self.policy, tb)
-        return sft_loss(logp, tb.loss_mask), int(tb.loss_mask.sum())
+        (scored,) = teacher_forced(self.policy, batch, self.pad_id, device=self.device)
+        mask = scored.batch.loss_mask
+        return sft_loss(scored.logprobs, mask), int(mask.sum())
 
     def _micro_batched_loss(self, batch: list[Trajectory]) -> tuple[torch.Tensor, int]:
         """The batch's mean token NLL, computed in micro-batches of at most

@@ -77,7 +77,7 @@ def measure(kind: str, policy: str, dtype: str, args: argparse.Namespace) -> dic
     """Sample with ``kind`` at ``dtype``, score the tokens with the fp32 trainer policy."""
     import torch
 
-    from framework.algorithms.rollout_correction import correction_weights, mismatch_stats
+    from framework.algorithms.losses.rollout_correction import correction_weights, mismatch_stats
     from framework.rollout.policy import PolicyConfig, load_policy
     from framework.rollout.types import Trajectory
     from framework.training.tokens import pack, packed_rollout_logprobs, token_logprobs

@@ -82,8 +82,8 @@ def time_arm(args: argparse.Namespace, mini: int, epochs: int) -> dict[str, floa
 
     import torch
 
-    from framework.algorithms.kl import KLConfig
-    from framework.algorithms.losses import ClipLossConfig
+    from framework.algorithms.losses.kl import KLConfig
+    from framework.algorithms.losses.ppo_clip import ClipLossConfig
     from framework.rl.batch import RolloutBatch
     from framework.rl.config import OptimConfig
     from framework.rl.update import loss_spec, plan_options, policy_update

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from framework.algorithms.group import group_size
+from framework.algorithms.stats.group import group_size
 from framework.config import ComponentConfig
 from framework.registry.kinds import ADVANTAGES
 from framework.types import AdvantageInputs

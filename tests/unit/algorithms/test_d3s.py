@@ -1,4 +1,4 @@
-"""D3S (partial; framework/algorithms/downsampling.py) against ../shared/METHODS-2.md item 11."""
+"""D3S (partial; framework/algorithms/advantages/d3s.py) against ../shared/METHODS-2.md item 11."""
 
 from __future__ import annotations
 
@@ -6,18 +6,16 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from framework.algorithms.advantages import grpo_advantage
-from framework.algorithms.downsampling import (
+from framework.algorithms.advantages.d3s import (
     D3SAdvantageConfig,
-    D3SLossConfig,
     d3s_advantage,
-    d3s_loss,
     group_downsample,
     max_variance_subset,
     relaxed,
-    top_tokens,
 )
-from framework.algorithms.losses import ClipLossConfig, ppo_clip_loss
+from framework.algorithms.advantages.grpo import grpo_advantage
+from framework.algorithms.losses.d3s import D3SLossConfig, d3s_loss, top_tokens
+from framework.algorithms.losses.ppo_clip import ClipLossConfig, ppo_clip_loss
 from framework.types import AdvantageInputs, PolicyLossInputs
 
 F64 = torch.float64

@@ -1,4 +1,4 @@
-"""HAPO (framework/algorithms/heterogeneous.py) against ../shared/METHODS-2.md item 9."""
+"""HAPO (framework/algorithms/advantages/hapo.py) against ../shared/METHODS-2.md item 9."""
 
 from __future__ import annotations
 
@@ -8,17 +8,16 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from framework.algorithms.heterogeneous import (
-    HAPOAdvantageConfig,
+from framework.algorithms.advantages.hapo import HAPOAdvantageConfig, hapo_advantage
+from framework.algorithms.losses.hapo import (
     HAPOLossConfig,
     clip_widths,
     entropy_scores,
-    hapo_advantage,
     hapo_loss,
     redistributed,
 )
-from framework.algorithms.kl import KLConfig
-from framework.algorithms.losses import ClipLossConfig, ppo_clip_loss
+from framework.algorithms.losses.kl import KLConfig
+from framework.algorithms.losses.ppo_clip import ClipLossConfig, ppo_clip_loss
 from framework.rl.update import loss_spec
 from framework.types import AdvantageInputs, PolicyLossInputs
 

@@ -10,27 +10,30 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from framework.algorithms.advantages import GRPOAdvantageConfig, grpo_advantage
-from framework.algorithms.early_exit import SGRPOAdvantageConfig, s_grpo_advantage, serial_rewards
-from framework.algorithms.hints import hint_reward, non_degenerate
-from framework.algorithms.replay import (
+from framework.algorithms.advantages.grpo import GRPOAdvantageConfig, grpo_advantage
+from framework.algorithms.advantages.hiper import (
+    HiPERAdvantageConfig,
+    hae_advantages,
+    hiper_advantage,
+)
+from framework.algorithms.advantages.r3 import (
     R3AdvantageConfig,
     dominance_counts,
     entropy_stats,
     r3_advantage,
     rank_rewards,
 )
-from framework.algorithms.segment_values import (
-    HiPERAdvantageConfig,
-    SPOAdvantageConfig,
-    hae_advantages,
-    hiper_advantage,
-    spo_advantage,
+from framework.algorithms.advantages.s_grpo import (
+    SGRPOAdvantageConfig,
+    s_grpo_advantage,
+    serial_rewards,
 )
+from framework.algorithms.advantages.spo import SPOAdvantageConfig, spo_advantage
+from framework.algorithms.rewards.hints import hint_reward, non_degenerate
 from framework.registry import load_components
 from framework.rl.augmenters import hint_gate
 from framework.types import AdvantageInputs
-from tests.unit.algorithms.test_turn_advantages import layout, per_turn
+from tests.unit.algorithms.advantages.test_turn_advantages import layout, per_turn
 
 load_components(plugins=False)
 

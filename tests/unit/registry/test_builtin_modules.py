@@ -35,8 +35,8 @@ def test_scan_finds_the_known_builtins():
     # the scanner itself can fail: it must see the registrations we know of, by name and line
     found = {(r.group, r.name): r for r in package_registrations(FRAMEWORK_DIR, "framework")}
     grpo = found[("advantage", "grpo")]
-    assert grpo.module == "framework.algorithms.advantages"
-    assert grpo.where.startswith("framework/algorithms/advantages.py:")
+    assert grpo.module == "framework.algorithms.advantages.grpo"
+    assert grpo.where.startswith("framework/algorithms/advantages/grpo.py:")
     line = grpo.path.read_text().splitlines()[grpo.line - 1]
     assert 'ADVANTAGES.register("grpo"' in line
     assert {("rollout", "vllm"), ("judge", "llm"), ("dataset", "files")} <= set(found)

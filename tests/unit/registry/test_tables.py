@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from framework.algorithms.aggregation import AGG_MODES, Aggregation, aggregate
+from framework.algorithms.stats.aggregation import AGG_MODES, Aggregation, aggregate
 from framework.cli.app import load_config
 from framework.registry import DuplicateComponentError
 from framework.registry.tables import add_entry

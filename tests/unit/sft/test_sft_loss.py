@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from framework.algorithms.sft import sft_loss
+from framework.algorithms.losses.sft import sft_loss
 from framework.rollout.types import Trajectory
 from framework.sft.module import LengthBuckets, padding_fraction
 

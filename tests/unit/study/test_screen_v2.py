@@ -218,8 +218,8 @@ def test_on_policy_the_ratio_losses_have_ppo_clips_gradient():
 def test_dppo_prunes_nothing_below_one_over_g_minus_one():
     """What dppo_inert claims, on every group of 8 binary rewards (k = 0..8 correct): below 1/7 the
     advantages are GRPO's exactly; above it, a one-apart group's majority is low-signal."""
-    from framework.algorithms.advantages import GRPOAdvantageConfig, grpo_advantage
-    from framework.algorithms.pruning import DPPOAdvantageConfig, dppo_advantage
+    from framework.algorithms.advantages.dppo import DPPOAdvantageConfig, dppo_advantage
+    from framework.algorithms.advantages.grpo import GRPOAdvantageConfig, grpo_advantage
     from framework.types import AdvantageInputs
 
     rewards = torch.tensor([float(i < k) for k in range(9) for i in range(8)])
@@ -235,8 +235,9 @@ def test_dppo_prunes_nothing_below_one_over_g_minus_one():
 
 def test_a_rule_is_not_inherited():
     """NSR's config is PPO-clip's with a weight: it must not pass for PPO-clip."""
-    from framework.algorithms.loss_variants import NSRLossConfig
-    from framework.algorithms.losses import ClipLossConfig, on_policy_ratio_inert
+    from framework.algorithms.losses.base import on_policy_ratio_inert
+    from framework.algorithms.losses.nsr import NSRLossConfig
+    from framework.algorithms.losses.ppo_clip import ClipLossConfig
     from framework.config.inert import declared_rule
 
     assert declared_rule(ClipLossConfig) is on_policy_ratio_inert

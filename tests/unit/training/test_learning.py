@@ -61,7 +61,7 @@ ADVANTAGE_OPTIONS = [
     "s_grpo",
     "r3",
 ]
-# estimators that must NOT learn: the placebo control (framework/algorithms/controls.py)
+# estimators that must NOT learn: the placebo control (framework/algorithms/advantages/placebo.py)
 CONTROL_OPTIONS = ["placebo"]
 LOSS_OPTIONS = [
     "ppo_clip",
@@ -189,7 +189,7 @@ def _advantage_inputs(
     ``hiper``: Dr. GRPO here), each group taken as one serial group in sampling order with
     "correct" = the reward above 1/2 (``s_grpo``), and ``(E_peak, E_global) = (r, -r)``, so that a
     higher reward dominates in R³'s ranking (``r3``; the toy has no entropy pattern to rank by)."""
-    from framework.algorithms.arena import share_equal, single_elimination_rewards
+    from framework.algorithms.advantages.arena import share_equal, single_elimination_rewards
 
     n = len(rewards)
     texts = [" ".join(str(x) for x in t.token_ids[t.prompt_len :]) for t in trajs]

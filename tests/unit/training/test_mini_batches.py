@@ -9,7 +9,7 @@ import copy
 import pytest
 import torch
 
-from framework.algorithms.aggregation import aggregate
+from framework.algorithms.stats.aggregation import aggregate
 from framework.cli.app import load_config
 from framework.rl.batch import PlanOptions, RolloutBatch
 from framework.rl.config import OptimConfig

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from framework.algorithms.losses import ClipLossConfig, ppo_clip_loss
-from framework.algorithms.rollout_correction import mismatch_figures
+from framework.algorithms.losses.ppo_clip import ClipLossConfig, ppo_clip_loss
+from framework.algorithms.losses.rollout_correction import mismatch_figures
 from framework.rl.batch import RolloutBatch
 from framework.rl.update import LossSpec, chunk_loss, loss_spec, plan_options, policy_update
 from framework.training.tokens import pack, packed_rollout_logprobs, token_logprobs

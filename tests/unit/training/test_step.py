@@ -17,7 +17,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from framework.algorithms.losses import ClipLossConfig, ppo_clip_loss
+from framework.algorithms.losses.ppo_clip import ClipLossConfig, ppo_clip_loss
 from framework.cli.app import load_config
 from framework.config import ComponentConfig, ConfigError
 from framework.data.schema import QAItem

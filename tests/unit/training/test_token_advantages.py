@@ -8,8 +8,9 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from framework.algorithms.aggregation import AGG_MODES
-from framework.algorithms.losses import ClipLossConfig, PolicyLossConfig, ppo_clip_loss
+from framework.algorithms.losses.base import PolicyLossConfig
+from framework.algorithms.losses.ppo_clip import ClipLossConfig, ppo_clip_loss
+from framework.algorithms.stats.aggregation import AGG_MODES
 from framework.config import ComponentConfig
 from framework.data.schema import QAItem
 from framework.registry import REWARDS, Registry
@@ -166,7 +167,7 @@ def test_loss_aggregation_is_declared_by_the_config_base():
     assert PluginLossConfig(name="p").agg == "seq_mean_token_mean"
     assert [p.path for p in PluginLossConfig(name="p", agg="bogus").problems()] == ["agg"]
     reg = Registry(
-        "loss", config_store=None, config_base="framework.algorithms.losses:PolicyLossConfig"
+        "loss", config_store=None, config_base="framework.algorithms.losses.base:PolicyLossConfig"
     )
     reg.add("plugin", lambda inputs, *, cfg: None, config=PluginLossConfig)
 

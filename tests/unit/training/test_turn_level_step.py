@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from framework.algorithms.turn_advantages import PROBE_PREFIX
+from framework.algorithms.advantages.turns import PROBE_PREFIX
 from framework.cli.app import load_config
 from framework.data.schema import QAItem
 from framework.rl.answer_probs import answer_probs, probe_prefix_ends

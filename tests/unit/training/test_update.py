@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from framework.algorithms.aggregation import AGG_MODES, aggregate, chunk_weights
-from framework.algorithms.losses import ClipLossConfig, ppo_clip_loss
+from framework.algorithms.losses.ppo_clip import ClipLossConfig, ppo_clip_loss
+from framework.algorithms.stats.aggregation import AGG_MODES, aggregate, chunk_weights
 from framework.rl.batch import PlanOptions, RolloutBatch
 from framework.rl.update import (
     LossSpec,
