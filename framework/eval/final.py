@@ -3,22 +3,18 @@
 Both policies are evaluated on the same validation questions with the same sampling seed (common
 random numbers), so the difference is paired by question: :func:`final_comparison` computes the
 figures from the two evaluations' records and :func:`final_lines` prints them;
-:func:`final_evaluation` runs both evaluations for the train job (:mod:`framework.rl.recipe`), which
-writes the same block into ``summary.json`` (``final``).
+:func:`framework.rl.final.final_evaluation` runs both evaluations for the train job, which writes
+the same block into ``summary.json`` (``final``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict, cast
+from typing import TypedDict, cast
 
 from framework.eval.paired import paired_bootstrap, question_means
 from framework.eval.records import EvalRecord
 from framework.types import STATUS_OK
-
-if TYPE_CHECKING:
-    from framework.rl.config import TrainConfig
 
 #: what the demo is, printed under the figures
 WHAT_THIS_IS = (
@@ -60,34 +56,6 @@ def _figures(records: Sequence[EvalRecord]) -> Figures:
         "format_valid": sum(r.status == STATUS_OK for r in records) / n,
         "tool_calls": sum(float(r.tool_calls or 0) for r in records) / n,
     }
-
-
-def final_evaluation(cfg: TrainConfig, run_dir: Path) -> dict[str, object]:
-    """Evaluate the warm start and the trained policy of a train run (``cfg``, its
-    :class:`~framework.rl.config.TrainConfig`) on the same validation questions with the same
-    sampling (``final_eval``), in ``<run_dir>/final_eval/{start,trained}``; returns the paired
-    comparison (:func:`final_comparison`) with where things are. An evaluation finished by an
-    earlier, interrupted attempt is read back, not redone."""
-    from framework.eval.config import eval_config_for
-    from framework.eval.records import RECORDS, load_records
-    from framework.eval.run import evaluate_policy
-
-    print("\nseekrl-train: final comparison: the warm start and the trained policy", flush=True)
-    records = {}
-    for label, checkpoint in (("start", None), ("trained", run_dir)):
-        out = run_dir / "final_eval" / label
-        if not (out / RECORDS).is_file():
-            evaluate_policy(eval_config_for(cfg, checkpoint, out, cfg.final_eval.settings()))
-        records[label] = load_records(out / RECORDS)
-    block = final_comparison(records["start"], records["trained"], n_boot=cfg.final_eval.bootstrap)
-    where = {
-        "policy": str(run_dir / "policy"),
-        "evaluations": str(run_dir / "final_eval"),
-        "summary": str(run_dir / "summary.json"),
-    }
-    if "TensorBoard" in str((cfg.logger or {}).get("_target_", "")):
-        where["TensorBoard"] = f"tensorboard --logdir {run_dir / 'tensorboard'}"
-    return {**block, "where": where}
 
 
 def final_comparison(

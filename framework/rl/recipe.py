@@ -7,7 +7,7 @@
 2. the SFT warm start (:func:`framework.sft.warm_start.warm_start`), cached and shared by every arm;
 3. RL: :func:`build` and :func:`fit` below, resumed from ``cfg.resume`` when it names a checkpoint;
 4. the exported policy, then the final comparison of the warm start and the trained policy
-   (:func:`framework.eval.final.final_evaluation`);
+   (:func:`framework.rl.final.final_evaluation`);
 5. ``summary.json``, the sweep table's row and the console report (:mod:`framework.rl.summary`).
 
 What one RL step does is :func:`framework.rl.step.rl_step`; the pieces, in the order a step meets
@@ -40,7 +40,6 @@ from typing import Any
 import lightning as L
 
 from framework.data.schema import DatasetError, QAItem
-from framework.eval.final import final_evaluation
 from framework.eval.sweep import sweep_job
 from framework.health.config import build_monitors
 from framework.lightning.callbacks import StepCheckpoint
@@ -57,6 +56,7 @@ from framework.lightning.trainer import (
 from framework.retrieval.types import RetrievalError
 from framework.rl.config import TrainConfig
 from framework.rl.data import QuestionDataModule
+from framework.rl.final import final_evaluation
 from framework.rl.module import CheckpointMismatch, SearchAgentRL
 from framework.rl.plan import job_stages
 from framework.rl.stages import build_index, load_training_data

@@ -1,0 +1,40 @@
+"""The train job's last stage: the final comparison of its warm start and its trained policy.
+
+Both are evaluated by the evaluation library (:func:`framework.eval.run.evaluate_policy`) on the
+same validation questions with the same sampling; :func:`framework.eval.final.final_comparison`
+computes the paired block the job prints and saves as ``final`` in ``summary.json``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from framework.eval.config import eval_config_for
+from framework.eval.final import final_comparison
+from framework.eval.records import RECORDS, load_records
+from framework.eval.run import evaluate_policy
+from framework.rl.config import TrainConfig
+
+
+def final_evaluation(cfg: TrainConfig, run_dir: Path) -> dict[str, object]:
+    """Evaluate the warm start and the trained policy of a train run (``cfg``, its
+    :class:`~framework.rl.config.TrainConfig`) on the same validation questions with the same
+    sampling (``final_eval``), in ``<run_dir>/final_eval/{start,trained}``; returns the paired
+    comparison (:func:`framework.eval.final.final_comparison`) with where things are. An evaluation finished by an
+    earlier, interrupted attempt is read back, not redone."""
+    print("\nseekrl-train: final comparison: the warm start and the trained policy", flush=True)
+    records = {}
+    for label, checkpoint in (("start", None), ("trained", run_dir)):
+        out = run_dir / "final_eval" / label
+        if not (out / RECORDS).is_file():
+            evaluate_policy(eval_config_for(cfg, checkpoint, out, cfg.final_eval.settings()))
+        records[label] = load_records(out / RECORDS)
+    block = final_comparison(records["start"], records["trained"], n_boot=cfg.final_eval.bootstrap)
+    where = {
+        "policy": str(run_dir / "policy"),
+        "evaluations": str(run_dir / "final_eval"),
+        "summary": str(run_dir / "summary.json"),
+    }
+    if "TensorBoard" in str((cfg.logger or {}).get("_target_", "")):
+        where["TensorBoard"] = f"tensorboard --logdir {run_dir / 'tensorboard'}"
+    return {**block, "where": where}
