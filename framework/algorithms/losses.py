@@ -108,6 +108,9 @@ class PolicyLossConfig(ComponentConfig):
         return out
 
 
+POLICY_LOSSES.declare_config_base(PolicyLossConfig)
+
+
 #: the fields every policy loss shares that decide how its per-token terms add up
 AGGREGATION_FIELDS = (
     "agg",

@@ -18,8 +18,8 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.plugins import Plugins
 from hydra.plugins.search_path_plugin import SearchPathPlugin
 
-from framework.config.problems import ConfigError
 from framework.paths import config_dir, package_dir
+from framework.problems import ConfigError
 from framework.registry.core import UnknownComponentError, unknown_component_error
 
 # `group=value`, `+group=value`, `++group=value` or `~group`; values may be sweeps `a,b`.

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from framework.config.problems import ConfigError, Problem
+from framework.problems import ConfigError, Problem
 
 S = TypeVar("S")
 

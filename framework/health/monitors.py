@@ -66,6 +66,9 @@ class MonitorConfig(ComponentConfig):
         return check_range(self.warmup_steps, "warmup_steps", low=0)
 
 
+HEALTH_MONITORS.declare_config_base(MonitorConfig)
+
+
 C = TypeVar("C", bound="MonitorConfig")
 
 

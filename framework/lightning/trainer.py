@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from framework.config.problems import Problem, check, check_choice, check_range
+from framework.problems import Problem, check, check_choice, check_range
 from framework.training.precision import PrecisionChoice, choose_precision
 
 #: exit status after SIGINT / SIGTERM once the checkpoint is saved (128 + SIGINT, as shells do)

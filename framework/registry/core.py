@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from framework.config.component import ComponentConfig
+from framework.types import ComponentConfig
 
 T = TypeVar("T", bound=Callable[..., Any])
 
@@ -126,8 +126,9 @@ class Registry(Generic[T]):
         signature: how the framework calls a target, e.g. ``fn(inputs: AdvantageInputs, *, cfg)
             -> Tensor[N]`` or ``cls(*, cfg)`` (documentation; checked against the built-ins by test).
         methods: what the object a class target builds offers, e.g. ``("close()",)``.
-        config_base: ``module:Class`` that every config of this kind subclasses (checked when a
-            component registers: the framework reads the base's fields).
+        config_base: the class every config of this kind subclasses (checked when a component
+            registers: the framework reads the base's fields). A base defined above the
+            registries is declared by its own package with :meth:`declare_config_base`.
     """
 
     def __init__(
@@ -138,13 +139,13 @@ class Registry(Generic[T]):
         config_store: Any = _DEFAULT_STORE,
         signature: str = "",
         methods: tuple[str, ...] = (),
-        config_base: str = "framework.config:ComponentConfig",
+        config_base: type[ComponentConfig] = ComponentConfig,
     ):
         self.kind = kind
         self.group = group or kind
         self.signature = signature
         self.methods = methods
-        self.config_base = config_base
+        self._config_base = config_base
         if config_store is _DEFAULT_STORE:
             from hydra.core.config_store import ConfigStore
 
@@ -187,7 +188,7 @@ class Registry(Generic[T]):
                 f"[{self.kind}.{name}] got fidelity {config.fidelity!r}; expected one of "
                 f"{list(FIDELITIES)}. Fix: set the config's fidelity ClassVar to one of them."
             )
-        base = self.config_base_class()
+        base = self._config_base
         if not issubclass(config, base):
             raise TypeError(
                 f"[{self.kind}.{name}] got config {config.__name__}; expected a subclass of "
@@ -216,10 +217,37 @@ class Registry(Generic[T]):
             self._store.store(group=self.group, name=name, node=config(name=name), provider=source)
         return entry
 
+    def declare_config_base(self, base: type[ComponentConfig]) -> None:
+        """Declare ``base`` the class every config of this kind subclasses: the package that defines
+        it calls this right after the class, before it registers a component, so the registry
+        never names a higher layer.
+
+        Raises:
+            TypeError: ``base`` is no ComponentConfig, or a component registered already has a
+                config that does not subclass it.
+        """
+        if not (isinstance(base, type) and issubclass(base, ComponentConfig)):
+            raise TypeError(
+                f"[{self.kind} registry] got config base {base!r}; expected a subclass of "
+                "framework.config.ComponentConfig. Fix: declare a ComponentConfig subclass."
+            )
+        stray = [e.name for e in self._entries.values() if not issubclass(e.config_cls, base)]
+        if stray:
+            raise TypeError(
+                f"[{self.kind} registry] got config base {base.__name__} after {stray} registered "
+                f"with configs that do not subclass it; expected the base declared first. Fix: "
+                "declare the base right after its class, before any component registers."
+            )
+        self._config_base = base
+
     def config_base_class(self) -> type[ComponentConfig]:
-        """The class named by ``config_base`` (imported on first use)."""
-        module, _, name = self.config_base.partition(":")
-        return getattr(importlib.import_module(module), name)
+        """The class every config of this kind subclasses."""
+        return self._config_base
+
+    @property
+    def config_base(self) -> str:
+        """``module:Class`` of :meth:`config_base_class` (for listings and the README table)."""
+        return f"{self._config_base.__module__}:{self._config_base.__qualname__}"
 
     # -- lookup -------------------------------------------------------------------------------
     def get(self, name: str) -> Entry:

@@ -5,8 +5,9 @@ Each registry's Hydra group has the same name as the config section it fills, so
 
 Each registry also declares how the framework calls its targets (``signature``; ``cfg`` is the
 component's config dataclass, bound by :meth:`Registry.bind`), the methods of the objects that class
-targets build (``methods``) and the class every config of the kind derives from (``config_base``,
-checked when a component registers).
+targets build (``methods``). The class every config of a kind derives from is declared by the
+package that defines it (``POLICY_LOSSES.declare_config_base(PolicyLossConfig)``, checked when a
+component registers), so nothing here names a layer above the registries.
 Each registry is typed by its kind's :mod:`~framework.registry.protocols` protocol, so the type
 checker checks every registered target against the signature. These declarations are the README's
 registry table (``python3 tools/registry_table.py`` writes it);
@@ -45,13 +46,10 @@ ADVANTAGES: Registry[AdvantageFn] = Registry(
 POLICY_LOSSES: Registry[PolicyLossFn] = Registry(
     "loss",
     signature="fn(inputs: PolicyLossInputs, *, cfg) -> LossOutput",
-    config_base="framework.algorithms.losses:PolicyLossConfig",
 )
 KL_ESTIMATORS: Registry[KLFn] = Registry(
     "kl",
     signature="fn(logprobs, ref_logprobs, *, cfg) -> Tensor[N, L]",
-    # the trainer reads ``coef`` (0 turns the term and its reference model off)
-    config_base="framework.algorithms.kl:KLConfig",
 )
 SAMPLERS: Registry[SamplerFactory] = Registry(
     "sampler",
@@ -68,7 +66,6 @@ RETRIEVERS: Registry[RetrieverFactory] = Registry(
         "document(*, doc_id=None, title=None) -> Document",
         "close()",
     ),
-    config_base="framework.retrieval.types:RetrieverConfigBase",
 )
 ROLLOUT_BACKENDS: Registry[RolloutBackendFactory] = Registry(
     "rollout",
@@ -95,7 +92,6 @@ HEALTH_MONITORS: Registry[HealthMonitorFactory] = Registry(
         "state_dict()",
         "load_state_dict(state)",
     ),
-    config_base="framework.health.monitors:MonitorConfig",
 )
 INPUT_PROVIDERS: Registry[InputProviderFn] = Registry(
     "input",
@@ -113,8 +109,6 @@ AUGMENTERS: Registry[AugmenterFactory] = Registry(
         "state_dict()",
         "load_state_dict(state)",
     ),
-    # the trainer reads ``provides`` (inputs it puts in Scores.extras)
-    config_base="framework.rl.augment:AugmenterConfig",
 )
 
 ALL: dict[str, Registry[Any]] = {

@@ -6,21 +6,29 @@ or class registered in ``framework/`` (and in a typed plugin) against the signat
 calls it with. The first argument of a function kind is positional-only here, so a component may
 name it as it likes; ``cfg`` is the component's own config dataclass, declared by its registration.
 
+This module is the one declaration of each kind's contract: the agent loop, the tools and the
+backends type their retriever, tokenizer and backend with these protocols. Optional members of a
+contract (a sampler's ``keep_group``, an adaptive sampler's ``observe``) are protocols of their own,
+``runtime_checkable``, so callers ask ``isinstance(sampler, GroupFilter)``.
+
 Types from layers above the registries (the dataset's ``QAItem``, the step's ``InputContext``, the
-judges' ``JudgeInputs``, the backends' ``Generation``) appear as ``Any``: the registries sit below
-them (``tests/unit/test_import_graph.py``), and those components are checked where they are defined.
+judges' ``JudgeInputs``) appear as ``Any``: the registries sit below them
+(``tests/unit/test_import_graph.py``), and those components are checked where they are defined.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from torch import Tensor
 
 from framework.types import (
     AdvantageInputs,
+    Document,
+    Generation,
     GroupRequest,
+    Hit,
     LossOutput,
     PolicyLossInputs,
     RewardInputs,
@@ -75,20 +83,60 @@ class Sampler(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
+@runtime_checkable
+class GroupFilter(Protocol):
+    """A sampler that chooses which groups of a step are trained (dynamic sampling): ``keep_group``
+    of one group's ``[G]`` total rewards and ``[G]`` bool correctness."""
+
+    def keep_group(self, rewards: Tensor, correct: Tensor) -> bool: ...
+
+
+@runtime_checkable
+class AdaptiveSampler(Protocol):
+    """A sampler that learns from the trained groups (``observe``) and whose resumable state
+    includes what it observed up to a step (``state_after`` of the state drawn for it)."""
+
+    def observe(
+        self,
+        step: int,
+        questions: Sequence[int],
+        rewards: Sequence[Sequence[float]],
+        correct: Sequence[Sequence[bool]],
+    ) -> None: ...
+
+    def state_after(self, drawn: dict[str, Any]) -> dict[str, Any]: ...
+
+
 class SamplerFactory(Protocol):
     """``SAMPLERS``: ``cls(questions, seed, *, cfg)``."""
 
     def __call__(self, questions: Sequence[Any], seed: int, /, *, cfg: Any) -> Sampler: ...
 
 
+@runtime_checkable
 class Retriever(Protocol):
-    """What a ``RETRIEVERS`` class builds (:class:`framework.retrieval.types.Retriever`)."""
+    """What every retrieval backend offers."""
 
-    def search(self, queries: Sequence[str], k: int) -> list[Any]: ...
+    def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
+        """Top-``k`` passages for each query, best first (fewer when the corpus is smaller).
 
-    def document(self, *, doc_id: str | None = None, title: str | None = None) -> Any: ...
+        Raises:
+            QueryError: empty or oversized query, ``k`` out of range, too many queries.
+            RetrievalError: the backend failed.
+        """
+        ...
 
-    def close(self) -> None: ...
+    def document(self, *, doc_id: str | None = None, title: str | None = None) -> Document:
+        """The full document with ``doc_id`` or (exact, then case-insensitive) ``title``.
+
+        Raises:
+            DocumentNotFound: no such document.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release files, sockets and threads."""
+        ...
 
 
 class Augmenter(Protocol):
@@ -114,9 +162,32 @@ class RetrieverFactory(Protocol):
     def __call__(self, *, cfg: Any) -> Retriever: ...
 
 
+@runtime_checkable
+class Tokenizer(Protocol):
+    """What the agent loop needs of a tokenizer (a Hugging Face tokenizer has all of it)."""
+
+    def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = ...) -> str: ...
+
+    def apply_chat_template(self, conversation: Any, **kwargs: Any) -> Any: ...
+
+
+@runtime_checkable
 class RolloutBackend(Protocol):
-    """What a ``ROLLOUT_BACKENDS`` class builds: batched generation whose weights follow the
-    policy."""
+    """What a ``ROLLOUT_BACKENDS`` class builds: batched continuation of token sequences whose
+    weights follow the policy.
+
+    ``generate`` receives full token sequences (prompt and everything so far) and returns only the
+    new tokens of each, stopping after any of the stop strings, at end of sequence, or at that
+    sequence's ``max_new_tokens``. ``update_weights`` makes later generations use the given policy.
+
+    ``seeds`` (one int per sequence) is passed only when the caller seeds rollouts one by one (an
+    evaluation); a backend then samples each sequence as a function of its seed and its own
+    tokens, whatever shares its batch (a scripted backend, which does not sample, ignores them).
+    """
+
+    tokenizer: Tokenizer
 
     def generate(
         self,
@@ -124,9 +195,16 @@ class RolloutBackend(Protocol):
         max_new_tokens: Sequence[int],
         stop: Sequence[str],
         seeds: Sequence[int] | None = None,
-    ) -> list[Any]: ...
+    ) -> list[Generation]: ...
 
     def update_weights(self, model: Any) -> None: ...
+
+
+@runtime_checkable
+class CountsCalls(Protocol):
+    """A backend that counts its ``generate`` calls (kept in a checkpoint, for the record)."""
+
+    calls: int
 
 
 class RolloutBackendFactory(Protocol):

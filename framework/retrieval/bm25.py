@@ -30,7 +30,8 @@ from framework.retrieval.local import (
     read_manifest,
     write_manifest,
 )
-from framework.retrieval.types import Hit, RetrievalError, check_request
+from framework.retrieval.types import RetrievalError, check_request
+from framework.types import Hit
 
 METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
 

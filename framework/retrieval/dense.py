@@ -40,7 +40,8 @@ from framework.retrieval.local import (
     read_manifest,
     write_manifest,
 )
-from framework.retrieval.types import Hit, RetrievalError, check_request
+from framework.retrieval.types import RetrievalError, check_request
+from framework.types import Hit
 
 INDEX_TYPES = ("flat", "hnsw", "ivf", "ivfpq")
 _BUILD_PARAMS = {
@@ -324,7 +325,7 @@ class FaissRetriever(StoreBacked):
         return index
 
     def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
-        """Top-``k`` passages per query (see :class:`~framework.retrieval.types.Retriever`)."""
+        """Top-``k`` passages per query (see :class:`~framework.registry.protocols.Retriever`)."""
         queries = check_request(queries, k, self.cfg.limits)
         return self.search_embeddings(self.encoder.encode_queries(queries), k)
 

@@ -21,9 +21,7 @@ import httpx
 from framework.config import ConfigError, Problem, check, check_range
 from framework.registry.kinds import RETRIEVERS
 from framework.retrieval.types import (
-    Document,
     DocumentNotFound,
-    Hit,
     QueryError,
     RetrievalError,
     RetrieverConfigBase,
@@ -31,6 +29,7 @@ from framework.retrieval.types import (
     check_request,
     document_key,
 )
+from framework.types import Document, Hit
 
 _SECTION = "retriever.http"
 _START_FIX = "start one with `seekrl-serve` or set retriever.url"

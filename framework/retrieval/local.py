@@ -14,7 +14,8 @@ from typing import Any
 from framework.paths import CACHE_ENV as CACHE_ENV
 from framework.paths import cache_root as cache_root
 from framework.retrieval.corpus import CorpusConfig, CorpusStore, open_corpus
-from framework.retrieval.types import Document, RetrievalError, RetrieverConfigBase
+from framework.retrieval.types import RetrievalError, RetrieverConfigBase
+from framework.types import Document
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1

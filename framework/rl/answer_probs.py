@@ -32,9 +32,10 @@ from framework.algorithms.potential import SPAEAdvantageConfig, probe_accuracy, 
 from framework.algorithms.turn_advantages import PROBE_PREFIX, IGPOAdvantageConfig
 from framework.data.schema import QAItem
 from framework.registry import INPUT_PROVIDERS
+from framework.registry.protocols import Tokenizer
 from framework.rl.inputs import InputContext
-from framework.rollout.types import Tokenizer, Trajectory
 from framework.training.tokens import pack, token_logprobs
+from framework.types import Trajectory
 
 
 def probe_prefix_ends(trajectory: Trajectory) -> list[int]:

@@ -44,7 +44,7 @@ from framework.registry import AUGMENTERS
 from framework.rl.drawn import Drawn
 from framework.rollout.metrics import correct, correctness_metric
 from framework.rollout.scoring import Scores, score
-from framework.rollout.types import Trajectory
+from framework.types import Trajectory
 
 
 @dataclass
@@ -53,6 +53,10 @@ class AugmenterConfig(ComponentConfig):
 
     #: the inputs this augmenter puts in ``Scores.extras`` (components may ``require`` them)
     provides: ClassVar[tuple[str, ...]] = ()
+
+
+# the trainer reads ``provides`` (inputs it puts in Scores.extras)
+AUGMENTERS.declare_config_base(AugmenterConfig)
 
 
 @dataclass

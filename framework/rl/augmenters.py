@@ -24,9 +24,8 @@ from framework.rl.augment import AugmentContext, Augmented, Augmenter, Augmenter
 from framework.rl.drawn import Drawn
 from framework.rollout.engine import Prefix
 from framework.rollout.records import trajectory_from_state, trajectory_state
-from framework.rollout.types import Trajectory
 from framework.training.tokens import pack, token_logprobs
-from framework.types import STATUS_OVER_BUDGET
+from framework.types import STATUS_OVER_BUDGET, Trajectory
 
 
 def groups_of(drawn: Drawn) -> list[list[int]]:

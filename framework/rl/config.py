@@ -15,10 +15,10 @@ from omegaconf import MISSING
 
 from framework.algorithms.rollout_correction import rollout_source_problems
 from framework.config.app import RUN_DIR, schedule_problems, target_problems
-from framework.config.problems import Problem, check_range
 from framework.health.config import HealthConfig
 from framework.lightning.trainer import TrainerConfig
-from framework.rollout.engine import AgentConfig
+from framework.problems import Problem, check_range
+from framework.rollout.config import AgentConfig
 from framework.sft.config import WarmStartConfig
 from framework.training.lora import LoraConfig
 

@@ -32,7 +32,7 @@ import torch
 from framework.config import ComponentConfig, Problem
 from framework.data.schema import QAItem
 from framework.rl.batch import RolloutBatch
-from framework.rollout.types import Trajectory
+from framework.types import Trajectory
 
 #: the config sections whose components' ``requires`` the step meets: the advantage estimator (in
 #: ``AdvantageInputs.extras``) and the policy loss (in ``PolicyLossInputs.extras``, per

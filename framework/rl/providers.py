@@ -59,8 +59,8 @@ def reader_belief(
 ) -> list[float]:
     """For each pair, the policy's probability of writing ``" " + answer`` right after ``prompt``
     (teacher-forced, no gradient): ``exp`` of the sum of the answer tokens' log-probs."""
-    from framework.rollout.types import Trajectory
     from framework.training.tokens import pack, token_logprobs
+    from framework.types import Trajectory
 
     def ids(text: str) -> list[int]:
         return [int(x) for x in tokenizer.encode(text, add_special_tokens=False)]
@@ -132,8 +132,8 @@ def _policy_scores(ctx: InputContext, question: str, a: str, b: str) -> tuple[fl
     probability of " A" among " A" and " B" with ``a`` shown first, plus that of " B" with the
     answers swapped (both orders summed, as the authors' judge sums them, which cancels a
     preference for a position); ``b`` scores 2 minus that."""
-    from framework.rollout.types import Trajectory
     from framework.training.tokens import pack, token_logprobs
+    from framework.types import Trajectory
 
     tok = ctx.tokenizer
 

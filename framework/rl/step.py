@@ -30,8 +30,7 @@ from framework.rollout.metrics import (
     zero_variance_fraction,
 )
 from framework.rollout.scoring import Scores, score
-from framework.rollout.types import Trajectory
-from framework.types import AdvantageInputs, GroupRequest
+from framework.types import AdvantageInputs, GroupRequest, Trajectory
 
 
 class RolloutLoop(Protocol):

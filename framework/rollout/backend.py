@@ -11,7 +11,7 @@ import inspect
 from typing import Any
 
 from framework.registry.kinds import ROLLOUT_BACKENDS
-from framework.rollout.types import RolloutBackend
+from framework.registry.protocols import RolloutBackend
 
 
 def build_backend(

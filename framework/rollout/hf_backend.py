@@ -15,7 +15,7 @@ from framework.rollout.decoding import (
     use_packed_decode_attention,
 )
 from framework.rollout.policy import PolicyConfig, load_policy
-from framework.rollout.types import Generation
+from framework.types import Generation
 
 DECODERS = ("loop", "generate")
 COMPUTE_DTYPES = ("auto", "float32", "bfloat16")
@@ -186,7 +186,7 @@ class TransformersBackend:
         stop: Sequence[str],
         seeds: Sequence[int] | None = None,
     ) -> list[Generation]:
-        """New tokens for each sequence (see :class:`~framework.rollout.types.RolloutBackend`).
+        """New tokens for each sequence (see :class:`~framework.registry.protocols.RolloutBackend`).
 
         ``seeds`` (one per sequence) make each sequence's random numbers a function of its seed
         and the token's position alone (``decoder=loop``); without them a call draws from torch's

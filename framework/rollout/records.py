@@ -9,7 +9,7 @@ from typing import Any
 from framework.data.schema import QAItem
 from framework.rollout.scoring import Scores
 from framework.rollout.signals import trajectory_signals
-from framework.rollout.types import Segment, Trajectory
+from framework.types import Segment, Trajectory
 
 
 def trajectory_records(

@@ -26,7 +26,7 @@ from framework.rollout.policy import (
     load_tokenizer,
     policy_source,
 )
-from framework.rollout.types import Generation
+from framework.types import Generation
 
 
 @dataclass

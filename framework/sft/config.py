@@ -9,9 +9,9 @@ from typing import Any
 from omegaconf import MISSING
 
 from framework.config.app import RUN_DIR, schedule_problems, target_problems
-from framework.config.problems import Problem, check, check_range
 from framework.lightning.trainer import TrainerConfig
-from framework.rollout.engine import AgentConfig
+from framework.problems import Problem, check, check_range
+from framework.rollout.config import AgentConfig
 from framework.sft.expert import ExpertConfig
 from framework.training.lora import LoraConfig
 

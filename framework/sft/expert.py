@@ -23,9 +23,9 @@ from typing import Any
 
 from framework.config import Problem, check_range
 from framework.data.schema import QAItem
-from framework.rollout.engine import AgentConfig, AgentLoop
-from framework.rollout.types import Generation, Trajectory
-from framework.types import STATUS_OK, STATUS_OVER_BUDGET
+from framework.rollout.config import AgentConfig
+from framework.rollout.engine import AgentLoop
+from framework.types import STATUS_OK, STATUS_OVER_BUDGET, Generation, Trajectory
 
 
 @dataclass
@@ -190,7 +190,11 @@ class ExpertBackend:
         self.calls = 0
 
     def generate(
-        self, sequences: Sequence[Sequence[int]], max_new_tokens: Sequence[int], stop: Sequence[str]
+        self,
+        sequences: Sequence[Sequence[int]],
+        max_new_tokens: Sequence[int],
+        stop: Sequence[str],
+        seeds: Sequence[int] | None = None,  # scripted turns: nothing to seed
     ) -> list[Generation]:
         out = []
         for seq, limit in zip(sequences, max_new_tokens, strict=True):

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from framework.config.problems import Problem, check, check_range
+from framework.problems import Problem, check, check_range
 
 
 @dataclass

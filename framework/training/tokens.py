@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from framework.rollout.types import Trajectory
+from framework.types import Trajectory
 
 
 @dataclass

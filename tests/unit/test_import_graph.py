@@ -2,15 +2,17 @@
 
 Layers, bottom to top; a module imports from its own layer and the layers below it, never above:
 
-    0. shared leaves  ``framework/__init__.py``, ``types.py``, ``paths.py`` (files and the cache
-                      directory), ``progress.py``, ``accelerators.py`` (keeps JAX off the GPU),
-                      ``interrupt.py`` (SIGTERM as Ctrl-C, a study's children stopped with it)
-    1. config and     ``config/`` (problems, the component base class, the checks app schemas share,
-       registries     validation, Hydra composition) and ``registry/`` (the registries, plugin
-                      loading and the components listing; ``plugins.py`` is the old name of
-                      ``registry/plugins.py``). One layer:
-                      validation looks component names up in the registries, and the registries
-                      check configs against ``config.component``. Nothing in ``config/`` imports
+    0. shared leaves  ``framework/__init__.py``, ``types.py`` (the component config base, the
+                      batches, trajectories and retrieved text every layer passes around),
+                      ``problems.py`` (config problems and their error), ``paths.py`` (files and
+                      the cache directory), ``progress.py``, ``accelerators.py`` (keeps JAX off the
+                      GPU), ``interrupt.py`` (SIGTERM as Ctrl-C, a study's children stopped with it)
+    1. config and     ``config/`` (the checks app schemas share, validation, Hydra composition) and
+       registries     ``registry/`` (the registries, each kind's protocol, plugin loading and the
+                      components listing; ``plugins.py`` is the old name of
+                      ``registry/plugins.py``). One layer: validation looks component names up in
+                      the registries; the registries import nothing from ``config/`` (they check
+                      configs against ``types.ComponentConfig``). Nothing in ``config/`` imports
                       ``rollout/``, ``sft/``, ``training/``, ``lightning/`` or ``cli/``.
     2. algorithms     ``algorithms/``: pure tensor functions
     3. components     ``retrieval/``, ``rewards/``, ``data/``, ``samplers/``, ``rollout/``,
@@ -35,8 +37,8 @@ Layers, bottom to top; a module imports from its own layer and the layers below 
                       their evaluation, in child processes, so it sits beside ``cli/``, which
                       imports its schema and its entry point; no module cycle joins the two
 
-Packages of one layer may import each other (the vLLM backend loads training's LoRA adapters,
-training reads rollout's trajectory types), but no modules of two packages may form an import cycle.
+Packages of one layer may import each other (the vLLM backend loads training's LoRA adapters), but
+no modules may form an import cycle, whether they sit in two packages or in one.
 
 Every import counts, module-level and function-level (a deferred import still runs when the function
 does, and is still a dependency), and so does the package ``__init__`` that Python runs before a
@@ -56,7 +58,7 @@ FRAMEWORK_DIR = Path(framework.__file__).resolve().parent
 
 #: bottom to top; a package is the first name under ``framework`` ("" for framework/__init__.py)
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"", "types", "paths", "progress", "accelerators", "memory", "interrupt"}),
+    frozenset({"", "types", "problems", "paths", "progress", "accelerators", "memory", "interrupt"}),
     frozenset({"config", "registry", "plugins"}),
     frozenset({"algorithms"}),
     frozenset(
