@@ -58,7 +58,9 @@ FRAMEWORK_DIR = Path(framework.__file__).resolve().parent
 
 #: bottom to top; a package is the first name under ``framework`` ("" for framework/__init__.py)
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"", "types", "problems", "paths", "progress", "accelerators", "memory", "interrupt"}),
+    frozenset(
+        {"", "types", "problems", "paths", "progress", "accelerators", "memory", "interrupt"}
+    ),
     frozenset({"config", "registry", "plugins"}),
     frozenset({"algorithms"}),
     frozenset(
