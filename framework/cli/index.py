@@ -15,6 +15,7 @@ from typing import Any
 from framework.cli.app import run_app
 from framework.interrupt import stop_on_interrupt
 from framework.lightning.trainer import INTERRUPTED
+from framework.registry.protocols import Describes
 from framework.retrieval.config import IndexConfig
 
 INTERRUPTED_MESSAGE = (
@@ -42,7 +43,7 @@ def index(cfg: IndexConfig) -> dict[str, Any]:
     except RetrievalError as exc:
         print(exc, file=sys.stderr)
         raise SystemExit(1) from None
-    summary = retriever.describe()
+    summary = retriever.describe() if isinstance(retriever, Describes) else {}
     print(json.dumps(summary, indent=2, default=str))
     if cfg.smoke_query:
         hits = retriever.search([cfg.smoke_query], 3)[0]

@@ -11,6 +11,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from framework.problems import Problem, check, check_choice, check_range
 from framework.training.precision import PrecisionChoice, choose_precision
 
@@ -203,7 +205,6 @@ def apply_gradient_checkpointing(policy: Any, trainer: Any) -> bool:
 def apply_threads(trainer: Any) -> int:
     """Set torch's CPU threads to ``trainer.threads`` (0 leaves them as found); returns the count
     this process runs with, for the run's summary."""
-    import torch
 
     if trainer.threads:
         torch.set_num_threads(trainer.threads)

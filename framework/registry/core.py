@@ -19,11 +19,16 @@ import inspect
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from framework.types import ComponentConfig
 
+#: what is registered: a function or a class taking ``cfg`` (the kind's protocol)
 T = TypeVar("T", bound=Callable[..., Any])
+#: what :meth:`Registry.bind` returns: the target with ``cfg`` bound (the kind's bound protocol)
+B = TypeVar("B", bound=Callable[..., Any])
+#: the callable an :class:`Entry` holds
+F = TypeVar("F", bound=Callable[..., Any], covariant=True)
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _DEFAULT_STORE = object()
@@ -66,12 +71,12 @@ FIDELITIES = ("", "exact", "partial", "reconstructed")
 
 
 @dataclass(frozen=True)
-class Entry:
+class Entry(Generic[F]):
     """A registered component."""
 
     kind: str
     name: str
-    target: Callable[..., Any]
+    target: F
     config_cls: type[ComponentConfig]
     origin: str  # "module:qualname" of the target
     source: str  # distribution that registered it
@@ -115,8 +120,8 @@ def _origin(target: Callable[..., Any]) -> str:
     return f"{module}:{getattr(target, '__qualname__', repr(target))}"
 
 
-class Registry(Generic[T]):
-    """Name -> component table for one kind.
+class Registry(Generic[T, B]):
+    """Name -> component table for one kind: targets of type ``T``, bound (``cfg`` given) to ``B``.
 
     Args:
         kind: human name used in messages, e.g. ``advantage``.
@@ -151,7 +156,7 @@ class Registry(Generic[T]):
 
             config_store = ConfigStore.instance()
         self._store = config_store
-        self._entries: dict[str, Entry] = {}
+        self._entries: dict[str, Entry[T]] = {}
 
     # -- registration -------------------------------------------------------------------------
     def register(self, name: str, *, config: type[ComponentConfig]) -> Callable[[T], T]:
@@ -163,7 +168,7 @@ class Registry(Generic[T]):
 
         return decorator
 
-    def add(self, name: str, target: T, *, config: type[ComponentConfig]) -> Entry:
+    def add(self, name: str, target: T, *, config: type[ComponentConfig]) -> Entry[T]:
         """Register ``target`` under ``name``; see :meth:`register`.
 
         Raises:
@@ -250,7 +255,7 @@ class Registry(Generic[T]):
         return f"{self._config_base.__module__}:{self._config_base.__qualname__}"
 
     # -- lookup -------------------------------------------------------------------------------
-    def get(self, name: str) -> Entry:
+    def get(self, name: str) -> Entry[T]:
         """The entry registered as ``name``.
 
         Raises:
@@ -266,14 +271,15 @@ class Registry(Generic[T]):
         """The error for an unregistered ``name`` (not raised)."""
         return unknown_component_error(self.group, name, self.names())
 
-    def bind(self, cfg: ComponentConfig) -> Callable[..., Any]:
+    def bind(self, cfg: ComponentConfig) -> B:
         """The target registered as ``cfg.name`` with ``cfg`` bound as its ``cfg`` argument."""
-        return functools.partial(self.get(cfg.name).target, cfg=cfg)
+        # the registered signature minus its ``cfg`` keyword: what the kind's bound protocol says
+        return cast(B, functools.partial(self.get(cfg.name).target, cfg=cfg))
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries
 
-    def __iter__(self) -> Iterator[Entry]:
+    def __iter__(self) -> Iterator[Entry[T]]:
         return iter(sorted(self._entries.values(), key=lambda e: e.name))
 
     def __len__(self) -> int:

@@ -23,6 +23,18 @@ from framework.registry.core import Registry
 from framework.registry.protocols import (
     AdvantageFn,
     AugmenterFactory,
+    BoundAdvantageFn,
+    BoundAugmenterFactory,
+    BoundDatasetFn,
+    BoundHealthMonitorFactory,
+    BoundInputProviderFn,
+    BoundJudgeFactory,
+    BoundKLFn,
+    BoundPolicyLossFn,
+    BoundRetrieverFactory,
+    BoundRewardFn,
+    BoundRolloutBackendFactory,
+    BoundSamplerFactory,
     DatasetFn,
     HealthMonitorFactory,
     InputProviderFn,
@@ -35,30 +47,30 @@ from framework.registry.protocols import (
     SamplerFactory,
 )
 
-REWARDS: Registry[RewardFn] = Registry(
+REWARDS: Registry[RewardFn, BoundRewardFn] = Registry(
     "reward",
     signature="fn(inputs: RewardInputs, *, cfg) -> Tensor[N] | RewardOutput",
 )
-ADVANTAGES: Registry[AdvantageFn] = Registry(
+ADVANTAGES: Registry[AdvantageFn, BoundAdvantageFn] = Registry(
     "advantage",
     signature="fn(inputs: AdvantageInputs, *, cfg) -> Tensor[N or N, L]",
 )
-POLICY_LOSSES: Registry[PolicyLossFn] = Registry(
+POLICY_LOSSES: Registry[PolicyLossFn, BoundPolicyLossFn] = Registry(
     "loss",
     signature="fn(inputs: PolicyLossInputs, *, cfg) -> LossOutput",
 )
-KL_ESTIMATORS: Registry[KLFn] = Registry(
+KL_ESTIMATORS: Registry[KLFn, BoundKLFn] = Registry(
     "kl",
     signature="fn(logprobs, ref_logprobs, *, cfg) -> Tensor[N, L]",
 )
-SAMPLERS: Registry[SamplerFactory] = Registry(
+SAMPLERS: Registry[SamplerFactory, BoundSamplerFactory] = Registry(
     "sampler",
     signature="cls(questions, seed, *, cfg)",
     methods=("next_groups() -> list[GroupRequest]", "state_dict()", "load_state_dict(state)"),
     # optional: keep_group(rewards, correct) -> bool, which groups of a step are trained;
     # observe(step, questions, rewards, correct) and state_after(state): adaptive samplers
 )
-RETRIEVERS: Registry[RetrieverFactory] = Registry(
+RETRIEVERS: Registry[RetrieverFactory, BoundRetrieverFactory] = Registry(
     "retriever",
     signature="cls(*, cfg)",
     methods=(
@@ -67,7 +79,7 @@ RETRIEVERS: Registry[RetrieverFactory] = Registry(
         "close()",
     ),
 )
-ROLLOUT_BACKENDS: Registry[RolloutBackendFactory] = Registry(
+ROLLOUT_BACKENDS: Registry[RolloutBackendFactory, BoundRolloutBackendFactory] = Registry(
     "rollout",
     signature="cls(*, cfg, model=None, tokenizer=None)",
     methods=(
@@ -75,16 +87,16 @@ ROLLOUT_BACKENDS: Registry[RolloutBackendFactory] = Registry(
         "update_weights(model)",
     ),
 )
-DATASETS: Registry[DatasetFn] = Registry(
+DATASETS: Registry[DatasetFn, BoundDatasetFn] = Registry(
     "dataset",
     signature="fn(split, *, cfg) -> list[QAItem]",
 )
-JUDGES: Registry[JudgeFactory] = Registry(
+JUDGES: Registry[JudgeFactory, BoundJudgeFactory] = Registry(
     "judge",
     signature="cls(*, cfg, backend=None)",
     methods=("__call__(inputs: JudgeInputs) -> list[bool]",),
 )
-HEALTH_MONITORS: Registry[HealthMonitorFactory] = Registry(
+HEALTH_MONITORS: Registry[HealthMonitorFactory, BoundHealthMonitorFactory] = Registry(
     "health_monitor",
     signature="cls(*, cfg)",
     methods=(
@@ -93,7 +105,7 @@ HEALTH_MONITORS: Registry[HealthMonitorFactory] = Registry(
         "load_state_dict(state)",
     ),
 )
-INPUT_PROVIDERS: Registry[InputProviderFn] = Registry(
+INPUT_PROVIDERS: Registry[InputProviderFn, BoundInputProviderFn] = Registry(
     "input",
     signature="fn(ctx: InputContext, *, cfg) -> Tensor | list | float | Any",
     # registered under the name of the input it computes; ``cfg`` is the config of the component
@@ -101,7 +113,7 @@ INPUT_PROVIDERS: Registry[InputProviderFn] = Registry(
     config_store=None,
 )
 
-AUGMENTERS: Registry[AugmenterFactory] = Registry(
+AUGMENTERS: Registry[AugmenterFactory, BoundAugmenterFactory] = Registry(
     "augment",
     signature="cls(*, cfg)",
     methods=(
@@ -111,7 +123,7 @@ AUGMENTERS: Registry[AugmenterFactory] = Registry(
     ),
 )
 
-ALL: dict[str, Registry[Any]] = {
+ALL: dict[str, Registry[Any, Any]] = {
     r.group: r
     for r in (
         REWARDS,

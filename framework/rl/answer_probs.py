@@ -23,7 +23,6 @@ answer's positions.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -51,7 +50,7 @@ def probe_prefix_ends(trajectory: Trajectory) -> list[int]:
 
 @torch.no_grad()
 def answer_probs(
-    policy: Any,
+    policy: torch.nn.Module,
     trajectories: Sequence[Trajectory],
     items: Sequence[QAItem],
     tokenizer: Tokenizer,
@@ -87,7 +86,7 @@ def answer_probs(
 
 @torch.no_grad()
 def gold_probes(
-    policy: Any,
+    policy: torch.nn.Module,
     trajectories: Sequence[Trajectory],
     items: Sequence[QAItem],
     tokenizer: Tokenizer,

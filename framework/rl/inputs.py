@@ -60,7 +60,7 @@ class InputContext:
             the caller runs no schedule).
     """
 
-    policy: Any
+    policy: torch.nn.Module
     tokenizer: Any
     batch: RolloutBatch
     progress: float = 0.0

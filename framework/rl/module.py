@@ -16,11 +16,13 @@ from typing import Any
 
 import lightning as L
 import torch
+from torch.optim.lr_scheduler import LRScheduler
 
 from framework.data.schema import QAItem
 from framework.lightning.callbacks import end_fit_after_this_step
 from framework.memory import peak_rss_bytes
 from framework.progress import Progress
+from framework.registry.protocols import CountsCalls, GroupFilter
 from framework.rl.config import TrainConfig
 from framework.rl.data import QuestionDataModule, StepBatch
 from framework.rl.step import StepParts, StepResult, rl_step, validation_figures
@@ -140,13 +142,17 @@ class SearchAgentRL(L.LightningModule):
 
     # -- one training step --------------------------------------------------------------------------
     def training_step(self, batch: StepBatch, batch_idx: int) -> None:
+        sampler = self.data.sampler
+        optimizer, scheduler = self.optimizers(), self.lr_schedulers()
+        # configure_optimizers returns one of each
+        assert not isinstance(optimizer, list) and isinstance(scheduler, LRScheduler)
         result = rl_step(
             self.parts,
             batch.groups,
             self.train_items,
-            self.optimizers(),
-            self.lr_schedulers(),
-            keep=getattr(self.data.sampler, "keep_group", None),
+            optimizer,
+            scheduler,
+            keep=sampler.keep_group if isinstance(sampler, GroupFilter) else None,
             backward=self.manual_backward,
             pad_passes=self._missing_passes,
             progress=self.rl_step / max(self.cfg.trainer.max_steps, 1),
@@ -241,7 +247,7 @@ class SearchAgentRL(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["seekrl"] = {
             "rl_step": self.rl_step,
-            "backend_calls": getattr(self.backend, "calls", 0),
+            "backend_calls": self.backend.calls if isinstance(self.backend, CountsCalls) else 0,
             "policy": self.policy_identity(),
             "rng": random_state(),
             # this process's peak so far, and the earlier launches' (see earlier_peak_bytes)

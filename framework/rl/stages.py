@@ -17,9 +17,7 @@ def build_index(cfg: TrainConfig) -> None:
     from framework.registry import RETRIEVERS
 
     retriever = RETRIEVERS.bind(cfg.retriever)()
-    close = getattr(retriever, "close", None)
-    if close is not None:
-        close()
+    retriever.close()
 
 
 def load_training_data(cfg: TrainConfig) -> dict[str, Any]:

@@ -10,13 +10,16 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LRScheduler
 
 from framework.config import ComponentConfig
 from framework.data.schema import QAItem
+from framework.registry.protocols import Augmenter, BoundAdvantageFn, RolloutBackend
 from framework.rl.augment import AugmentContext
 from framework.rl.batch import PlanOptions, RolloutBatch, per_rollout
 from framework.rl.config import OptimConfig, TrainConfig
@@ -30,7 +33,10 @@ from framework.rollout.metrics import (
     zero_variance_fraction,
 )
 from framework.rollout.scoring import Scores, score
-from framework.types import AdvantageInputs, GroupRequest, Trajectory
+from framework.types import GroupRequest, Trajectory
+
+if TYPE_CHECKING:
+    from lightning.pytorch.core.optimizer import LightningOptimizer
 
 
 class RolloutLoop(Protocol):
@@ -38,7 +44,7 @@ class RolloutLoop(Protocol):
     benchmark's single-turn loop)."""
 
     #: the generation backend, whose weights follow the policy (``update_weights``, ``tokenizer``)
-    backend: Any
+    backend: RolloutBackend
     #: seconds of the last run by phase
     timings: dict[str, float]
 
@@ -50,6 +56,14 @@ class RolloutLoop(Protocol):
         question_ids: list[int] | None = None,
         progress: Callable[[int, int], None] | None = None,
     ) -> list[Trajectory]: ...
+
+
+@runtime_checkable
+class CountsRetrievals(Protocol):
+    """A loop that counts its last run's retriever calls by outcome (``queries``, ``empty``,
+    ``failed``), as :class:`~framework.rollout.engine.AgentLoop` does."""
+
+    retrieval_counts: dict[str, int]
 
 
 @dataclass
@@ -83,12 +97,12 @@ class StepParts:
     spec: LossSpec
     optim: OptimConfig
     pad_id: int
-    reference: Any = None
+    reference: torch.nn.Module | None = None
     loss: ComponentConfig | None = None
-    estimator: Callable[[AdvantageInputs], Tensor] | None = None
+    estimator: BoundAdvantageFn | None = None
     plan: PlanOptions | None = None
     augment: ComponentConfig | None = None
-    augmenter: Any = None
+    augmenter: Augmenter | None = None
 
     def __post_init__(self) -> None:
         from framework.registry import ADVANTAGES, AUGMENTERS
@@ -185,7 +199,7 @@ class StepResult:
         return records
 
     def group_outcomes(
-        self, reward_cfg: Any = None
+        self, reward_cfg: ComponentConfig | None = None
     ) -> tuple[list[int], list[list[float]], list[list[bool]]]:
         """Per trained group: its question (dataset row), its rollouts' total rewards and whether
         each is correct by the reward's answer metric (what an adaptive sampler observes)."""
@@ -270,7 +284,9 @@ def draw_groups(
         for k, v in parts.running_loop().timings.items():
             if k != "total":
                 timings[f"timing/{k}"] += v
-        for k, n in getattr(parts.loop, "retrieval_counts", {}).items():
+        loop = parts.loop
+        counts: dict[str, int] = loop.retrieval_counts if isinstance(loop, CountsRetrievals) else {}
+        for k, n in counts.items():
             timings[f"retrieval/{k}"] += float(n)  # queries, empty, failed (summed over rounds)
         timings["timing/rollout"] += time.perf_counter() - clock
         mark = time.perf_counter()
@@ -301,13 +317,15 @@ def draw_groups(
     return Drawn.merge(rounds), drawn, figures
 
 
-def augment(parts: StepParts, kept: Drawn, progress: float) -> tuple[Drawn, dict[str, float]]:
-    """The rollouts the step trains on after the run's augmenter (:mod:`framework.rl.augment`),
+def augment(
+    parts: StepParts, augmenter: Augmenter, kept: Drawn, progress: float
+) -> tuple[Drawn, dict[str, float]]:
+    """The rollouts the step trains on after the run's ``augmenter`` (:mod:`framework.rl.augment`),
     and its figures: ``augment/...``, the rollouts and tokens it generated, its seconds."""
     clock = time.perf_counter()
     loop = parts.running_loop()
     ctx = AugmentContext(loop, parts.reward, parts.policy, loop.backend.tokenizer, progress)
-    out = parts.augmenter.augment(kept, ctx)
+    out = augmenter.augment(kept, ctx)
     figures = {f"augment/{k}": float(v) for k, v in out.figures.items()}
     figures["augment/rollouts"] = float(len(ctx.generated))
     tokens = sum(t.stats.get("generated_tokens", 0) for t in ctx.generated)
@@ -320,8 +338,8 @@ def rl_step(
     parts: StepParts,
     groups: Sequence[GroupRequest],
     dataset: Sequence[QAItem],
-    optimizer: Any,
-    scheduler: Any,
+    optimizer: Optimizer | LightningOptimizer,
+    scheduler: LRScheduler,
     *,
     keep: Callable[[Tensor, Tensor], bool] | None = None,
     backward: Callable[[Tensor], None] = Tensor.backward,
@@ -365,7 +383,7 @@ def rl_step(
     loop = parts.running_loop()
     kept, drawn, timings = draw_groups(parts, groups, dataset, keep)
     if parts.augmenter is not None:
-        kept, more = augment(parts, kept, progress)
+        kept, more = augment(parts, parts.augmenter, kept, progress)
         timings.update(more)
 
     mark = time.perf_counter()
@@ -407,7 +425,7 @@ def rl_step(
     figures = {f"rollout/{k}": v for k, v in rollout.items()}
     figures.update({f"loss/{k}": v for k, v in losses.items()})
     figures.update(timings)
-    figures["train/lr"] = scheduler.get_last_lr()[0]
+    figures["train/lr"] = float(scheduler.get_last_lr()[0])
     figures["train/rollouts"] = len(batch.trajectories)
     # what the step spent, for comparisons at equal compute (framework/study/compute.py): every
     # rollout it generated (each sampler round's, and an augmenter's), their generated tokens, and

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from framework.config import ComponentConfig, Problem, check_choice, check_range
 from framework.registry.kinds import ROLLOUT_BACKENDS
 from framework.rollout.decoding import (
@@ -291,7 +293,7 @@ class TransformersBackend:
         if self.prefix_cache is not None:
             self.prefix_cache.clear()
 
-    def update_weights(self, model: Any) -> None:
+    def update_weights(self, model: torch.nn.Module) -> None:
         """Generate with ``model``'s weights from now on (no copy when it is the same module);
         KV entries computed with the old weights are dropped."""
         if self.prefix_cache is not None:

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from framework.config import ComponentConfig, Problem, check_range
 from framework.registry.kinds import ROLLOUT_BACKENDS
 from framework.rollout.hf_backend import SamplingConfig
@@ -75,7 +77,9 @@ class VLLMBackend:
         PolicyError: vLLM is not installed, or the policy cannot be served by it.
     """
 
-    def __init__(self, *, cfg: VLLMBackendConfig, model: Any = None, tokenizer: Any = None) -> None:
+    def __init__(
+        self, *, cfg: VLLMBackendConfig, model: torch.nn.Module | None = None, tokenizer: Any = None
+    ) -> None:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         try:
             import vllm

@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from framework.config import Problem, check_range
 from framework.data.schema import QAItem
 from framework.rollout.config import AgentConfig
@@ -214,7 +216,9 @@ class ExpertBackend:
         self.calls += 1
         return out
 
-    def update_weights(self, model: Any) -> None:  # nothing to update: the expert is a script
+    def update_weights(
+        self, model: torch.nn.Module
+    ) -> None:  # nothing to update: the expert is a script
         return None
 
 
