@@ -9,7 +9,6 @@ typed schema together.
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
 import difflib
 import functools
@@ -21,6 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
+from framework.registry.state import PluginFailure, current_source, failures
 from framework.types import ComponentConfig
 
 #: what is registered: a function or a class taking ``cfg`` (the kind's protocol)
@@ -32,11 +32,6 @@ F = TypeVar("F", bound=Callable[..., Any], covariant=True)
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _DEFAULT_STORE = object()
-
-#: The distribution that is registering components right now (set by the plugin loader).
-current_source: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "seekrl_current_source", default=None
-)
 
 
 class RegistryError(Exception):
@@ -346,9 +341,7 @@ def _accepts_cfg(target: Callable[..., Any]) -> bool:
     return "cfg" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
-def _plugin_failures() -> list[Any]:
-    from framework.registry.plugins import failures
-
+def _plugin_failures() -> list[PluginFailure]:
     return failures()
 
 
