@@ -39,8 +39,10 @@ from framework.data.synthesis import (
     quotas_for,
 )
 from framework.paths import cache_root
+from framework.registry import RETRIEVERS
 from framework.registry.kinds import DATASETS
 from framework.retrieval.corpus import CorpusConfig, corpus_fingerprint, iter_documents
+from framework.retrieval.encoder import resolved_dtype
 
 FORMAT_VERSION = 6  # bump when synthesis logic changes: cached outputs are keyed by it
 #: rounds of "generate, drop the unanswerable, generate again"; a round with want=1 takes
@@ -159,8 +161,6 @@ def _articles(cfg: CorpusConfig) -> list[Article]:
 
 def answerability_retriever_config(cfg: SynthDatasetConfig) -> Any:
     """The retriever config the answerability check uses: its defaults over the dataset's corpus."""
-    from framework.registry import RETRIEVERS
-
     entry = RETRIEVERS.get(cfg.answerability.retriever)
     rcfg: Any = entry.config_cls(name=entry.name)
     rcfg.corpus, rcfg.cache_dir, rcfg.progress = cfg.corpus, cfg.cache_dir, cfg.progress
@@ -169,20 +169,15 @@ def answerability_retriever_config(cfg: SynthDatasetConfig) -> Any:
 
 def _answerability_encoder_dtype(cfg: SynthDatasetConfig) -> str | None:
     """The dtype the answerability check's encoder runs in (None: its retriever has no encoder)."""
-    from framework.registry import RETRIEVERS
-
     entry = RETRIEVERS.get(cfg.answerability.retriever)
     encoder = getattr(entry.config_cls(name=entry.name), "encoder", None)
     if encoder is None:
         return None
-    from framework.retrieval.encoder import resolved_dtype
 
     return resolved_dtype(encoder)
 
 
 def _answerability_retriever(cfg: SynthDatasetConfig) -> Any:
-    from framework.registry import RETRIEVERS
-
     rcfg = answerability_retriever_config(cfg)
     return RETRIEVERS.get(rcfg.name).target(cfg=rcfg)
 

@@ -213,7 +213,7 @@ def apply_threads(trainer: Any) -> int:
 
 def log_progress(label: str, total: int, keys: tuple[str, ...], every_s: float = 0.0) -> list[Any]:
     """A plain-line progress callback when stdout is not a terminal (a log file or a pipe)."""
-    from framework.lightning.callbacks import LogProgress
+    from framework.lightning.callbacks import LogProgress  # imports Lightning: seconds, on use only
 
     return [] if sys.stdout.isatty() else [LogProgress(label, total, keys, every_s=every_s)]
 

@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
+from framework import DISTRIBUTION
+from framework.registry.sources import unimported_fix
 from framework.registry.state import PluginFailure, current_source, failures
 from framework.types import ComponentConfig
 
@@ -98,8 +100,6 @@ class Entry(Generic[F]):
 def _distribution_of(module: str) -> str:
     top = module.split(".")[0]
     if top == "framework":  # editable installs record no top-level names
-        from framework import DISTRIBUTION
-
         return DISTRIBUTION
     dists = _packages_distributions().get(top)
     return dists[0] if dists else top
@@ -303,8 +303,6 @@ def suggest_fix(group: str, name: object, options: list[str]) -> tuple[str, str]
     close = difflib.get_close_matches(str(name), options, n=1, cutoff=0.5)
     hint = f" (closest: '{close[0]}')" if close else ""
     if isinstance(name, str) and _NAME.match(name):
-        from framework.registry.sources import unimported_fix
-
         fix = unimported_fix(group, name)
         if fix is not None:
             return hint, fix

@@ -23,6 +23,7 @@ from framework.rewards.text import normalize_answer
 from framework.rl.augment import AugmentContext, Augmented, Augmenter, AugmenterConfig, with_extras
 from framework.rl.drawn import Drawn
 from framework.rollout.engine import Prefix
+from framework.rollout.policy import chat_prompt_ids
 from framework.rollout.records import trajectory_from_state, trajectory_state
 from framework.training.tokens import pack, token_logprobs
 from framework.types import STATUS_OVER_BUDGET, Trajectory
@@ -487,7 +488,6 @@ class Hints(Augmenter[HintsConfig]):
     def _hints(self, item: QAItem, failed: Trajectory, ctx: AugmentContext) -> list[str]:
         if self.cfg.source == "chain":
             return chain_hints(item, self.cfg.hints)
-        from framework.rollout.policy import chat_prompt_ids
 
         text = HINTER_PROMPT.format(
             question=item.question,

@@ -20,14 +20,18 @@ from torch.optim.lr_scheduler import LRScheduler
 
 from framework.data.schema import QAItem
 from framework.lightning.callbacks import end_fit_after_this_step
+from framework.lightning.trainer import apply_gradient_checkpointing
 from framework.memory import peak_rss_bytes
 from framework.progress import Progress
+from framework.registry import RETRIEVERS
 from framework.registry.protocols import CountsCalls, GroupFilter
 from framework.rl.config import TrainConfig
 from framework.rl.data import QuestionDataModule, StepBatch
 from framework.rl.step import StepParts, StepResult, rl_step, validation_figures
+from framework.rollout.backend import build_backend
 from framework.rollout.engine import AgentLoop
-from framework.rollout.policy import policy_source
+from framework.rollout.policy import load_policy, policy_source
+from framework.rollout.records import render_record
 from framework.training.lora import apply_lora
 from framework.training.rng import random_state, set_random_state
 from framework.training.schedule import optimizer_and_schedule
@@ -50,8 +54,6 @@ class SearchAgentRL(L.LightningModule):
         self, cfg: TrainConfig, train_items: list[QAItem], val_items: list[QAItem]
     ) -> None:
         super().__init__()
-        from framework.lightning.trainer import apply_gradient_checkpointing
-        from framework.rollout.policy import load_policy
 
         self.automatic_optimization = False
         self.cfg = cfg
@@ -77,9 +79,6 @@ class SearchAgentRL(L.LightningModule):
 
     # -- setup ------------------------------------------------------------------------------------
     def setup(self, stage: str) -> None:
-        from framework.registry import RETRIEVERS
-        from framework.rollout.backend import build_backend
-
         if self.parts.loop is not None:
             return
         cfg = self.cfg
@@ -194,8 +193,6 @@ class SearchAgentRL(L.LightningModule):
     # -- logging ------------------------------------------------------------------------------------
     def record(self, result: StepResult) -> None:
         """Trajectory JSONL dump, text samples and reward / advantage histograms of this step."""
-        from framework.rollout.records import render_record
-
         records, log, step = result.records(self.rl_step), self.cfg.logging, self.rl_step
         if log.dump_trajectories:
             folder = Path(self.cfg.run_dir) / "trajectories"

@@ -26,6 +26,8 @@ from framework.config import ComponentConfig
 from framework.registry import INPUT_PROVIDERS
 from framework.rewards.text import normalize_answer, token_f1
 from framework.rl.inputs import InputContext
+from framework.training.tokens import pack, token_logprobs
+from framework.types import Trajectory
 
 
 @INPUT_PROVIDERS.register("answers", config=ComponentConfig)
@@ -59,8 +61,6 @@ def reader_belief(
 ) -> list[float]:
     """For each pair, the policy's probability of writing ``" " + answer`` right after ``prompt``
     (teacher-forced, no gradient): ``exp`` of the sum of the answer tokens' log-probs."""
-    from framework.training.tokens import pack, token_logprobs
-    from framework.types import Trajectory
 
     def ids(text: str) -> list[int]:
         return [int(x) for x in tokenizer.encode(text, add_special_tokens=False)]
@@ -132,9 +132,6 @@ def _policy_scores(ctx: InputContext, question: str, a: str, b: str) -> tuple[fl
     probability of " A" among " A" and " B" with ``a`` shown first, plus that of " B" with the
     answers swapped (both orders summed, as the authors' judge sums them, which cancels a
     preference for a position); ``b`` scores 2 minus that."""
-    from framework.training.tokens import pack, token_logprobs
-    from framework.types import Trajectory
-
     tok = ctx.tokenizer
 
     def ids(text: str) -> list[int]:
@@ -218,8 +215,6 @@ def entropy_profile_input(ctx: InputContext, *, cfg: R3AdvantageConfig) -> Tenso
     policy's next-token entropies over its trained tokens
     (:func:`~framework.algorithms.replay.entropy_stats` with ``cfg.peak_share``), eight rollouts
     per forward pass."""
-    from framework.training.tokens import pack, token_logprobs
-
     trajs = list(ctx.trajectories)
     out = torch.zeros((len(trajs), 2))
     ctx.policy.eval()

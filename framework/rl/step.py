@@ -19,20 +19,23 @@ from torch.optim.lr_scheduler import LRScheduler
 
 from framework.config import ComponentConfig
 from framework.data.schema import QAItem
+from framework.registry import ADVANTAGES, AUGMENTERS
 from framework.registry.protocols import Augmenter, BoundAdvantageFn, RolloutBackend
 from framework.rl.augment import AugmentContext
 from framework.rl.batch import PlanOptions, RolloutBatch, per_rollout
 from framework.rl.config import OptimConfig, TrainConfig
 from framework.rl.drawn import Drawn
 from framework.rl.inputs import REQUIRING_SECTIONS, InputContext, provide_inputs
-from framework.rl.update import LossSpec, plan_options, policy_update
+from framework.rl.update import LossSpec, loss_spec, plan_options, policy_update
 from framework.rollout.metrics import (
     correct,
     correctness_metric,
     rollout_metrics,
     zero_variance_fraction,
 )
+from framework.rollout.records import trajectory_records
 from framework.rollout.scoring import Scores, score
+from framework.training.lora import reference_policy
 from framework.types import GroupRequest, Trajectory
 
 if TYPE_CHECKING:
@@ -105,8 +108,6 @@ class StepParts:
     augmenter: Augmenter | None = None
 
     def __post_init__(self) -> None:
-        from framework.registry import ADVANTAGES, AUGMENTERS
-
         if self.augmenter is None and self.augment is not None and self.augment.name != "none":
             self.augmenter = AUGMENTERS.bind(self.augment)()
         if self.estimator is None:
@@ -127,9 +128,6 @@ class StepParts:
         """The parts of the train config ``cfg`` (``reward``, ``advantage``, ``loss``, ``kl``,
         ``optim``): the objective bound through the registries and, with a KL term, a frozen
         reference of ``policy``. ``reward`` replaces the configured one (a benchmark's)."""
-        from framework.rl.update import loss_spec
-        from framework.training.lora import reference_policy
-
         spec = loss_spec(cfg.loss, cfg.kl)
         reference = reference_policy(policy) if spec.kl is not None else None
         return cls(
@@ -190,8 +188,6 @@ class StepResult:
     def records(self, step: int) -> list[dict[str, Any]]:
         """One JSON-ready dict per rollout (:func:`~framework.rollout.records.trajectory_records`)
         with its advantage and the step."""
-        from framework.rollout.records import trajectory_records
-
         records = trajectory_records(self.trajectories, self.items, self.scores)
         for r, a in zip(records, self.rollout_advantages().tolist(), strict=True):
             r["advantage"] = a

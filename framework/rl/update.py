@@ -24,6 +24,7 @@ from framework.algorithms.rollout_correction import (
     correction_weights,
     mismatch_stats,
 )
+from framework.registry import KL_ESTIMATORS, POLICY_LOSSES
 from framework.registry.protocols import BoundKLFn, BoundPolicyLossFn
 from framework.rl.batch import MicroBatch, PlanOptions, UpdatePlan
 from framework.rl.config import OptimConfig
@@ -65,8 +66,6 @@ def loss_spec(loss: PolicyLossConfig, kl: KLConfig) -> LossSpec:
     (``needs_groups``, ``zero_advantage_inert``); the KL term's coefficient is the KL config's
     ``coef``, which every KL config declares (``KL_ESTIMATORS``' config base, :class:`KLConfig`).
     """
-    from framework.registry import KL_ESTIMATORS, POLICY_LOSSES
-
     use_kl = kl.coef > 0
     return LossSpec(
         policy_loss=POLICY_LOSSES.bind(loss),

@@ -17,6 +17,7 @@ from framework.rollout.decoding import (
     use_packed_decode_attention,
 )
 from framework.rollout.policy import PolicyConfig, load_policy
+from framework.training.precision import native_bf16_on
 from framework.types import Generation
 
 DECODERS = ("loop", "generate")
@@ -312,8 +313,6 @@ def rollout_dtype(requested: str, device: str = "cpu") -> tuple[Any, str]:
     docs/benchmarks/roofline.md).
     """
     import torch
-
-    from framework.training.precision import native_bf16_on
 
     if requested != "auto":
         return getattr(torch, requested), f"set explicitly (rollout.compute_dtype={requested})"

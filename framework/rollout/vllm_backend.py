@@ -28,6 +28,7 @@ from framework.rollout.policy import (
     load_tokenizer,
     policy_source,
 )
+from framework.training.lora import is_peft
 from framework.types import Generation
 
 
@@ -173,8 +174,6 @@ class VLLMBackend:
 
     def update_weights(self, model: Any) -> None:
         """Load ``model``'s weights into the engine and drop the prefix cache built on the old ones."""
-        from framework.training.lora import is_peft
-
         if is_peft(model):  # the engine serves the plain architecture: merge adapters into a copy
             import copy
 

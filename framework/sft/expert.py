@@ -25,6 +25,8 @@ import torch
 
 from framework.config import Problem, check_range
 from framework.data.schema import QAItem
+from framework.data.synthesis import with_article
+from framework.rewards.text import exact_match
 from framework.rollout.config import AgentConfig
 from framework.rollout.engine import AgentLoop
 from framework.types import STATUS_OK, STATUS_OVER_BUDGET, Generation, Trajectory
@@ -85,8 +87,6 @@ ANSWER = (
 
 
 def _a(phrase: str) -> str:
-    from framework.data.synthesis import with_article
-
     return with_article(phrase)
 
 
@@ -303,8 +303,6 @@ def expert_trajectories(
 
 
 def _drop_reason(item: QAItem, plan: _Plan, t: Trajectory) -> str | None:
-    from framework.rewards.text import exact_match
-
     if plan.failure:
         return plan.failure
     if t.status == STATUS_OVER_BUDGET:
