@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from framework.problems import Problem, check, check_choice, check_range
 from framework.training.precision import PrecisionChoice, choose_precision
+
+if TYPE_CHECKING:
+    from lightning.pytorch.callbacks import Callback
 
 #: exit status after SIGINT / SIGTERM once the checkpoint is saved (128 + SIGINT, as shells do)
 INTERRUPTED = 130
@@ -132,7 +135,7 @@ def build_trainer(
     run_dir: Any,
     *,
     max_steps: int,
-    callbacks: list[Any],
+    callbacks: list[Callback],
     val_check_interval: int,
     limit_val_batches: float,
     gradient_clip_val: float | None = None,
@@ -211,7 +214,9 @@ def apply_threads(trainer: Any) -> int:
     return torch.get_num_threads()
 
 
-def log_progress(label: str, total: int, keys: tuple[str, ...], every_s: float = 0.0) -> list[Any]:
+def log_progress(
+    label: str, total: int, keys: tuple[str, ...], every_s: float = 0.0
+) -> list[Callback]:
     """A plain-line progress callback when stdout is not a terminal (a log file or a pipe)."""
     from framework.lightning.callbacks import LogProgress  # imports Lightning: seconds, on use only
 
