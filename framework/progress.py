@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, TextIO
 
+from framework.memory import PeakSampler, release_freed
+
 
 def progress_line(
     label: str, position: int, total: int | None, seconds_per: float, unit: str = "step"
@@ -203,8 +205,6 @@ class JobStages:
         print(f"{self.app}: {text}", file=self.stream or sys.stdout, flush=True)
 
     def _start_sampler(self) -> None:
-        from framework.memory import PeakSampler
-
         self._sampler = PeakSampler()
 
     def _stop_sampler(self) -> int:
@@ -254,8 +254,6 @@ class JobStages:
 
     def end(self, error: str | None = None) -> None:
         """End the running stage (nothing when none runs): its time and peak memory, what is left."""
-        from framework.memory import release_freed
-
         current = self._current
         if current is None:
             return

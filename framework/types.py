@@ -1,4 +1,5 @@
-"""Types shared across layers: the batch each component kind receives, and the records they carry.
+"""Types shared across layers: the config base every component derives from, the batch each
+component kind receives, and the records they carry (trajectories, generations, retrieved text).
 
 Shapes: ``N`` rollouts in the batch (all groups concatenated), ``L`` padded response length. In the
 ``[N, L]`` tensors of :class:`AdvantageInputs`, column ``j`` of row ``i`` is the ``j``-th response
@@ -10,10 +11,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar, Literal
 
+from omegaconf import MISSING
 from torch import Tensor
+
+from framework.problems import Problem
 
 #: a rollout's outcome: answered within the format, broke it, or ran out of budget (turns, tool
 #: calls, tokens); the one table of statuses the engine, rewards, metrics and evaluation read
@@ -22,6 +26,40 @@ STATUS_OK: Status = "ok"
 STATUS_FORMAT_ERROR: Status = "format_error"
 STATUS_OVER_BUDGET: Status = "over_budget"
 STATUSES: tuple[Status, ...] = (STATUS_OK, STATUS_FORMAT_ERROR, STATUS_OVER_BUDGET)
+
+
+@dataclass
+class ComponentConfig:
+    """Base for the typed config of a registered component.
+
+    ``name`` is the registry key; registration fills it in, so ``advantage=rloo`` on the command line
+    selects both the code and this schema. Subclasses add fields with defaults (paper values) and may
+    override :meth:`problems` to report invalid values; paths there are relative to the component
+    (``clip_low``), the validator prefixes the section (``loss.clip_low``).
+
+    ``requires`` names the inputs an advantage estimator needs beyond what every step computes
+    (for example ``("answer_probs",)``): each is computed by the input provider registered under
+    that name in ``INPUT_PROVIDERS`` and handed over in ``AdvantageInputs.extras``, so an
+    estimator that needs something new brings its provider instead of editing the training step
+    (:mod:`framework.rl.inputs`).
+
+    ``paper`` and ``fidelity`` say where a method comes from and how closely it follows it;
+    seekrl-components prints both, so a result of a reconstructed method is not read as the paper's.
+    """
+
+    requires: ClassVar[tuple[str, ...]] = ()
+    #: the method's paper (for example ``"COPO, arXiv 2508.04138"``), listed by seekrl-components
+    paper: ClassVar[str] = ""
+    #: how the formula was obtained: ``"exact"`` (the paper's text or its authors' code),
+    #: ``"partial"`` (the core exact, named pieces chosen here) or ``"reconstructed"`` (from the
+    #: abstract: every constant is a choice written in the docstring); ``""`` when not stated
+    fidelity: ClassVar[str] = ""
+
+    name: str = field(default=MISSING, metadata={"help": "registry key of the component"})
+
+    def problems(self) -> list[Problem]:
+        """Every invalid value of this config (empty when valid)."""
+        return []
 
 
 @dataclass(frozen=True)
@@ -268,3 +306,118 @@ class RewardOutput:
     rewards: Tensor
     extras: dict[str, Tensor] = field(default_factory=dict)
     parts: dict[str, Tensor] = field(default_factory=dict)
+
+
+SEGMENT_KINDS = ("think", "tool_call", "tool_response", "answer", "other")
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Tokens ``[start, end)`` of a trajectory's ``token_ids`` that form one span of ``kind``."""
+
+    kind: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class Generation:
+    """New tokens for one sequence and why generation stopped: ``stop``, ``eos`` or ``length``.
+
+    ``logprobs``, when the backend records them, holds one entry per new token: the log-probability
+    of that token under the distribution it was drawn from, i.e. the log-softmax of the *processed*
+    logits (after temperature, top-k and top-p; the unprocessed log-softmax at temperature 0).
+    They are the behaviour policy's log-probs that rollout correction compares with the trainer's
+    (:mod:`framework.algorithms.losses.rollout_correction`). ``None`` where a backend does not record them
+    (``rollout.decoder=generate``). They take no part in equality: two generations are equal when
+    their tokens and finish are.
+    """
+
+    token_ids: list[int]
+    finish: str
+    logprobs: list[float] | None = field(default=None, compare=False)
+
+
+@dataclass
+class Trajectory:
+    """One rollout: what the model saw and produced, token by token.
+
+    Attributes:
+        question: dataset row index of the question.
+        group: group id (all rollouts of one question in one step share it).
+        token_ids: prompt then response; exactly the sequence the policy was conditioned on.
+        loss_mask: 1 on tokens the model generated, 0 on the prompt and on tool responses.
+        prompt_len: number of prompt tokens at the start of ``token_ids``.
+        segments: spans of ``token_ids`` after the prompt, by kind (think, tool_call, ...).
+        turns: the model turns, in ``token_ids`` positions: each turn's span, the tool calls it made
+            (with their queries) and the span of the observation that followed.
+        status: ``ok`` (answered), ``format_error`` or ``over_budget``.
+        answer: the final answer, when there is one.
+        think_text: the contents of every ``<think>`` block, joined (E-GRPO matches entities here).
+        response_text: the decoded response (model output and tool responses).
+        stats: turns, tool_calls, queries, visits, invalid_calls, truncated_turns, response_tokens,
+            generated_tokens.
+        end_reason: why the rollout ended (``answer``, ``max_turns``, a format error, ...).
+        rollout_logprobs: aligned with ``token_ids``: the rollout backend's log-probability of each
+            generated token (:attr:`Generation.logprobs`), 0.0 on the prompt and on tool responses;
+            ``None`` when some generation of the rollout came without log-probs.
+    """
+
+    question: int
+    group: int
+    token_ids: list[int]
+    loss_mask: list[int]
+    prompt_len: int
+    segments: list[Segment] = field(default_factory=list)
+    turns: list[TurnSpan] = field(default_factory=list)
+    status: Status = STATUS_OK
+    answer: str | None = None
+    think_text: str = ""
+    response_text: str = ""
+    stats: dict[str, int] = field(default_factory=dict)
+    end_reason: str = ""
+    rollout_logprobs: list[float] | None = None
+
+    @property
+    def completion(self) -> str:
+        """The response text (what rewards read)."""
+        return self.response_text
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One retrieved passage.
+
+    Attributes:
+        passage_id: stable id of the passage (``<doc_id>`` or ``<doc_id>#<chunk>``).
+        doc_id: id of the document the passage belongs to (for the visit tool).
+        title: document title.
+        text: passage text (without the title).
+        score: backend score, higher is better (inner product, BM25, or fused).
+    """
+
+    passage_id: str
+    doc_id: str
+    title: str
+    text: str
+    score: float
+
+    def __post_init__(self) -> None:  # numpy scalars would not serialise to JSON
+        object.__setattr__(self, "score", float(self.score))
+
+    def contents(self) -> str:
+        """Search-R1's ``contents`` field: the quoted title, a newline, the text."""
+        return f'"{self.title}"\n{self.text}'
+
+    def to_search_r1(self) -> dict[str, Any]:
+        """The document dict of Search-R1's ``/retrieve`` response (extra keys are ignored there)."""
+        return {"id": self.passage_id, "contents": self.contents(), **asdict(self)}
+
+
+@dataclass(frozen=True)
+class Document:
+    """A whole document, as the visit tool returns it."""
+
+    doc_id: str
+    title: str
+    text: str

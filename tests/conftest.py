@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from framework.registry import plugins
+from framework.registry import state
 
 
 @pytest.fixture
 def plugin_state():
     """Plugin loader state saved and restored around a test (loaded/failed lists)."""
-    saved = (plugins._state.attempted, list(plugins._state.loaded), list(plugins._state.failed))
-    plugins.reset()
-    yield plugins._state
-    plugins._state.attempted = saved[0]
-    plugins._state.loaded[:] = saved[1]
-    plugins._state.failed[:] = saved[2]
+    saved = (state._state.attempted, list(state._state.loaded), list(state._state.failed))
+    state.reset()
+    yield state._state
+    state._state.attempted = saved[0]
+    state._state.loaded[:] = saved[1]
+    state._state.failed[:] = saved[2]
 
 
 class Checkout:

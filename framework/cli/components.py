@@ -7,12 +7,11 @@ import json
 import sys
 from collections.abc import Sequence
 
+from framework.registry import ALL
 from framework.registry.listing import describe, render
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from framework.registry import ALL
-
     parser = argparse.ArgumentParser(prog="seekrl-components", description=__doc__)
     parser.add_argument("kinds", nargs="*", help=f"kinds to list (default all): {', '.join(ALL)}")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")

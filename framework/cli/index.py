@@ -15,7 +15,10 @@ from typing import Any
 from framework.cli.app import run_app
 from framework.interrupt import stop_on_interrupt
 from framework.lightning.trainer import INTERRUPTED
+from framework.registry import RETRIEVERS
+from framework.registry.protocols import Describes
 from framework.retrieval.config import IndexConfig
+from framework.retrieval.types import RetrievalError, remote_problem
 
 INTERRUPTED_MESSAGE = (
     "[index] interrupted; the passage embeddings computed so far are kept, and the same "
@@ -25,9 +28,6 @@ INTERRUPTED_MESSAGE = (
 
 def index(cfg: IndexConfig) -> dict[str, Any]:
     """Open the retriever (building whatever is missing), report where it lives, try one query."""
-    from framework.registry import RETRIEVERS
-    from framework.retrieval.types import RetrievalError, remote_problem
-
     remote = remote_problem(
         cfg.retriever,
         "seekrl-index builds an index on this machine",
@@ -42,7 +42,7 @@ def index(cfg: IndexConfig) -> dict[str, Any]:
     except RetrievalError as exc:
         print(exc, file=sys.stderr)
         raise SystemExit(1) from None
-    summary = retriever.describe()
+    summary = retriever.describe() if isinstance(retriever, Describes) else {}
     print(json.dumps(summary, indent=2, default=str))
     if cfg.smoke_query:
         hits = retriever.search([cfg.smoke_query], 3)[0]

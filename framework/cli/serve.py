@@ -11,15 +11,14 @@ from __future__ import annotations
 import sys
 
 from framework.cli.app import run_app
+from framework.registry import RETRIEVERS
 from framework.retrieval.config import ServeConfig
+from framework.retrieval.server import serve as run_server
+from framework.retrieval.types import RetrievalError
 
 
 def serve(cfg: ServeConfig) -> None:
     """Open (or build) the index, then serve it until interrupted."""
-    from framework.registry import RETRIEVERS
-    from framework.retrieval.server import serve as run_server
-    from framework.retrieval.types import RetrievalError
-
     try:
         retriever = RETRIEVERS.bind(cfg.retriever)()
     except RetrievalError as exc:

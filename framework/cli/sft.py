@@ -16,16 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from framework.cli.app import run_app
+from framework.data.schema import DatasetError
+from framework.retrieval.types import RetrievalError
+from framework.rollout.policy import PolicyError
 from framework.sft.config import SFTConfig
+from framework.sft.stage import print_summary, run_sft
 
 
 def sft(cfg: SFTConfig) -> dict[str, Any]:
     """Run the SFT stage and print its summary; returns the summary."""
-    from framework.data.schema import DatasetError
-    from framework.retrieval.types import RetrievalError
-    from framework.rollout.policy import PolicyError
-    from framework.sft.stage import print_summary, run_sft
-
     try:
         summary = run_sft(cfg)
     except (DatasetError, RetrievalError, PolicyError) as exc:

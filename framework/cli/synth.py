@@ -11,9 +11,12 @@ import sys
 from pathlib import Path
 
 from framework.cli.app import run_app
-from framework.data.datasets import SynthConfig
+from framework.data.datasets import SynthConfig, synthesize
+from framework.data.leakage import LeakError
+from framework.data.synthesis import SynthesisError
 from framework.interrupt import stop_on_interrupt
 from framework.lightning.trainer import INTERRUPTED
+from framework.retrieval.types import RetrievalError
 
 INTERRUPTED_MESSAGE = (
     "[synth] interrupted; no manifest.json was written, so nothing half-done is taken as "
@@ -23,11 +26,6 @@ INTERRUPTED_MESSAGE = (
 
 def synth(cfg: SynthConfig) -> Path:
     """Run the synthesis (rebuilding even when output for these settings exists)."""
-    from framework.data.datasets import synthesize
-    from framework.data.leakage import LeakError
-    from framework.data.synthesis import SynthesisError
-    from framework.retrieval.types import RetrievalError
-
     try:
         with stop_on_interrupt(INTERRUPTED_MESSAGE, INTERRUPTED):
             return synthesize(cfg.dataset)

@@ -14,14 +14,14 @@ job is :func:`framework.rl.recipe.run`, top to bottom.
 from __future__ import annotations
 
 from framework.cli.app import run_app
+from framework.interrupt import stop_with_parent
 from framework.rl.config import TrainConfig
+from framework.rl.plan import dry_run
 
 
 def train(cfg: TrainConfig) -> float | None:
     """Train; returns ``cfg.optimized_metric`` (for Hydra sweepers), or None when not measured."""
     if cfg.dry_run:  # a dry run builds and trains nothing: it does not import Lightning either
-        from framework.rl.plan import dry_run
-
         dry_run(cfg)
         return None
     from framework.rl.recipe import run  # Lightning and torch: seconds, only for a real run
@@ -33,7 +33,6 @@ def main() -> None:
     import importlib.util
 
     import __main__
-    from framework.interrupt import stop_with_parent
 
     stop_with_parent()  # started by a study: stop (checkpointed) when it ends, however it ends
 

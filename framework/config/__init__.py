@@ -1,6 +1,6 @@
 """Typed configuration: component base class, problems and validation."""
 
-from framework.config.component import ComponentConfig
-from framework.config.problems import ConfigError, Problem, check, check_choice, check_range
+from framework.problems import ConfigError, Problem, check, check_choice, check_range
+from framework.types import ComponentConfig
 
 __all__ = ["ComponentConfig", "ConfigError", "Problem", "check", "check_choice", "check_range"]

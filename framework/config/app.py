@@ -14,7 +14,7 @@ import importlib.util
 import sys
 from typing import Any
 
-from framework.config.problems import Problem, check, check_choice, check_range
+from framework.problems import Problem, check, check_choice, check_range
 
 #: where an app writes its outputs: the directory Hydra made for this run
 RUN_DIR = "${hydra:runtime.output_dir}"

@@ -18,9 +18,12 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.plugins import Plugins
 from hydra.plugins.search_path_plugin import SearchPathPlugin
 
-from framework.config.problems import ConfigError
+from framework.config.validate import validate
 from framework.paths import config_dir, package_dir
+from framework.problems import ConfigError
+from framework.registry import ALL, load_components
 from framework.registry.core import UnknownComponentError, unknown_component_error
+from framework.registry.plugins import config_search_path, failures, loaded
 
 # `group=value`, `+group=value`, `++group=value` or `~group`; values may be sweeps `a,b`.
 _CHOICE = re.compile(r"^\+{0,2}(?P<group>[a-z_]+)=(?P<value>[A-Za-z0-9_.,/-]*)$")
@@ -33,8 +36,6 @@ class PluginConfigDirs(SearchPathPlugin):
     """Appends each loaded plugin's config directory after the framework's own ``conf/``."""
 
     def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
-        from framework.registry.plugins import config_search_path, loaded
-
         dirs = set(config_search_path())
         for plugin in loaded():
             if plugin.config_dir in dirs:
@@ -60,8 +61,6 @@ def store_schemas(schemas: Mapping[str, type]) -> None:
 def prepare(schemas: Mapping[str, type] | None = None) -> None:
     """Register built-ins, load plugins, store the app schemas and put the plugins' config
     directories on Hydra's search path (idempotent)."""
-    from framework.registry import load_components
-
     load_components()
     store_schemas(schemas or {})
     Plugins.instance().register(PluginConfigDirs)
@@ -69,9 +68,6 @@ def prepare(schemas: Mapping[str, type] | None = None) -> None:
 
 def group_options(group: str) -> list[str]:
     """Every option of a config group: registry names, files in conf/ and plugin config dirs."""
-    from framework.registry import ALL
-    from framework.registry.plugins import config_search_path
-
     prepare()
     names = set(ALL[group].names()) if group in ALL else set()
     dirs: list[Path | None] = [config_dir()]
@@ -105,8 +101,6 @@ def _package_dir(dotted: str) -> Path | None:
 
 def check_choices(args: Sequence[str]) -> list[UnknownComponentError]:
     """Errors for command-line group choices that name no option (with the closest match)."""
-    from framework.registry import ALL
-
     errors = []
     for arg in args:
         m = _CHOICE.match(arg)
@@ -134,9 +128,6 @@ def run_app(
     """
     import hydra
     from omegaconf import DictConfig
-
-    from framework.config.validate import validate
-    from framework.registry.plugins import failures
 
     prepare(schemas)
     args = list(sys.argv[1:] if argv is None else argv)
@@ -194,13 +185,9 @@ def compose(app: str, overrides: Sequence[str], schemas: Mapping[str, type]) -> 
 
 def load_config(app: str, overrides: Sequence[str], schemas: Mapping[str, type]) -> Any:
     """The validated, typed config of ``app`` (raises ConfigError or UnknownComponentError)."""
-    from framework.config.validate import validate
-
     prepare(schemas)
     errors = check_choices(overrides)
     if errors:
-        from framework.registry.plugins import failures
-
         failed = failures()
         raise errors[0] from (failed[0].exception if failed else None)
     return validate(compose(app, overrides, schemas), schemas[app])

@@ -8,7 +8,10 @@ from typing import Any, TypeVar
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from framework.config.problems import ConfigError, Problem
+from framework.problems import ConfigError, Problem
+from framework.registry import ALL
+from framework.registry.core import failed_plugins_note, suggest_fix
+from framework.registry.plugins import failures
 
 S = TypeVar("S")
 
@@ -24,8 +27,6 @@ def validate(cfg: DictConfig, schema: type[S]) -> S:
         ConfigError: one line per problem. When a component name is unknown and a plugin failed to
             load, the plugin's exception is chained as the cause.
     """
-    from framework.registry import ALL
-
     problems: list[Problem] = []
     unknown_names = False
     typed: dict[str, Any] = {}
@@ -62,8 +63,6 @@ def validate(cfg: DictConfig, schema: type[S]) -> S:
             return obj  # type: ignore[return-value]
     error = ConfigError(problems)
     if unknown_names:
-        from framework.registry.plugins import failures
-
         failed = failures()
         if failed:
             raise error from failed[0].exception
@@ -80,8 +79,6 @@ def _missing_keys(cfg: DictConfig, key: str) -> list[str]:
 
 
 def _unknown_problem(registry: Any, section: str, name: Any) -> Problem:
-    from framework.registry.core import failed_plugins_note, suggest_fix
-
     names = registry.names()
     _, fix = suggest_fix(section, name, names)
     note = failed_plugins_note()

@@ -39,8 +39,10 @@ from framework.data.synthesis import (
     quotas_for,
 )
 from framework.paths import cache_root
+from framework.registry import RETRIEVERS, load_components
 from framework.registry.kinds import DATASETS
 from framework.retrieval.corpus import CorpusConfig, corpus_fingerprint, iter_documents
+from framework.retrieval.encoder import resolved_dtype
 
 FORMAT_VERSION = 6  # bump when synthesis logic changes: cached outputs are keyed by it
 #: rounds of "generate, drop the unanswerable, generate again"; a round with want=1 takes
@@ -160,8 +162,6 @@ def _articles(cfg: CorpusConfig) -> list[Article]:
 def _answerability_entry(cfg: SynthDatasetConfig) -> Any:
     """The registered retriever the answerability check names (built-ins loaded first, so a
     library caller of :func:`synthesize` need not have loaded them)."""
-    from framework.registry import RETRIEVERS, load_components
-
     load_components()
     return RETRIEVERS.get(cfg.answerability.retriever)
 
@@ -180,14 +180,11 @@ def _answerability_encoder_dtype(cfg: SynthDatasetConfig) -> str | None:
     encoder = getattr(entry.config_cls(name=entry.name), "encoder", None)
     if encoder is None:
         return None
-    from framework.retrieval.encoder import resolved_dtype
 
     return resolved_dtype(encoder)
 
 
 def _answerability_retriever(cfg: SynthDatasetConfig) -> Any:
-    from framework.registry import RETRIEVERS
-
     rcfg = answerability_retriever_config(cfg)
     return RETRIEVERS.get(rcfg.name).target(cfg=rcfg)
 

@@ -11,7 +11,8 @@ from typing import Any
 
 from framework.data.schema import QAItem
 from framework.progress import Progress
-from framework.retrieval.types import DocumentNotFound, Retriever
+from framework.registry.protocols import Retriever
+from framework.retrieval.types import DocumentNotFound
 
 
 def evidence_queries(item: QAItem) -> list[str]:

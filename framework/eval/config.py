@@ -11,8 +11,8 @@ from typing import Any
 from omegaconf import MISSING
 
 from framework.config.app import RUN_DIR
-from framework.config.problems import Problem, check, check_choice, check_range
-from framework.rollout.engine import AgentConfig
+from framework.problems import Problem, check, check_choice, check_range
+from framework.rollout.config import AgentConfig
 
 
 @dataclass

@@ -28,8 +28,7 @@ from framework.progress import Progress
 from framework.rewards.entity import EntityRewardConfig
 from framework.rewards.entity_match import entities_found
 from framework.rewards.text import exact_match, token_f1
-from framework.rollout.types import Trajectory
-from framework.types import STATUS_OK, STATUSES
+from framework.types import STATUS_OK, STATUSES, Trajectory
 
 
 class RolloutLoop(Protocol):

@@ -11,7 +11,7 @@ from framework.config import ComponentConfig, Problem, check_choice, check_range
 from framework.registry.kinds import JUDGES
 from framework.rewards.text import ANSWER_METRICS, answer_metric
 from framework.rollout.policy import chat_prompt_ids
-from framework.rollout.types import Generation
+from framework.types import Generation
 
 
 class JudgeTokenizer(Protocol):

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from framework.config import ComponentConfig, Problem
+from framework.registry.kinds import HEALTH_MONITORS
 
 #: the monitors a run has unless the config says otherwise (every built-in one but ``signals``,
 #: the opt-in triage warning of framework/health/signals.py)
@@ -49,7 +50,6 @@ class HealthConfig:
         for name, fields in (self.monitors or {}).items():
             if fields is None:  # dropped with health.monitors.<name>=null
                 continue
-            from framework.registry.kinds import HEALTH_MONITORS
 
             if name not in HEALTH_MONITORS:
                 out.append(
@@ -80,9 +80,6 @@ class HealthConfig:
 
 def default_monitors() -> dict[str, ComponentConfig]:
     """The built-in monitors with their default configs."""
-    import framework.health.monitors  # noqa: F401  (registers them)
-    from framework.registry.kinds import HEALTH_MONITORS
-
     return {name: HEALTH_MONITORS.get(name).config_cls(name=name) for name in DEFAULT_MONITORS}
 
 
@@ -94,8 +91,6 @@ def monitor_config(name: str, fields: Any) -> ComponentConfig:
         UnknownComponentError: ``name`` is not a registered monitor.
         TypeError: a field the monitor's config does not have.
     """
-    from framework.registry.kinds import HEALTH_MONITORS
-
     entry = HEALTH_MONITORS.get(name)
     if isinstance(fields, ComponentConfig):
         return fields if fields.name == name else entry.config_cls(**{**vars(fields), "name": name})
@@ -105,8 +100,6 @@ def monitor_config(name: str, fields: Any) -> ComponentConfig:
 
 def build_monitors(cfg: HealthConfig) -> dict[str, Any]:
     """Every configured monitor, built through the registry (none when disabled)."""
-    from framework.registry.kinds import HEALTH_MONITORS
-
     if not cfg.enabled:
         return {}
     return {

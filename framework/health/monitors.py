@@ -73,6 +73,9 @@ class MetricConfig(MonitorConfig):
     metric: str = field(default="", metadata={"help": "the figure watched"})
 
 
+HEALTH_MONITORS.declare_config_base(MonitorConfig)
+
+
 C = TypeVar("C", bound="MonitorConfig")
 
 

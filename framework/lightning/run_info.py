@@ -8,6 +8,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from framework.training.precision import cpu_name
+
 #: distributions whose versions are saved with every run
 VERSIONED = (
     "seekrl",
@@ -26,8 +28,6 @@ VERSIONED = (
 def versions(trainer: Any = None) -> dict[str, str]:
     """Python, platform, CPU, the precision a run uses (and why) and the versions of the packages a
     run depends on."""
-    from framework.training.precision import cpu_name
-
     out = {"python": platform.python_version(), "platform": platform.platform(), "cpu": cpu_name()}
     commit = git_commit()
     if commit:

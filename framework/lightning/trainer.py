@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from framework.config.problems import Problem, check, check_choice, check_range
+import torch
+
+from framework.problems import Problem, check, check_choice, check_range
 from framework.training.precision import PrecisionChoice, choose_precision
+
+if TYPE_CHECKING:
+    from lightning.pytorch.callbacks import Callback
 
 #: exit status after SIGINT / SIGTERM once the checkpoint is saved (128 + SIGINT, as shells do)
 INTERRUPTED = 130
@@ -130,7 +135,7 @@ def build_trainer(
     run_dir: Any,
     *,
     max_steps: int,
-    callbacks: list[Any],
+    callbacks: list[Callback],
     val_check_interval: int,
     limit_val_batches: float,
     gradient_clip_val: float | None = None,
@@ -203,16 +208,17 @@ def apply_gradient_checkpointing(policy: Any, trainer: Any) -> bool:
 def apply_threads(trainer: Any) -> int:
     """Set torch's CPU threads to ``trainer.threads`` (0 leaves them as found); returns the count
     this process runs with, for the run's summary."""
-    import torch
 
     if trainer.threads:
         torch.set_num_threads(trainer.threads)
     return torch.get_num_threads()
 
 
-def log_progress(label: str, total: int, keys: tuple[str, ...], every_s: float = 0.0) -> list[Any]:
+def log_progress(
+    label: str, total: int, keys: tuple[str, ...], every_s: float = 0.0
+) -> list[Callback]:
     """A plain-line progress callback when stdout is not a terminal (a log file or a pipe)."""
-    from framework.lightning.callbacks import LogProgress
+    from framework.lightning.callbacks import LogProgress  # imports Lightning: seconds, on use only
 
     return [] if sys.stdout.isatty() else [LogProgress(label, total, keys, every_s=every_s)]
 

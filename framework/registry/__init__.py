@@ -26,6 +26,7 @@ from framework.registry.kinds import (
     ROLLOUT_BACKENDS,
     SAMPLERS,
 )
+from framework.registry.plugins import load_plugins
 
 #: Modules whose import registers the built-in components: every module under ``framework/`` that
 #: calls ``<REGISTRY>.register(...)`` or ``<REGISTRY>.add(...)`` must be listed here.
@@ -115,7 +116,6 @@ def load_components(*, plugins: bool | None = None) -> None:
         for module in BUILTIN_MODULES:
             importlib.import_module(module)
         _loaded = True
-    from framework.registry.plugins import load_plugins
 
     load_plugins(enabled=plugins)
 

@@ -9,7 +9,6 @@ typed schema together.
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
 import difflib
 import functools
@@ -19,19 +18,22 @@ import inspect
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
-from framework.config.component import ComponentConfig
+from framework import DISTRIBUTION
+from framework.registry.sources import unimported_fix
+from framework.registry.state import PluginFailure, current_source, failures
+from framework.types import ComponentConfig
 
+#: what is registered: a function or a class taking ``cfg`` (the kind's protocol)
 T = TypeVar("T", bound=Callable[..., Any])
+#: what :meth:`Registry.bind` returns: the target with ``cfg`` bound (the kind's bound protocol)
+B = TypeVar("B", bound=Callable[..., Any])
+#: the callable an :class:`Entry` holds
+F = TypeVar("F", bound=Callable[..., Any], covariant=True)
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _DEFAULT_STORE = object()
-
-#: The distribution that is registering components right now (set by the plugin loader).
-current_source: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "seekrl_current_source", default=None
-)
 
 
 class RegistryError(Exception):
@@ -66,12 +68,12 @@ FIDELITIES = ("", "exact", "partial", "reconstructed")
 
 
 @dataclass(frozen=True)
-class Entry:
+class Entry(Generic[F]):
     """A registered component."""
 
     kind: str
     name: str
-    target: Callable[..., Any]
+    target: F
     config_cls: type[ComponentConfig]
     origin: str  # "module:qualname" of the target
     source: str  # distribution that registered it
@@ -98,8 +100,6 @@ class Entry:
 def _distribution_of(module: str) -> str:
     top = module.split(".")[0]
     if top == "framework":  # editable installs record no top-level names
-        from framework import DISTRIBUTION
-
         return DISTRIBUTION
     dists = _packages_distributions().get(top)
     return dists[0] if dists else top
@@ -115,8 +115,8 @@ def _origin(target: Callable[..., Any]) -> str:
     return f"{module}:{getattr(target, '__qualname__', repr(target))}"
 
 
-class Registry(Generic[T]):
-    """Name -> component table for one kind.
+class Registry(Generic[T, B]):
+    """Name -> component table for one kind: targets of type ``T``, bound (``cfg`` given) to ``B``.
 
     Args:
         kind: human name used in messages, e.g. ``advantage``.
@@ -126,8 +126,9 @@ class Registry(Generic[T]):
         signature: how the framework calls a target, e.g. ``fn(inputs: AdvantageInputs, *, cfg)
             -> Tensor[N]`` or ``cls(*, cfg)`` (documentation; checked against the built-ins by test).
         methods: what the object a class target builds offers, e.g. ``("close()",)``.
-        config_base: ``module:Class`` that every config of this kind subclasses (checked when a
-            component registers: the framework reads the base's fields).
+        config_base: the class every config of this kind subclasses (checked when a component
+            registers: the framework reads the base's fields). A base defined above the
+            registries is declared by its own package with :meth:`declare_config_base`.
     """
 
     def __init__(
@@ -138,19 +139,19 @@ class Registry(Generic[T]):
         config_store: Any = _DEFAULT_STORE,
         signature: str = "",
         methods: tuple[str, ...] = (),
-        config_base: str = "framework.config:ComponentConfig",
+        config_base: type[ComponentConfig] = ComponentConfig,
     ):
         self.kind = kind
         self.group = group or kind
         self.signature = signature
         self.methods = methods
-        self.config_base = config_base
+        self._config_base = config_base
         if config_store is _DEFAULT_STORE:
             from hydra.core.config_store import ConfigStore
 
             config_store = ConfigStore.instance()
         self._store = config_store
-        self._entries: dict[str, Entry] = {}
+        self._entries: dict[str, Entry[T]] = {}
 
     # -- registration -------------------------------------------------------------------------
     def register(self, name: str, *, config: type[ComponentConfig]) -> Callable[[T], T]:
@@ -162,7 +163,7 @@ class Registry(Generic[T]):
 
         return decorator
 
-    def add(self, name: str, target: T, *, config: type[ComponentConfig]) -> Entry:
+    def add(self, name: str, target: T, *, config: type[ComponentConfig]) -> Entry[T]:
         """Register ``target`` under ``name``; see :meth:`register`.
 
         Raises:
@@ -187,7 +188,7 @@ class Registry(Generic[T]):
                 f"[{self.kind}.{name}] got fidelity {config.fidelity!r}; expected one of "
                 f"{list(FIDELITIES)}. Fix: set the config's fidelity ClassVar to one of them."
             )
-        base = self.config_base_class()
+        base = self._config_base
         if not issubclass(config, base):
             raise TypeError(
                 f"[{self.kind}.{name}] got config {config.__name__}; expected a subclass of "
@@ -216,13 +217,40 @@ class Registry(Generic[T]):
             self._store.store(group=self.group, name=name, node=config(name=name), provider=source)
         return entry
 
+    def declare_config_base(self, base: type[ComponentConfig]) -> None:
+        """Declare ``base`` the class every config of this kind subclasses: the package that defines
+        it calls this right after the class, before it registers a component, so the registry
+        never names a higher layer.
+
+        Raises:
+            TypeError: ``base`` is no ComponentConfig, or a component registered already has a
+                config that does not subclass it.
+        """
+        if not (isinstance(base, type) and issubclass(base, ComponentConfig)):
+            raise TypeError(
+                f"[{self.kind} registry] got config base {base!r}; expected a subclass of "
+                "framework.config.ComponentConfig. Fix: declare a ComponentConfig subclass."
+            )
+        stray = [e.name for e in self._entries.values() if not issubclass(e.config_cls, base)]
+        if stray:
+            raise TypeError(
+                f"[{self.kind} registry] got config base {base.__name__} after {stray} registered "
+                f"with configs that do not subclass it; expected the base declared first. Fix: "
+                "declare the base right after its class, before any component registers."
+            )
+        self._config_base = base
+
     def config_base_class(self) -> type[ComponentConfig]:
-        """The class named by ``config_base`` (imported on first use)."""
-        module, _, name = self.config_base.partition(":")
-        return getattr(importlib.import_module(module), name)
+        """The class every config of this kind subclasses."""
+        return self._config_base
+
+    @property
+    def config_base(self) -> str:
+        """``module:Class`` of :meth:`config_base_class` (for listings and the README table)."""
+        return f"{self._config_base.__module__}:{self._config_base.__qualname__}"
 
     # -- lookup -------------------------------------------------------------------------------
-    def get(self, name: str) -> Entry:
+    def get(self, name: str) -> Entry[T]:
         """The entry registered as ``name``.
 
         Raises:
@@ -238,14 +266,15 @@ class Registry(Generic[T]):
         """The error for an unregistered ``name`` (not raised)."""
         return unknown_component_error(self.group, name, self.names())
 
-    def bind(self, cfg: ComponentConfig) -> Callable[..., Any]:
+    def bind(self, cfg: ComponentConfig) -> B:
         """The target registered as ``cfg.name`` with ``cfg`` bound as its ``cfg`` argument."""
-        return functools.partial(self.get(cfg.name).target, cfg=cfg)
+        # the registered signature minus its ``cfg`` keyword: what the kind's bound protocol says
+        return cast(B, functools.partial(self.get(cfg.name).target, cfg=cfg))
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries
 
-    def __iter__(self) -> Iterator[Entry]:
+    def __iter__(self) -> Iterator[Entry[T]]:
         return iter(sorted(self._entries.values(), key=lambda e: e.name))
 
     def __len__(self) -> int:
@@ -274,8 +303,6 @@ def suggest_fix(group: str, name: object, options: list[str]) -> tuple[str, str]
     close = difflib.get_close_matches(str(name), options, n=1, cutoff=0.5)
     hint = f" (closest: '{close[0]}')" if close else ""
     if isinstance(name, str) and _NAME.match(name):
-        from framework.registry.sources import unimported_fix
-
         fix = unimported_fix(group, name)
         if fix is not None:
             return hint, fix
@@ -312,9 +339,7 @@ def _accepts_cfg(target: Callable[..., Any]) -> bool:
     return "cfg" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
-def _plugin_failures() -> list[Any]:
-    from framework.registry.plugins import failures
-
+def _plugin_failures() -> list[PluginFailure]:
     return failures()
 
 

@@ -5,8 +5,9 @@ Each registry's Hydra group has the same name as the config section it fills, so
 
 Each registry also declares how the framework calls its targets (``signature``; ``cfg`` is the
 component's config dataclass, bound by :meth:`Registry.bind`), the methods of the objects that class
-targets build (``methods``) and the class every config of the kind derives from (``config_base``,
-checked when a component registers).
+targets build (``methods``). The class every config of a kind derives from is declared by the
+package that defines it (``POLICY_LOSSES.declare_config_base(PolicyLossConfig)``, checked when a
+component registers), so nothing here names a layer above the registries.
 Each registry is typed by its kind's :mod:`~framework.registry.protocols` protocol, so the type
 checker checks every registered target against the signature. These declarations are the README's
 registry table (``python3 tools/registry_table.py`` writes it);
@@ -22,6 +23,18 @@ from framework.registry.core import Registry
 from framework.registry.protocols import (
     AdvantageFn,
     AugmenterFactory,
+    BoundAdvantageFn,
+    BoundAugmenterFactory,
+    BoundDatasetFn,
+    BoundHealthMonitorFactory,
+    BoundInputProviderFn,
+    BoundJudgeFactory,
+    BoundKLFn,
+    BoundPolicyLossFn,
+    BoundRetrieverFactory,
+    BoundRewardFn,
+    BoundRolloutBackendFactory,
+    BoundSamplerFactory,
     DatasetFn,
     HealthMonitorFactory,
     InputProviderFn,
@@ -34,33 +47,30 @@ from framework.registry.protocols import (
     SamplerFactory,
 )
 
-REWARDS: Registry[RewardFn] = Registry(
+REWARDS: Registry[RewardFn, BoundRewardFn] = Registry(
     "reward",
     signature="fn(inputs: RewardInputs, *, cfg) -> Tensor[N] | RewardOutput",
 )
-ADVANTAGES: Registry[AdvantageFn] = Registry(
+ADVANTAGES: Registry[AdvantageFn, BoundAdvantageFn] = Registry(
     "advantage",
     signature="fn(inputs: AdvantageInputs, *, cfg) -> Tensor[N or N, L]",
 )
-POLICY_LOSSES: Registry[PolicyLossFn] = Registry(
+POLICY_LOSSES: Registry[PolicyLossFn, BoundPolicyLossFn] = Registry(
     "loss",
     signature="fn(inputs: PolicyLossInputs, *, cfg) -> LossOutput",
-    config_base="framework.algorithms.losses:PolicyLossConfig",
 )
-KL_ESTIMATORS: Registry[KLFn] = Registry(
+KL_ESTIMATORS: Registry[KLFn, BoundKLFn] = Registry(
     "kl",
     signature="fn(logprobs, ref_logprobs, *, cfg) -> Tensor[N, L]",
-    # the trainer reads ``coef`` (0 turns the term and its reference model off)
-    config_base="framework.algorithms.losses.kl:KLConfig",
 )
-SAMPLERS: Registry[SamplerFactory] = Registry(
+SAMPLERS: Registry[SamplerFactory, BoundSamplerFactory] = Registry(
     "sampler",
     signature="cls(questions, seed, *, cfg)",
     methods=("next_groups() -> list[GroupRequest]", "state_dict()", "load_state_dict(state)"),
     # optional: keep_group(rewards, correct) -> bool, which groups of a step are trained;
     # observe(step, questions, rewards, correct) and state_after(state): adaptive samplers
 )
-RETRIEVERS: Registry[RetrieverFactory] = Registry(
+RETRIEVERS: Registry[RetrieverFactory, BoundRetrieverFactory] = Registry(
     "retriever",
     signature="cls(*, cfg)",
     methods=(
@@ -68,9 +78,8 @@ RETRIEVERS: Registry[RetrieverFactory] = Registry(
         "document(*, doc_id=None, title=None) -> Document",
         "close()",
     ),
-    config_base="framework.retrieval.types:RetrieverConfigBase",
 )
-ROLLOUT_BACKENDS: Registry[RolloutBackendFactory] = Registry(
+ROLLOUT_BACKENDS: Registry[RolloutBackendFactory, BoundRolloutBackendFactory] = Registry(
     "rollout",
     signature="cls(*, cfg, model=None, tokenizer=None)",
     methods=(
@@ -78,16 +87,16 @@ ROLLOUT_BACKENDS: Registry[RolloutBackendFactory] = Registry(
         "update_weights(model)",
     ),
 )
-DATASETS: Registry[DatasetFn] = Registry(
+DATASETS: Registry[DatasetFn, BoundDatasetFn] = Registry(
     "dataset",
     signature="fn(split, *, cfg) -> list[QAItem]",
 )
-JUDGES: Registry[JudgeFactory] = Registry(
+JUDGES: Registry[JudgeFactory, BoundJudgeFactory] = Registry(
     "judge",
     signature="cls(*, cfg, backend=None)",
     methods=("__call__(inputs: JudgeInputs) -> list[bool]",),
 )
-HEALTH_MONITORS: Registry[HealthMonitorFactory] = Registry(
+HEALTH_MONITORS: Registry[HealthMonitorFactory, BoundHealthMonitorFactory] = Registry(
     "health_monitor",
     signature="cls(*, cfg)",
     methods=(
@@ -95,9 +104,8 @@ HEALTH_MONITORS: Registry[HealthMonitorFactory] = Registry(
         "state_dict()",
         "load_state_dict(state)",
     ),
-    config_base="framework.health.monitors:MonitorConfig",
 )
-INPUT_PROVIDERS: Registry[InputProviderFn] = Registry(
+INPUT_PROVIDERS: Registry[InputProviderFn, BoundInputProviderFn] = Registry(
     "input",
     signature="fn(ctx: InputContext, *, cfg) -> Tensor | list | float | Any",
     # registered under the name of the input it computes; ``cfg`` is the config of the component
@@ -105,7 +113,7 @@ INPUT_PROVIDERS: Registry[InputProviderFn] = Registry(
     config_store=None,
 )
 
-AUGMENTERS: Registry[AugmenterFactory] = Registry(
+AUGMENTERS: Registry[AugmenterFactory, BoundAugmenterFactory] = Registry(
     "augment",
     signature="cls(*, cfg)",
     methods=(
@@ -113,11 +121,9 @@ AUGMENTERS: Registry[AugmenterFactory] = Registry(
         "state_dict()",
         "load_state_dict(state)",
     ),
-    # the trainer reads ``provides`` (inputs it puts in Scores.extras)
-    config_base="framework.rl.augment:AugmenterConfig",
 )
 
-ALL: dict[str, Registry[Any]] = {
+ALL: dict[str, Registry[Any, Any]] = {
     r.group: r
     for r in (
         REWARDS,

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from framework.registry import ALL, load_components, plugins
+
 
 def describe(kinds: Sequence[str] | None = None) -> dict[str, Any]:
     """Registries, plugins and their components as plain data (the listing's JSON form)."""
-    from framework.registry import ALL, load_components, plugins
-
     load_components()
     chosen = list(kinds) if kinds else list(ALL)
     return {

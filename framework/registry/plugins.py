@@ -19,59 +19,36 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
-import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from framework.registry.core import current_source
+from framework.registry.kinds import ALL
+from framework.registry.state import (
+    DISABLE_ENV,
+    ENTRY_POINT_GROUP,
+    LoadedPlugin,
+    PluginFailure,
+    _state,
+    autoload_disabled,
+    current_source,
+    failures,
+    loaded,
+    reset,
+)
 
-ENTRY_POINT_GROUP = "seekrl.plugins"
-DISABLE_ENV = "SEEKRL_NO_PLUGINS"
+__all__ = [
+    "DISABLE_ENV",
+    "ENTRY_POINT_GROUP",
+    "LoadedPlugin",
+    "PluginFailure",
+    "autoload_disabled",
+    "config_search_path",
+    "failures",
+    "load_plugins",
+    "loaded",
+    "reset",
+]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class LoadedPlugin:
-    """A plugin that loaded."""
-
-    name: str
-    distribution: str
-    value: str
-    config_dir: str | None
-
-
-@dataclass(frozen=True)
-class PluginFailure:
-    """A plugin that raised while loading; it was skipped."""
-
-    name: str
-    distribution: str
-    value: str
-    exception: BaseException
-
-    @property
-    def error_type(self) -> str:
-        return type(self.exception).__name__
-
-    @property
-    def message(self) -> str:
-        return str(self.exception).splitlines()[0] if str(self.exception) else ""
-
-
-@dataclass
-class _State:
-    attempted: bool = False
-    loaded: list[LoadedPlugin] = field(default_factory=list)
-    failed: list[PluginFailure] = field(default_factory=list)
-
-
-_state = _State()
-
-
-def autoload_disabled() -> bool:
-    """True when ``SEEKRL_NO_PLUGINS`` is set to a true value."""
-    return os.environ.get(DISABLE_ENV, "").strip().lower() not in ("", "0", "false", "no")
 
 
 def load_plugins(*, enabled: bool | None = None) -> list[LoadedPlugin]:
@@ -97,8 +74,6 @@ def load_plugins(*, enabled: bool | None = None) -> list[LoadedPlugin]:
 
 
 def _load_one(ep: importlib.metadata.EntryPoint, dist: str) -> None:
-    from framework.registry.kinds import ALL
-
     before = {kind: set(reg.names()) for kind, reg in ALL.items()}
     token = current_source.set(dist)
     try:
@@ -138,23 +113,6 @@ def _search_path_entry(result: object) -> str | None:
     return f"file://{path.resolve()}"
 
 
-def loaded() -> list[LoadedPlugin]:
-    """Plugins loaded in this process."""
-    return list(_state.loaded)
-
-
-def failures() -> list[PluginFailure]:
-    """Plugins that failed to load in this process."""
-    return list(_state.failed)
-
-
 def config_search_path() -> list[str]:
     """Hydra search-path entries contributed by loaded plugins."""
     return [p.config_dir for p in _state.loaded if p.config_dir]
-
-
-def reset() -> None:
-    """Forget what was loaded (tests); registered components stay registered."""
-    _state.attempted = False
-    _state.loaded.clear()
-    _state.failed.clear()

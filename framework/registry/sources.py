@@ -17,8 +17,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from framework.registry import state
+
 #: The directory of the ``framework`` package.
 FRAMEWORK_DIR = Path(__file__).resolve().parents[1]
+#: The directory of this package, whose kinds.py and __init__.py are read (not imported).
+_REGISTRY_DIR = Path(__file__).resolve().parent
 
 
 @dataclass(frozen=True)
@@ -50,11 +54,36 @@ class Registration:
 
 
 def _registry_groups() -> dict[str, str]:
-    """Variable name -> group of every registry in :mod:`framework.registry.kinds`."""
-    from framework.registry import kinds
-    from framework.registry.core import Registry
+    """Variable name -> group of every registry in :mod:`framework.registry.kinds`, read from its
+    source (``NAME: Registry[...] = Registry("kind", group=...)``; the group defaults to the kind),
+    so this module imports none of the registries it describes."""
+    path = _REGISTRY_DIR / "kinds.py"
+    out: dict[str, str] = {}
+    for node in ast.parse(path.read_text(encoding="utf-8"), str(path)).body:
+        target: ast.expr | None = node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+        call = getattr(node, "value", None)
+        if not (
+            isinstance(target, ast.Name)
+            and isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Name)
+            and call.func.id == "Registry"
+            and call.args
+            and isinstance(call.args[0], ast.Constant)
+        ):
+            continue
+        group = next((k.value for k in call.keywords if k.arg == "group"), call.args[0])
+        if isinstance(group, ast.Constant) and isinstance(group.value, str):
+            out[target.id] = group.value
+    return out
 
-    return {var: reg.group for var, reg in vars(kinds).items() if isinstance(reg, Registry)}
+
+def builtin_modules() -> tuple[str, ...]:
+    """``BUILTIN_MODULES`` of ``framework/registry/__init__.py``, as it is now. The package is
+    always loaded before this, its submodule, is (Python runs a package's ``__init__`` first);
+    this module does not import it, as the package imports this module through the registries."""
+    return tuple(sys.modules[__package__ or "framework.registry"].BUILTIN_MODULES)
 
 
 def registrations_in(path: Path, module: str, text: str | None = None) -> list[Registration]:
@@ -166,9 +195,7 @@ def unimported_fix(group: str, name: str) -> str | None:
 
 
 def _framework_fix(reg: Registration) -> str | None:
-    from framework.registry import BUILTIN_MODULES
-
-    if reg.module not in BUILTIN_MODULES:
+    if reg.module not in builtin_modules():
         return (
             f"add '{reg.module}' to BUILTIN_MODULES in framework/registry/__init__.py: "
             f"'{reg.name}' is registered at {reg.where}, but nothing imports that module"
@@ -189,10 +216,8 @@ class _Plugin:
 
 
 def _plugin_fix(plugin: _Plugin, reg: Registration) -> str | None:
-    from framework.registry import plugins
-
-    failed = {f.name: f for f in plugins.failures()}
-    loaded = {p.name for p in plugins.loaded()}
+    failed = {f.name: f for f in state.failures()}
+    loaded = {p.name for p in state.loaded()}
     at = f"'{reg.name}' at {reg.where}"
     if plugin.name in failed:
         f = failed[plugin.name]
@@ -201,9 +226,9 @@ def _plugin_fix(plugin: _Plugin, reg: Registration) -> str | None:
             f"which registers {at}"
         )
     if plugin.name not in loaded:
-        if plugins.autoload_disabled():
+        if state.autoload_disabled():
             return (
-                f"unset {plugins.DISABLE_ENV}: plugin '{plugin.name}' ({plugin.distribution}) "
+                f"unset {state.DISABLE_ENV}: plugin '{plugin.name}' ({plugin.distribution}) "
                 f"registers {at}, but plugin autoloading is off"
             )
         return (
@@ -220,11 +245,9 @@ def _plugin_fix(plugin: _Plugin, reg: Registration) -> str | None:
 
 def _plugin_packages() -> Iterator[tuple[_Plugin, Path, str]]:
     """Each plugin with the directory (or file) and name of its top-level package."""
-    from framework.registry import plugins
-
-    found = {p.name: _Plugin(p.name, p.distribution, p.value) for p in plugins.loaded()}
-    found.update({f.name: _Plugin(f.name, f.distribution, f.value) for f in plugins.failures()})
-    for ep in importlib.metadata.entry_points(group=plugins.ENTRY_POINT_GROUP):
+    found = {p.name: _Plugin(p.name, p.distribution, p.value) for p in state.loaded()}
+    found.update({f.name: _Plugin(f.name, f.distribution, f.value) for f in state.failures()})
+    for ep in importlib.metadata.entry_points(group=state.ENTRY_POINT_GROUP):
         dist = ep.dist.name if ep.dist is not None else "?"
         found.setdefault(ep.name, _Plugin(ep.name, dist, ep.value))
     for plugin in found.values():

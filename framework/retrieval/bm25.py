@@ -22,7 +22,8 @@ from framework.progress import Progress
 from framework.registry.kinds import RETRIEVERS
 from framework.retrieval.corpus import CorpusStore
 from framework.retrieval.local import IndexBacked, LocalRetrieverConfig, Stopwatch, open_store
-from framework.retrieval.types import Hit, RetrievalError, check_request
+from framework.retrieval.types import RetrievalError, check_request
+from framework.types import Hit
 
 METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
 

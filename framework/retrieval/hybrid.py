@@ -11,7 +11,8 @@ from framework.registry.kinds import RETRIEVERS
 from framework.retrieval.bm25 import BM25Params, BM25Retriever, BM25RetrieverConfig
 from framework.retrieval.dense import FaissRetriever, FaissRetrieverConfig
 from framework.retrieval.local import LocalRetrieverConfig, StoreBacked
-from framework.retrieval.types import Hit, check_request
+from framework.retrieval.types import check_request
+from framework.types import Hit
 
 FUSIONS = ("rrf", "weighted")
 

@@ -13,13 +13,20 @@ from typing import Any
 # the cache helpers live in framework.paths; re-exported here for code that imports them from here
 from framework.paths import CACHE_ENV as CACHE_ENV
 from framework.paths import cache_root as cache_root
-from framework.retrieval.corpus import CorpusConfig, CorpusStore, open_corpus
+from framework.retrieval.corpus import (
+    CorpusConfig,
+    CorpusStore,
+    corpus_fingerprint,
+    open_corpus,
+    store_path,
+)
 from framework.retrieval.types import (
     ClosedOnExit,
-    Document,
     RetrievalError,
     RetrieverConfigBase,
+    document_key,
 )
+from framework.types import Document
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1
@@ -45,8 +52,6 @@ class StoreBacked(ClosedOnExit):
     store: CorpusStore
 
     def document(self, *, doc_id: str | None = None, title: str | None = None) -> Document:
-        from framework.retrieval.types import document_key
-
         key, value = document_key(doc_id, title)
         return self.store.document(**{key: value})
 
@@ -91,8 +96,6 @@ def open_store(cfg: LocalRetrieverConfig) -> CorpusStore:
     """The corpus store of ``cfg`` (built into the cache when missing and allowed)."""
     root = cache_root(cfg.cache_dir)
     if not cfg.build_if_missing:
-        from framework.retrieval.corpus import corpus_fingerprint, store_path
-
         return CorpusStore(store_path(root, corpus_fingerprint(cfg.corpus)))
     return open_corpus(cfg.corpus, root, progress=cfg.progress)
 

@@ -1,4 +1,4 @@
-"""The retrieval HTTP server: any :class:`~framework.retrieval.types.Retriever` behind Search-R1's API.
+"""The retrieval HTTP server: any :class:`~framework.registry.protocols.Retriever` behind Search-R1's API.
 
 Endpoints:
 
@@ -49,6 +49,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, Strict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from framework.registry.protocols import Retriever
 from framework.retrieval.server_guard import (
     DOCUMENT_EXAMPLE,
     JSON_ROUTES,
@@ -62,15 +63,13 @@ from framework.retrieval.server_guard import (
     validation_message,
 )
 from framework.retrieval.types import (
-    Document,
     DocumentNotFound,
-    Hit,
     QueryError,
     QueryLimits,
-    Retriever,
     check_request,
     document_key,
 )
+from framework.types import Document, Hit
 
 log = logging.getLogger(__name__)
 

@@ -1,13 +1,16 @@
-"""The retriever interface, its result types, and argument checks shared by every backend."""
+"""Retrieval errors, the bounds and checks every backend applies to a request, and the retriever
+config base. The interface is :class:`framework.registry.protocols.Retriever`; its results are
+:class:`framework.types.Hit` and :class:`framework.types.Document`."""
 
 from __future__ import annotations
 
 import numbers
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
 
 from framework.config import ComponentConfig, Problem, check_range
+from framework.registry import RETRIEVERS
 
 
 class RetrievalError(RuntimeError):
@@ -31,71 +34,6 @@ class DocumentNotFound(LookupError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
-
-
-@dataclass(frozen=True)
-class Hit:
-    """One retrieved passage.
-
-    Attributes:
-        passage_id: stable id of the passage (``<doc_id>`` or ``<doc_id>#<chunk>``).
-        doc_id: id of the document the passage belongs to (for the visit tool).
-        title: document title.
-        text: passage text (without the title).
-        score: backend score, higher is better (inner product, BM25, or fused).
-    """
-
-    passage_id: str
-    doc_id: str
-    title: str
-    text: str
-    score: float
-
-    def __post_init__(self) -> None:  # numpy scalars would not serialise to JSON
-        object.__setattr__(self, "score", float(self.score))
-
-    def contents(self) -> str:
-        """Search-R1's ``contents`` field: the quoted title, a newline, the text."""
-        return f'"{self.title}"\n{self.text}'
-
-    def to_search_r1(self) -> dict[str, Any]:
-        """The document dict of Search-R1's ``/retrieve`` response (extra keys are ignored there)."""
-        return {"id": self.passage_id, "contents": self.contents(), **asdict(self)}
-
-
-@dataclass(frozen=True)
-class Document:
-    """A whole document, as the visit tool returns it."""
-
-    doc_id: str
-    title: str
-    text: str
-
-
-@runtime_checkable
-class Retriever(Protocol):
-    """What every retrieval backend offers."""
-
-    def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
-        """Top-``k`` passages for each query, best first (fewer when the corpus is smaller).
-
-        Raises:
-            QueryError: empty or oversized query, ``k`` out of range, too many queries.
-            RetrievalError: the backend failed.
-        """
-        ...
-
-    def document(self, *, doc_id: str | None = None, title: str | None = None) -> Document:
-        """The full document with ``doc_id`` or (exact, then case-insensitive) ``title``.
-
-        Raises:
-            DocumentNotFound: no such document.
-        """
-        ...
-
-    def close(self) -> None:
-        """Release files, sockets and threads."""
-        ...
 
 
 _Closing = TypeVar("_Closing", bound="ClosedOnExit")
@@ -224,10 +162,11 @@ class RetrieverConfigBase(ComponentConfig):
     limits: QueryLimits = field(default_factory=QueryLimits)
 
 
+RETRIEVERS.declare_config_base(RetrieverConfigBase)
+
+
 def local_retrievers() -> list[str]:
     """The registered retrievers that search an index on this machine."""
-    from framework.registry import RETRIEVERS
-
     return [e.name for e in RETRIEVERS if getattr(e.config_cls, "local", True)]
 
 

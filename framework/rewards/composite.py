@@ -11,6 +11,7 @@ from torch import Tensor
 from framework.algorithms.stats.padding import pad_to_widest
 from framework.config import ComponentConfig, Problem
 from framework.registry.kinds import REWARDS
+from framework.registry.kinds import REWARDS as registry
 from framework.rewards.common import valid_mask
 from framework.rewards.text import ReportsEntityRule, ReportsVerdict
 from framework.types import RewardInputs, RewardOutput
@@ -90,8 +91,6 @@ class WeightedSumConfig(ComponentConfig):
 
 def term_config(term: Any) -> tuple[ComponentConfig, float]:
     """``(config, weight)`` of one weighted-sum term."""
-    from framework.registry.kinds import REWARDS as registry
-
     if not isinstance(term, dict) or "name" not in term:
         raise TypeError("each term needs a 'name'")
     fields = dict(term)

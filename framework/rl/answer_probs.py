@@ -23,7 +23,6 @@ the answer's positions.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -37,9 +36,10 @@ from framework.algorithms.advantages.spae import (
 from framework.algorithms.advantages.turns import PROBE_PREFIX
 from framework.data.schema import QAItem
 from framework.registry import INPUT_PROVIDERS
+from framework.registry.protocols import Tokenizer
 from framework.rl.inputs import InputContext
-from framework.rollout.types import Tokenizer, Trajectory
 from framework.training.scoring import scoring_row, teacher_forced
+from framework.types import Trajectory
 
 
 def probe_prefix_ends(trajectory: Trajectory) -> list[int]:
@@ -55,7 +55,7 @@ def probe_prefix_ends(trajectory: Trajectory) -> list[int]:
 
 @torch.no_grad()
 def answer_probs(
-    policy: Any,
+    policy: torch.nn.Module,
     trajectories: Sequence[Trajectory],
     items: Sequence[QAItem],
     tokenizer: Tokenizer,
@@ -91,7 +91,7 @@ def answer_probs(
 
 @torch.no_grad()
 def gold_probes(
-    policy: Any,
+    policy: torch.nn.Module,
     trajectories: Sequence[Trajectory],
     items: Sequence[QAItem],
     tokenizer: Tokenizer,

@@ -34,17 +34,19 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import torch
 
 from framework.config import ComponentConfig
 from framework.data.schema import QAItem
 from framework.registry import AUGMENTERS
+from framework.registry.protocols import Tokenizer
 from framework.rl.drawn import Drawn
+from framework.rollout.engine import Prefix
 from framework.rollout.metrics import correct, correctness_metric
 from framework.rollout.scoring import Scores, score
-from framework.rollout.types import Trajectory
+from framework.types import Trajectory
 
 
 @dataclass
@@ -53,6 +55,10 @@ class AugmenterConfig(ComponentConfig):
 
     #: the inputs this augmenter puts in ``Scores.extras`` (components may ``require`` them)
     provides: ClassVar[tuple[str, ...]] = ()
+
+
+# the trainer reads ``provides`` (inputs it puts in Scores.extras)
+AUGMENTERS.declare_config_base(AugmenterConfig)
 
 
 @dataclass
@@ -70,8 +76,8 @@ class AugmentContext:
 
     loop: Any
     reward: ComponentConfig
-    policy: Any
-    tokenizer: Any
+    policy: torch.nn.Module
+    tokenizer: Tokenizer
     progress: float = 0.0
     #: every rollout generated through this context (the step counts them)
     generated: list[Trajectory] = field(default_factory=list)
@@ -85,7 +91,7 @@ class AugmentContext:
         self.generated += out
         return out
 
-    def run_from(self, prefixes: Sequence[Any]) -> list[Trajectory]:
+    def run_from(self, prefixes: Sequence[Prefix]) -> list[Trajectory]:
         """One continuation of each :class:`~framework.rollout.engine.Prefix`, in order."""
         if not prefixes:
             return []
@@ -102,7 +108,7 @@ class AugmentContext:
         """Per rollout, right by the reward's answer metric (what samplers call correct)."""
         return correct(trajectories, items, correctness_metric(self.reward))
 
-    def _rolling(self) -> Any:
+    def _rolling(self) -> torch.no_grad:
         self.policy.eval()
         return torch.no_grad()
 
@@ -121,10 +127,14 @@ class Augmented:
     figures: dict[str, float] = field(default_factory=dict)
 
 
-class Augmenter(ABC):
-    """Base of the built-in augmenters: stateless unless a subclass keeps state."""
+C = TypeVar("C", bound=AugmenterConfig)
 
-    def __init__(self, *, cfg: Any) -> None:
+
+class Augmenter(ABC, Generic[C]):
+    """Base of the built-in augmenters (``C``: the augmenter's config class): stateless unless a
+    subclass keeps state."""
+
+    def __init__(self, *, cfg: C) -> None:
         self.cfg = cfg
 
     @abstractmethod
@@ -139,7 +149,7 @@ class Augmenter(ABC):
 
 
 @AUGMENTERS.register("none", config=AugmenterConfig)
-class NoAugmenter(Augmenter):
+class NoAugmenter(Augmenter[AugmenterConfig]):
     """The default: the step trains on the groups it drew, nothing more is rolled out."""
 
     def augment(self, drawn: Drawn, ctx: AugmentContext) -> Augmented:

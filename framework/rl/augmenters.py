@@ -23,10 +23,10 @@ from framework.rewards.text import normalize_answer
 from framework.rl.augment import AugmentContext, Augmented, Augmenter, AugmenterConfig, with_extras
 from framework.rl.drawn import Drawn
 from framework.rollout.engine import Prefix
+from framework.rollout.policy import chat_prompt_ids
 from framework.rollout.records import trajectory_from_state, trajectory_state
-from framework.rollout.types import Trajectory
 from framework.training.scoring import teacher_forced
-from framework.types import STATUS_OVER_BUDGET
+from framework.types import STATUS_OVER_BUDGET, Trajectory
 
 
 def groups_of(drawn: Drawn) -> list[list[int]]:
@@ -58,7 +58,7 @@ class MCValuesConfig(AugmenterConfig):
 
 
 @AUGMENTERS.register("mc_values", config=MCValuesConfig)
-class MCValues(Augmenter):
+class MCValues(Augmenter[MCValuesConfig]):
     """``boundary_values [N, W]``: ``V(s_k)`` of each rollout's state after ``k`` turns, the mean
     reward of ``continuations`` rollouts continued from it by the current policy
     (:func:`framework.algorithms.advantages.spo.spo_advantage` reads it). Column 0 is the group's
@@ -115,7 +115,7 @@ class EarlyExitsConfig(AugmenterConfig):
 
 
 @AUGMENTERS.register("early_exits", config=EarlyExitsConfig)
-class EarlyExits(Augmenter):
+class EarlyExits(Augmenter[EarlyExitsConfig]):
     """Each rollout becomes a serial group: its early exits (after each tool response, ``forced``
     then one answer turn) and itself, ordered by turns kept (``exit_position``), with each exit's
     correctness by the reward's answer metric (``exit_correct``); see
@@ -239,7 +239,7 @@ def attempt_text(t: Trajectory, max_chars: int) -> str:
 
 
 @AUGMENTERS.register("replay_reflect", config=ReplayReflectConfig)
-class ReplayReflect(Augmenter):
+class ReplayReflect(Augmenter[ReplayReflectConfig]):
     """R³'s cross-context replay and in-context self-reflection
     (:mod:`framework.algorithms.advantages.r3`, parts 1 and 2): a group whose rollouts share one outcome
     gets up to ``replays`` stored rollouts of the other added; a hard question (earlier mean
@@ -431,7 +431,7 @@ _HIDDEN_RULE = EntityRule(aliases=True, lowercase=True, strip_punctuation=True)
 
 
 @AUGMENTERS.register("hints", config=HintsConfig)
-class Hints(Augmenter):
+class Hints(Augmenter[HintsConfig]):
     """HiLL (:mod:`framework.algorithms.rewards.hints`), partial: for each all-wrong group, ``hints``
     hints (from the question's chain, or written by the policy as a hinter, which is not trained:
     the paper trains a second model with PPO on the hint rewards), ``rollouts`` rollouts of the
@@ -488,7 +488,6 @@ class Hints(Augmenter):
     def _hints(self, item: QAItem, failed: Trajectory, ctx: AugmentContext) -> list[str]:
         if self.cfg.source == "chain":
             return chain_hints(item, self.cfg.hints)
-        from framework.rollout.policy import chat_prompt_ids
 
         text = HINTER_PROMPT.format(
             question=item.question,
@@ -527,7 +526,9 @@ class Hints(Augmenter):
         return [a - b for a, b in zip(without, with_hint, strict=True)]
 
 
-def _mean_logprobs(policy: Any, trajs: Sequence[Trajectory], pad_id: int) -> list[float]:
+def _mean_logprobs(
+    policy: torch.nn.Module, trajs: Sequence[Trajectory], pad_id: int
+) -> list[float]:
     """Per rollout, the mean log-prob of its trained tokens under ``policy``."""
     (chunk,) = teacher_forced(policy, trajs, pad_id)
     logp = chunk.logprobs

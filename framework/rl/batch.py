@@ -20,7 +20,6 @@ from torch import Tensor
 from framework.algorithms.stats.aggregation import chunk_weights, masked_mean
 from framework.data.schema import QAItem, dataset_columns
 from framework.rollout.scoring import Scores
-from framework.rollout.types import Trajectory
 from framework.training.tokens import (
     TokenBatch,
     pack,
@@ -29,7 +28,7 @@ from framework.training.tokens import (
     right_aligned,
     turn_index,
 )
-from framework.types import STATUS_OVER_BUDGET, AdvantageInputs, TurnSpan
+from framework.types import STATUS_OVER_BUDGET, AdvantageInputs, Trajectory, TurnSpan
 
 
 @dataclass

@@ -15,11 +15,13 @@ from omegaconf import MISSING
 
 from framework.algorithms.losses.rollout_correction import rollout_source_problems
 from framework.config.app import RUN_DIR, schedule_problems, target_problems
-from framework.config.problems import Problem, check_range
 from framework.health.config import HealthConfig
 from framework.lightning.trainer import TrainerConfig
-from framework.rollout.engine import AgentConfig
+from framework.problems import Problem, check_range
+from framework.rl.inputs import REQUIRING_SECTIONS, missing_providers
+from framework.rollout.config import AgentConfig
 from framework.sft.config import WarmStartConfig
+from framework.training.checkpoints import latest_checkpoint
 from framework.training.lora import LoraConfig
 
 if TYPE_CHECKING:
@@ -189,9 +191,6 @@ class TrainConfig:
     )
 
     def problems(self) -> list[Problem]:
-        from framework.rl.inputs import REQUIRING_SECTIONS, missing_providers
-        from framework.training.checkpoints import latest_checkpoint
-
         out = target_problems(self.logger, "logger")
         # what the estimator and the loss require: a registered provider, or the augmenter
         sections = {s: getattr(self, s) for s in REQUIRING_SECTIONS}

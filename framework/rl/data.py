@@ -17,6 +17,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from framework.data.schema import QAItem
+from framework.registry.protocols import ObservedState, ObservingSampler
 from framework.types import GroupRequest
 
 
@@ -102,8 +103,7 @@ class QuestionDataModule(L.LightningDataModule):
     def observe(self, step: int, result: Any, reward_cfg: Any) -> None:
         """Give an adaptive sampler (one with ``observe``) every process's trained groups of
         ``step`` (a :class:`~framework.rl.step.StepResult` of this process's share)."""
-        observe = getattr(self.sampler, "observe", None)
-        if observe is None:
+        if not isinstance(self.sampler, ObservingSampler):
             return
         mine = result.group_outcomes(reward_cfg)
         parts: list[Any] = [mine]
@@ -114,14 +114,14 @@ class QuestionDataModule(L.LightningDataModule):
             parts = [None] * trainer.world_size
             dist.all_gather_object(parts, mine)
         questions, rewards, correct = ([x for p in parts for x in p[i]] for i in range(3))
-        observe(step, questions, rewards, correct)
+        self.sampler.observe(step, questions, rewards, correct)
 
     def mark_trained(self, batch: StepBatch) -> None:
         """Record that ``batch`` was trained (what a checkpoint resumes after). An adaptive
         sampler adds the observations received up to this step (``state_after``)."""
         state = dict(batch.sampler_state)
-        after = getattr(self.sampler, "state_after", None)
-        self.consumed = after(state) if after is not None else state
+        sampler = self.sampler
+        self.consumed = sampler.state_after(state) if isinstance(sampler, ObservedState) else state
 
     def train_dataloader(self) -> DataLoader:
         self.sampler.load_state_dict(self.consumed)

@@ -15,7 +15,7 @@ from torch import Tensor
 from framework.algorithms.stats.padding import pad_to_widest
 from framework.data.schema import QAItem
 from framework.rollout.scoring import Scores
-from framework.rollout.types import Trajectory
+from framework.types import Trajectory
 
 
 @dataclass

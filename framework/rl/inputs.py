@@ -31,8 +31,9 @@ import torch
 
 from framework.config import ComponentConfig, Problem
 from framework.data.schema import QAItem
+from framework.registry import AUGMENTERS, INPUT_PROVIDERS
 from framework.rl.batch import RolloutBatch
-from framework.rollout.types import Trajectory
+from framework.types import Trajectory
 
 #: the config sections whose components' ``requires`` the step meets: the advantage estimator (in
 #: ``AdvantageInputs.extras``) and the policy loss (in ``PolicyLossInputs.extras``, per
@@ -60,7 +61,7 @@ class InputContext:
             the caller runs no schedule).
     """
 
-    policy: Any
+    policy: torch.nn.Module
     tokenizer: Any
     batch: RolloutBatch
     progress: float = 0.0
@@ -98,8 +99,6 @@ def missing_providers(
 ) -> list[Problem]:
     """One problem per required input that no provider is registered for and the selected
     augmenter (``augment``, :mod:`framework.rl.augment`) does not provide (empty when none)."""
-    from framework.registry import INPUT_PROVIDERS
-
     given = set(getattr(augment, "provides", ()))
     return [
         _missing(section, cfg, name)
@@ -110,14 +109,10 @@ def missing_providers(
 
 def augmenters_providing(name: str) -> list[str]:
     """The registered augmenters whose config ``provides`` input ``name``."""
-    from framework.registry import AUGMENTERS
-
     return [e.name for e in AUGMENTERS if name in getattr(e.config_cls, "provides", ())]
 
 
 def _missing(section: str, cfg: ComponentConfig, name: str) -> Problem:
-    from framework.registry import INPUT_PROVIDERS
-
     augmenters = augmenters_providing(name)
     if augmenters:
         choices = " or ".join(f"augment={a}" for a in augmenters)
@@ -150,8 +145,6 @@ def provide_inputs(
     Raises:
         MissingInputProvider: an input has no registered provider.
     """
-    from framework.registry import INPUT_PROVIDERS
-
     if not ctx.trajectories:
         return {}
     done = set(have)

@@ -16,16 +16,22 @@ from typing import Any
 
 import lightning as L
 import torch
+from torch.optim.lr_scheduler import LRScheduler
 
 from framework.data.schema import QAItem
 from framework.lightning.callbacks import end_fit_after_this_step
+from framework.lightning.trainer import apply_gradient_checkpointing
 from framework.memory import peak_rss_bytes
 from framework.progress import Progress
+from framework.registry import RETRIEVERS
+from framework.registry.protocols import CountsCalls, GroupFilter
 from framework.rl.config import TrainConfig
 from framework.rl.data import QuestionDataModule, StepBatch
 from framework.rl.step import StepParts, StepResult, rl_step, validation_figures
+from framework.rollout.backend import build_backend
 from framework.rollout.engine import AgentLoop
-from framework.rollout.policy import policy_source
+from framework.rollout.policy import load_policy, policy_source
+from framework.rollout.records import render_record
 from framework.training.lora import apply_lora
 from framework.training.rng import random_state, set_random_state
 from framework.training.schedule import optimizer_and_schedule
@@ -48,8 +54,6 @@ class SearchAgentRL(L.LightningModule):
         self, cfg: TrainConfig, train_items: list[QAItem], val_items: list[QAItem]
     ) -> None:
         super().__init__()
-        from framework.lightning.trainer import apply_gradient_checkpointing
-        from framework.rollout.policy import load_policy
 
         self.automatic_optimization = False
         self.cfg = cfg
@@ -75,9 +79,6 @@ class SearchAgentRL(L.LightningModule):
 
     # -- setup ------------------------------------------------------------------------------------
     def setup(self, stage: str) -> None:
-        from framework.registry import RETRIEVERS
-        from framework.rollout.backend import build_backend
-
         if self.parts.loop is not None:
             return
         cfg = self.cfg
@@ -140,13 +141,17 @@ class SearchAgentRL(L.LightningModule):
 
     # -- one training step --------------------------------------------------------------------------
     def training_step(self, batch: StepBatch, batch_idx: int) -> None:
+        sampler = self.data.sampler
+        optimizer, scheduler = self.optimizers(), self.lr_schedulers()
+        # configure_optimizers returns one of each
+        assert not isinstance(optimizer, list) and isinstance(scheduler, LRScheduler)
         result = rl_step(
             self.parts,
             batch.groups,
             self.train_items,
-            self.optimizers(),
-            self.lr_schedulers(),
-            keep=getattr(self.data.sampler, "keep_group", None),
+            optimizer,
+            scheduler,
+            keep=sampler.keep_group if isinstance(sampler, GroupFilter) else None,
             backward=self.manual_backward,
             pad_passes=self._missing_passes,
             progress=self.rl_step / max(self.cfg.trainer.max_steps, 1),
@@ -188,8 +193,6 @@ class SearchAgentRL(L.LightningModule):
     # -- logging ------------------------------------------------------------------------------------
     def record(self, result: StepResult) -> None:
         """Trajectory JSONL dump, text samples and reward / advantage histograms of this step."""
-        from framework.rollout.records import render_record
-
         records, log, step = result.records(self.rl_step), self.cfg.logging, self.rl_step
         if log.dump_trajectories:
             folder = Path(self.cfg.run_dir) / "trajectories"
@@ -241,7 +244,7 @@ class SearchAgentRL(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["seekrl"] = {
             "rl_step": self.rl_step,
-            "backend_calls": getattr(self.backend, "calls", 0),
+            "backend_calls": self.backend.calls if isinstance(self.backend, CountsCalls) else 0,
             "policy": self.policy_identity(),
             "rng": random_state(),
             # this process's peak so far, and the earlier launches' (see earlier_peak_bytes)

@@ -19,9 +19,23 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from framework.data.datasets import SynthDatasetConfig, answerability_retriever_config, synth_ready
+from framework.data.schema import DatasetError
+from framework.paths import cache_root
 from framework.progress import JobStages
+from framework.registry import ALL
+from framework.registry.listing import describe
+from framework.registry.listing import render as render_components
+from framework.retrieval.bm25 import BM25RetrieverConfig, bm25_index_dir
+from framework.retrieval.corpus import corpus_fingerprint, iter_documents, store_path
+from framework.retrieval.dense import FaissRetrieverConfig, embeddings_path, faiss_index_dir
+from framework.retrieval.local import MANIFEST, LocalRetrieverConfig
+from framework.retrieval.types import RetrievalError
 from framework.rl.config import TrainConfig
 from framework.rl.stages import load_training_data
+from framework.rollout.policy import policy_source
+from framework.sft.warm_start import warm_start_sft
+from framework.training.precision import native_bf16_on
 
 #: the machine the rates and peaks below were recorded on (a fresh run of the README's main command,
 #: 2026-11-25: 13 min 45 s in all)
@@ -95,8 +109,6 @@ def minutes(seconds: float) -> str:
 
 
 def _native_bf16() -> bool:
-    from framework.training.precision import native_bf16_on
-
     return native_bf16_on("cpu")[0]
 
 
@@ -117,9 +129,6 @@ def corpus_stages(corpus: Any, cache_dir: str | None) -> tuple[str, int, Stage]:
     Raises:
         RetrievalError: a corpus source that cannot be found.
     """
-    from framework.paths import cache_root
-    from framework.retrieval.corpus import corpus_fingerprint, iter_documents, store_path
-
     fingerprint = corpus_fingerprint(corpus)
     path = store_path(cache_root(cache_dir), fingerprint)
     documents = sum(1 for _ in iter_documents(corpus))
@@ -131,10 +140,6 @@ def corpus_stages(corpus: Any, cache_dir: str | None) -> tuple[str, int, Stage]:
 
 def retriever_stages(rcfg: Any) -> Iterator[Stage]:
     """The store and indexes the local retriever ``rcfg`` reads; nothing for other backends."""
-    from framework.retrieval.bm25 import BM25RetrieverConfig, bm25_index_dir
-    from framework.retrieval.dense import FaissRetrieverConfig, embeddings_path, faiss_index_dir
-    from framework.retrieval.local import MANIFEST, LocalRetrieverConfig
-
     if not isinstance(rcfg, LocalRetrieverConfig):
         return
     fingerprint, documents, store = corpus_stages(rcfg.corpus, rcfg.cache_dir)
@@ -155,12 +160,6 @@ def retriever_stages(rcfg: Any) -> Iterator[Stage]:
 
 def dataset_stages(dcfg: Any) -> Iterator[Stage]:
     """The synthesized questions (and the answerability check's index); user files are read."""
-    from framework.data.datasets import (
-        SynthDatasetConfig,
-        answerability_retriever_config,
-        synth_ready,
-    )
-
     if not isinstance(dcfg, SynthDatasetConfig):
         return
     ready = synth_ready(dcfg)
@@ -176,8 +175,6 @@ def dataset_stages(dcfg: Any) -> Iterator[Stage]:
 def policy_stages(pcfg: Any) -> Iterator[Stage]:
     """The policy's weights made on first use (the packaged SmolLM2 GGUF converted to a
     safetensors checkpoint, once), where its source makes them."""
-    from framework.rollout.policy import policy_source
-
     built = policy_source(pcfg).built
     if built is not None:
         target = built(pcfg)
@@ -187,8 +184,6 @@ def policy_stages(pcfg: Any) -> Iterator[Stage]:
 
 def warm_start_stages(cfg: Any) -> Iterator[Stage]:
     """The cold-start SFT policy (expert trajectories, then SFT), cached and shared by every arm."""
-    from framework.sft.warm_start import warm_start_sft
-
     if cfg.warm_start.path is not None or not cfg.warm_start.sft:
         return
     sft_cfg, done = warm_start_sft(cfg)
@@ -282,8 +277,6 @@ def render(stages: list[Stage]) -> str:
 def job_stages(cfg: TrainConfig) -> JobStages:
     """The job's stage lines, counting down from the recorded-rate plan of what this run still has
     to build."""
-    from framework.retrieval.types import RetrievalError
-
     try:
         estimates = job_estimates(cfg)
     except (RetrievalError, OSError):  # a missing corpus: the index stage reports it
@@ -294,12 +287,6 @@ def job_stages(cfg: TrainConfig) -> JobStages:
 def dry_run(cfg: TrainConfig) -> None:
     """Bind every configured component, say what the run would build (from the cache, building
     nothing: no index, no data, no model loaded), check the data when it exists, then stop."""
-    from framework.data.schema import DatasetError
-    from framework.registry import ALL
-    from framework.registry.listing import describe
-    from framework.registry.listing import render as render_components
-    from framework.retrieval.types import RetrievalError
-
     print(f"seekrl-train: configuration valid (algorithm={cfg.algorithm}, seed={cfg.seed})")
     choice = cfg.trainer.precision_choice()  # reads the CPU's flags only
     print(f"  precision  {choice.precision} ({choice.reason})")

@@ -50,7 +50,7 @@ def think_texts_input(ctx: InputContext, *, cfg: ComponentConfig) -> list:
 
 
 def reader_belief(
-    policy: Any,
+    policy: torch.nn.Module,
     tokenizer: Any,
     prompts: list[str],
     answers: list[str],

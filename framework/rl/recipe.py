@@ -53,6 +53,7 @@ from framework.lightning.trainer import (
     log_progress,
     quiet_lightning,
 )
+from framework.registry import SAMPLERS
 from framework.retrieval.types import RetrievalError
 from framework.rl.config import TrainConfig
 from framework.rl.data import QuestionDataModule
@@ -184,8 +185,6 @@ def build(
     Raises:
         DatasetError, PolicyError, ValueError: the data or the policy cannot be used as configured.
     """
-    from framework.registry import SAMPLERS
-
     sampler = SAMPLERS.bind(cfg.sampler)(train_items, cfg.seed)
     module = SearchAgentRL(cfg, train_items, val_items)
     t = cfg.trainer

@@ -8,18 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from framework.data.schema import require_entities
+from framework.registry import DATASETS, RETRIEVERS
 from framework.rl.config import TrainConfig
 
 
 def build_index(cfg: TrainConfig) -> None:
     """Build (or find cached) the retriever's index now, as a stage of its own; a remote
     retriever has nothing to build."""
-    from framework.registry import RETRIEVERS
-
     retriever = RETRIEVERS.bind(cfg.retriever)()
-    close = getattr(retriever, "close", None)
-    if close is not None:
-        close()
+    retriever.close()
 
 
 def load_training_data(cfg: TrainConfig) -> dict[str, Any]:
@@ -28,9 +26,6 @@ def load_training_data(cfg: TrainConfig) -> dict[str, Any]:
     Raises:
         DatasetError: a malformed or empty split, or one without entities for an entity reward.
     """
-    from framework.data.schema import require_entities
-    from framework.registry import DATASETS
-
     load = DATASETS.bind(cfg.dataset)
     splits = {"train": load("train")}
     if getattr(cfg.dataset, "validation", "") is not None:  # user files may have no validation

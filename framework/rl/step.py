@@ -10,28 +10,36 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LRScheduler
 
 from framework.config import ComponentConfig
 from framework.data.schema import QAItem
+from framework.registry import ADVANTAGES, AUGMENTERS
+from framework.registry.protocols import Augmenter, BoundAdvantageFn, RolloutBackend
 from framework.rl.augment import AugmentContext
 from framework.rl.batch import PlanOptions, RolloutBatch, per_rollout
 from framework.rl.config import OptimConfig, TrainConfig
 from framework.rl.drawn import Drawn
 from framework.rl.inputs import REQUIRING_SECTIONS, InputContext, provide_inputs
-from framework.rl.update import LossSpec, plan_options, policy_update
+from framework.rl.update import LossSpec, loss_spec, plan_options, policy_update
 from framework.rollout.metrics import (
     correct,
     correctness_metric,
     rollout_metrics,
     zero_variance_fraction,
 )
+from framework.rollout.records import trajectory_records
 from framework.rollout.scoring import Scores, score
-from framework.rollout.types import Trajectory
-from framework.types import AdvantageInputs, GroupRequest
+from framework.training.lora import reference_policy
+from framework.types import GroupRequest, Trajectory
+
+if TYPE_CHECKING:
+    from lightning.pytorch.core.optimizer import LightningOptimizer
 
 
 class RolloutLoop(Protocol):
@@ -39,7 +47,7 @@ class RolloutLoop(Protocol):
     benchmark's single-turn loop)."""
 
     #: the generation backend, whose weights follow the policy (``update_weights``, ``tokenizer``)
-    backend: Any
+    backend: RolloutBackend
     #: seconds of the last run by phase
     timings: dict[str, float]
 
@@ -51,6 +59,14 @@ class RolloutLoop(Protocol):
         question_ids: list[int] | None = None,
         progress: Callable[[int, int], None] | None = None,
     ) -> list[Trajectory]: ...
+
+
+@runtime_checkable
+class CountsRetrievals(Protocol):
+    """A loop that counts its last run's retriever calls by outcome (``queries``, ``empty``,
+    ``failed``), as :class:`~framework.rollout.engine.AgentLoop` does."""
+
+    retrieval_counts: dict[str, int]
 
 
 @dataclass
@@ -84,16 +100,14 @@ class StepParts:
     spec: LossSpec
     optim: OptimConfig
     pad_id: int
-    reference: Any = None
+    reference: torch.nn.Module | None = None
     loss: ComponentConfig | None = None
-    estimator: Callable[[AdvantageInputs], Tensor] | None = None
+    estimator: BoundAdvantageFn | None = None
     plan: PlanOptions | None = None
     augment: ComponentConfig | None = None
-    augmenter: Any = None
+    augmenter: Augmenter | None = None
 
     def __post_init__(self) -> None:
-        from framework.registry import ADVANTAGES, AUGMENTERS
-
         if self.augmenter is None and self.augment is not None and self.augment.name != "none":
             self.augmenter = AUGMENTERS.bind(self.augment)()
         if self.estimator is None:
@@ -114,9 +128,6 @@ class StepParts:
         """The parts of the train config ``cfg`` (``reward``, ``advantage``, ``loss``, ``kl``,
         ``optim``): the objective bound through the registries and, with a KL term, a frozen
         reference of ``policy``. ``reward`` replaces the configured one (a benchmark's)."""
-        from framework.rl.update import loss_spec
-        from framework.training.lora import reference_policy
-
         spec = loss_spec(cfg.loss, cfg.kl)
         reference = reference_policy(policy) if spec.kl is not None else None
         return cls(
@@ -177,8 +188,6 @@ class StepResult:
     def records(self, step: int) -> list[dict[str, Any]]:
         """One JSON-ready dict per rollout (:func:`~framework.rollout.records.trajectory_records`)
         with its advantage and the step."""
-        from framework.rollout.records import trajectory_records
-
         records = trajectory_records(self.trajectories, self.items, self.scores)
         for r, a in zip(records, self.rollout_advantages().tolist(), strict=True):
             r["advantage"] = a
@@ -186,7 +195,7 @@ class StepResult:
         return records
 
     def group_outcomes(
-        self, reward_cfg: Any = None
+        self, reward_cfg: ComponentConfig | None = None
     ) -> tuple[list[int], list[list[float]], list[list[bool]]]:
         """Per trained group: its question (dataset row), its rollouts' total rewards and whether
         each is correct by the reward's answer metric (what an adaptive sampler observes)."""
@@ -271,7 +280,9 @@ def draw_groups(
         for k, v in parts.running_loop().timings.items():
             if k != "total":
                 timings[f"timing/{k}"] += v
-        for k, n in getattr(parts.loop, "retrieval_counts", {}).items():
+        loop = parts.loop
+        counts: dict[str, int] = loop.retrieval_counts if isinstance(loop, CountsRetrievals) else {}
+        for k, n in counts.items():
             timings[f"retrieval/{k}"] += float(n)  # queries, empty, failed (summed over rounds)
         timings["timing/rollout"] += time.perf_counter() - clock
         mark = time.perf_counter()
@@ -302,13 +313,15 @@ def draw_groups(
     return Drawn.merge(rounds), drawn, figures
 
 
-def augment(parts: StepParts, kept: Drawn, progress: float) -> tuple[Drawn, dict[str, float]]:
-    """The rollouts the step trains on after the run's augmenter (:mod:`framework.rl.augment`),
+def augment(
+    parts: StepParts, augmenter: Augmenter, kept: Drawn, progress: float
+) -> tuple[Drawn, dict[str, float]]:
+    """The rollouts the step trains on after the run's ``augmenter`` (:mod:`framework.rl.augment`),
     and its figures: ``augment/...``, the rollouts and tokens it generated, its seconds."""
     clock = time.perf_counter()
     loop = parts.running_loop()
     ctx = AugmentContext(loop, parts.reward, parts.policy, loop.backend.tokenizer, progress)
-    out = parts.augmenter.augment(kept, ctx)
+    out = augmenter.augment(kept, ctx)
     figures = {f"augment/{k}": float(v) for k, v in out.figures.items()}
     figures["augment/rollouts"] = float(len(ctx.generated))
     tokens = sum(t.stats.get("generated_tokens", 0) for t in ctx.generated)
@@ -321,8 +334,8 @@ def rl_step(
     parts: StepParts,
     groups: Sequence[GroupRequest],
     dataset: Sequence[QAItem],
-    optimizer: Any,
-    scheduler: Any,
+    optimizer: Optimizer | LightningOptimizer,
+    scheduler: LRScheduler,
     *,
     keep: Callable[[Tensor, Tensor], bool] | None = None,
     backward: Callable[[Tensor], None] = Tensor.backward,
@@ -366,7 +379,7 @@ def rl_step(
     loop = parts.running_loop()
     kept, drawn, timings = draw_groups(parts, groups, dataset, keep)
     if parts.augmenter is not None:
-        kept, more = augment(parts, kept, progress)
+        kept, more = augment(parts, parts.augmenter, kept, progress)
         timings.update(more)
 
     mark = time.perf_counter()
@@ -408,7 +421,7 @@ def rl_step(
     figures = {f"rollout/{k}": v for k, v in rollout.items()}
     figures.update({f"loss/{k}": v for k, v in losses.items()})
     figures.update(timings)
-    figures["train/lr"] = scheduler.get_last_lr()[0]
+    figures["train/lr"] = float(scheduler.get_last_lr()[0])
     figures["train/rollouts"] = len(batch.trajectories)
     # what the step spent, for comparisons at equal compute (framework/study/compute.py): every
     # rollout it generated (each sampler round's, and an augmenter's), their generated tokens, and

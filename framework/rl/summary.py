@@ -7,6 +7,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from framework.eval.final import final_lines
+from framework.eval.sweep import append, sweep_job
 from framework.rl.config import TrainConfig
 
 
@@ -52,8 +54,6 @@ def run_summary(
 def record_sweep_job(cfg: TrainConfig, run_dir: Path, summary: dict[str, Any]) -> None:
     """In a multirun, add this job's row to the sweep table (``<sweep dir>/sweep.jsonl``, ``.md``,
     ``.csv``); a single run has none."""
-    from framework.eval.sweep import append, sweep_job
-
     job = sweep_job()
     if job is None:
         return
@@ -127,6 +127,4 @@ def report(
     if "TensorBoard" in str(logger.get("_target_", "")):
         print(f"  TensorBoard: tensorboard --logdir {run_dir / 'tensorboard'}")
     if final is not None:
-        from framework.eval.final import final_lines
-
         print("\n" + "\n".join(final_lines(final, final["where"])))

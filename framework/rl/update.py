@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LRScheduler
 
 from framework.algorithms.losses.base import PolicyLossConfig
 from framework.algorithms.losses.kl import KLConfig
@@ -22,19 +24,25 @@ from framework.algorithms.losses.rollout_correction import (
     correction_weights,
     mismatch_stats,
 )
+from framework.registry import KL_ESTIMATORS, POLICY_LOSSES
+from framework.registry.protocols import BoundKLFn, BoundPolicyLossFn
 from framework.rl.batch import MicroBatch, PlanOptions, UpdatePlan
+from framework.rl.config import OptimConfig
 from framework.training.tokens import token_logprobs
 from framework.types import LossOutput, PolicyLossInputs
+
+if TYPE_CHECKING:
+    from lightning.pytorch.core.optimizer import LightningOptimizer
 
 
 @dataclass
 class LossSpec:
     """The bound registry components of the objective."""
 
-    policy_loss: Callable[[PolicyLossInputs], LossOutput]
+    policy_loss: BoundPolicyLossFn
     agg: str
     norm_constant: float | None = None
-    kl: Callable[..., Tensor] | None = None
+    kl: BoundKLFn | None = None
     kl_coef: float = 0.0
     #: the loss reads group statistics: every group goes into one micro-batch
     whole_groups: bool = False
@@ -58,8 +66,6 @@ def loss_spec(loss: PolicyLossConfig, kl: KLConfig) -> LossSpec:
     (``needs_groups``, ``zero_advantage_inert``); the KL term's coefficient is the KL config's
     ``coef``, which every KL config declares (``KL_ESTIMATORS``' config base, :class:`KLConfig`).
     """
-    from framework.registry import KL_ESTIMATORS, POLICY_LOSSES
-
     use_kl = kl.coef > 0
     return LossSpec(
         policy_loss=POLICY_LOSSES.bind(loss),
@@ -77,7 +83,7 @@ def loss_spec(loss: PolicyLossConfig, kl: KLConfig) -> LossSpec:
     )
 
 
-def plan_options(optim: Any, spec: LossSpec) -> PlanOptions:
+def plan_options(optim: OptimConfig, spec: LossSpec) -> PlanOptions:
     """How this run's updates group rows into micro-batches (:meth:`RolloutBatch.plan`): the
     ``optim`` section's sizes and the loss's needs. Zero-advantage rollouts are skipped only when
     ``optim.skip_zero_advantage`` is on, no KL term is configured and the loss says such rollouts
@@ -110,12 +116,12 @@ class ChunkResult:
 
 
 def chunk_loss(
-    model: Any,
+    model: torch.nn.Module,
     micro: MicroBatch,
     spec: LossSpec,
     *,
     old_logprobs: Tensor | None = None,
-    reference: Any = None,
+    reference: torch.nn.Module | None = None,
     entropy: bool = False,
     pass_index: int = 0,
     passes: int = 1,
@@ -228,14 +234,14 @@ def _rollout_correction(
 
 
 @torch.no_grad()
-def behaviour_logprobs(model: Any, micro: Sequence[MicroBatch]) -> list[Tensor]:
+def behaviour_logprobs(model: torch.nn.Module, micro: Sequence[MicroBatch]) -> list[Tensor]:
     """Log-probabilities of every micro-batch under the current weights (before any update)."""
     device = next(model.parameters()).device
     return [token_logprobs(model, m.tokens.to(device))[0].detach() for m in micro]
 
 
 def run_update_pass(
-    model: Any,
+    model: torch.nn.Module,
     micro: Sequence[MicroBatch],
     weights: Sequence[float],
     spec: LossSpec,
@@ -243,7 +249,7 @@ def run_update_pass(
     *,
     pad_id: int,
     old_logprobs: list[Tensor] | None = None,
-    reference: Any = None,
+    reference: torch.nn.Module | None = None,
     entropy: bool = True,
     extra_passes: int = 0,
     pass_index: int = 0,
@@ -316,7 +322,7 @@ def ratio_figures(results: Sequence[ChunkResult]) -> dict[str, float]:
     return {"ratio_token_mean": mean, "ratio_std": var**0.5, "ratio_max": top}
 
 
-def zero_loss(model: Any, pad_id: int) -> Tensor:
+def zero_loss(model: torch.nn.Module, pad_id: int) -> Tensor:
     """A loss of exactly 0 connected to every parameter (one token through the model)."""
     device = next(model.parameters()).device
     out = model(input_ids=torch.full((1, 1), pad_id, dtype=torch.long, device=device))
@@ -348,7 +354,7 @@ def turn_count(micro: Sequence[MicroBatch]) -> int:
 
 
 @torch.no_grad()
-def mean_entropy(model: Any, micro: MicroBatch) -> float | None:
+def mean_entropy(model: torch.nn.Module, micro: MicroBatch) -> float | None:
     """Token-mean entropy over the generated tokens of ``micro`` (a collapse indicator)."""
     device = next(model.parameters()).device
     tokens = micro.tokens.to(device)
@@ -358,15 +364,15 @@ def mean_entropy(model: Any, micro: MicroBatch) -> float | None:
 
 
 def policy_update(
-    model: Any,
+    model: torch.nn.Module,
     plan: UpdatePlan,
     spec: LossSpec,
-    optimizer: Any,
-    scheduler: Any,
-    optim: Any,
+    optimizer: Optimizer | LightningOptimizer,
+    scheduler: LRScheduler,
+    optim: OptimConfig,
     *,
     backward: Callable[[Tensor], None] = Tensor.backward,
-    reference: Any = None,
+    reference: torch.nn.Module | None = None,
     pad_passes: Callable[[int], int] | None = None,
 ) -> dict[str, float]:
     """The update of one RL step: ``optim.policy_epochs`` passes over the planned PPO
@@ -494,7 +500,9 @@ def policy_update(
     return figures
 
 
-def _clip_and_step(params: Sequence[Tensor], optimizer: Any, grad_clip: float) -> Tensor:
+def _clip_and_step(
+    params: Sequence[Tensor], optimizer: Optimizer | LightningOptimizer, grad_clip: float
+) -> Tensor:
     """Clip the accumulated gradient to ``grad_clip`` (0: no limit) and step the optimiser;
     a non-finite gradient is dropped instead (it would poison the weights; the health monitor
     stops the run). Returns the gradient norm before clipping."""

@@ -8,14 +8,21 @@ its own config wherever a policy is rolled out.
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from collections.abc import Callable, Mapping
+
+import torch
 
 from framework.registry.kinds import ROLLOUT_BACKENDS
-from framework.rollout.types import RolloutBackend
+from framework.registry.protocols import RolloutBackend, Tokenizer
+from framework.types import ComponentConfig
 
 
 def build_backend(
-    cfg: Any, model: Any = None, tokenizer: Any = None, *, owns_model: bool = False
+    cfg: ComponentConfig,
+    model: torch.nn.Module | None = None,
+    tokenizer: Tokenizer | None = None,
+    *,
+    owns_model: bool = False,
 ) -> RolloutBackend:
     """The backend registered as ``cfg.name``, built with ``cfg``.
 
@@ -28,13 +35,15 @@ def build_backend(
             transformers one) may convert it in place instead of copying it; a backend without
             the option (vLLM holds its own copy of the weights) is built without it.
     """
-    make = ROLLOUT_BACKENDS.bind(cfg)
-    if owns_model and "owns_model" in _parameters(ROLLOUT_BACKENDS.get(cfg.name).target):
-        return make(model=model, tokenizer=tokenizer, owns_model=True)
-    return make(model=model, tokenizer=tokenizer)
+    target = ROLLOUT_BACKENDS.get(cfg.name).target
+    if owns_model and "owns_model" in _parameters(target):
+        # an option of some backends only (read from the signature), not of the kind's protocol
+        build: Callable[..., RolloutBackend] = target
+        return build(cfg=cfg, model=model, tokenizer=tokenizer, owns_model=True)
+    return ROLLOUT_BACKENDS.bind(cfg)(model=model, tokenizer=tokenizer)
 
 
-def _parameters(target: Any) -> Any:
+def _parameters(target: Callable[..., object]) -> Mapping[str, inspect.Parameter]:
     try:
         return inspect.signature(target).parameters
     except (TypeError, ValueError):  # no signature to read: build it without the option

@@ -282,7 +282,7 @@ def _accepts(model: Any, name: str) -> bool:
         return False
 
 
-def cache_argument(model: Any) -> str:
+def cache_argument(model: torch.nn.Module) -> str:
     """The keyword the model's forward takes its KV cache by: ``cache`` where transformers has it
     (5.24 here, which warns that ``past_key_values`` goes in 5.40), ``past_key_values`` before."""
     return "cache" if _accepts(model, "cache") else "past_key_values"
@@ -294,7 +294,7 @@ def returned_cache(result: Any) -> Any:
     return cache if cache is not None else result.past_key_values
 
 
-def supports_prefix_reuse(model: Any) -> bool:
+def supports_prefix_reuse(model: torch.nn.Module) -> bool:
     """Whether the model's cache is plain full attention (no sliding windows, no recurrent state)."""
     config = getattr(model, "config", None)
     text = config.get_text_config(decoder=True) if config is not None else None
@@ -303,7 +303,7 @@ def supports_prefix_reuse(model: Any) -> bool:
 
 
 def decode(
-    model: Any, seqs: Sequence[Sequence[int]], limits: Sequence[int], **kwargs: Any
+    model: torch.nn.Module, seqs: Sequence[Sequence[int]], limits: Sequence[int], **kwargs: Any
 ) -> list[list[int]]:
     """New tokens for each sequence: up to its limit, an end-of-sequence token, or the token that
     completes a stop string (the caller cuts exactly with ``cut_generation``).
@@ -317,7 +317,7 @@ def decode(
 
 
 def decode_with_logprobs(
-    model: Any,
+    model: torch.nn.Module,
     seqs: Sequence[Sequence[int]],
     limits: Sequence[int],
     *,
@@ -486,7 +486,7 @@ def prefill_groups(new_lengths: dict[int, int]) -> list[list[int]]:
 
 
 def _prefill(
-    model: Any,
+    model: torch.nn.Module,
     seqs: dict[int, Sequence[int]],
     reuse: dict[int, _Entry | None],
     pad_id: int,

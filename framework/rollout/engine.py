@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from framework.config import Problem, check_range
-from framework.retrieval.types import Retriever
+from framework.registry.protocols import Retriever, RolloutBackend
+from framework.rollout.config import AgentConfig
 from framework.rollout.parser import (
     ANSWER,
     STOP_STRINGS,
@@ -27,46 +27,16 @@ from framework.rollout.parser import (
 )
 from framework.rollout.policy import chat_prompt_ids
 from framework.rollout.tools import TOOLS, CountingRetriever, ToolResult, tool_stats
-from framework.rollout.types import Generation, RolloutBackend, Segment, Trajectory
-from framework.types import STATUS_FORMAT_ERROR, STATUS_OK, STATUS_OVER_BUDGET, Status, TurnSpan
-
-SYSTEM_PROMPT = """You are a research assistant who answers questions by searching a Wikipedia corpus.
-Think step by step inside <think> </think>. To search, write
-<tool_call>{"name": "search", "arguments": {"queries": ["query one", "query two"]}}</tool_call>
-and the results appear inside <tool_response> </tool_response>. To read a whole article, write
-<tool_call>{"name": "visit", "arguments": {"title": "Article title", "goal": "what you look for"}}</tool_call>
-Search as often as you need. When you know the answer, write it, as short as possible, inside
-<answer> </answer>."""
-
-
-@dataclass
-class AgentConfig:
-    """Budgets and tool settings of the agent loop."""
-
-    max_turns: int = field(default=8, metadata={"help": "model turns per rollout"})
-    max_tool_calls: int = field(default=8, metadata={"help": "tool calls per rollout (paper: 40)"})
-    max_new_tokens_per_turn: int = field(default=256, metadata={"help": "tokens per model turn"})
-    max_total_tokens: int = field(default=2048, metadata={"help": "prompt + response budget"})
-    max_invalid_calls: int = field(
-        default=2, metadata={"help": "invalid tool calls tolerated before a format error"}
-    )
-    search_k: int = field(default=3, metadata={"help": "results per search query"})
-    max_passage_chars: int = field(default=400, metadata={"help": "characters per search result"})
-    max_visit_chars: int = field(default=1500, metadata={"help": "characters of a visited page"})
-    system_prompt: str = field(
-        default=SYSTEM_PROMPT,
-        metadata={"help": "describes the tools (every tool of framework.rollout.tools.TOOLS)"},
-    )
-
-    def problems(self) -> list[Problem]:
-        out: list[Problem] = []
-        for name in ("max_turns", "max_new_tokens_per_turn", "search_k", "max_passage_chars"):
-            out += check_range(getattr(self, name), name, low=1)
-        out += check_range(self.max_tool_calls, "max_tool_calls", low=0)
-        out += check_range(self.max_invalid_calls, "max_invalid_calls", low=0)
-        out += check_range(self.max_visit_chars, "max_visit_chars", low=1)
-        out += check_range(self.max_total_tokens, "max_total_tokens", low=16)
-        return out
+from framework.types import (
+    STATUS_FORMAT_ERROR,
+    STATUS_OK,
+    STATUS_OVER_BUDGET,
+    Generation,
+    Segment,
+    Status,
+    Trajectory,
+    TurnSpan,
+)
 
 
 @dataclass
@@ -335,13 +305,9 @@ class AgentLoop:
             return
         start = time.perf_counter()
         seqs, limits = [r.traj.token_ids for r, _ in live], [n for _, n in live]
-        if all(r.seed is not None for r, _ in live):
-            outs = self.backend.generate(
-                seqs,
-                limits,
-                STOP_STRINGS,
-                seeds=[int(r.seed) for r, _ in live],  # type: ignore[call-arg,arg-type]
-            )
+        seeds = [int(r.seed) for r, _ in live if r.seed is not None]
+        if len(seeds) == len(live):
+            outs = self.backend.generate(seqs, limits, STOP_STRINGS, seeds=seeds)
         else:
             outs = self.backend.generate(seqs, limits, STOP_STRINGS)
         self.timings["generate"] += time.perf_counter() - start

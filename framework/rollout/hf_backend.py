@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from framework.config import ComponentConfig, Problem, check_choice, check_range
 from framework.registry.kinds import ROLLOUT_BACKENDS
 from framework.rollout.decoding import (
@@ -15,7 +17,8 @@ from framework.rollout.decoding import (
     use_packed_decode_attention,
 )
 from framework.rollout.policy import PolicyConfig, load_policy
-from framework.rollout.types import Generation
+from framework.training.precision import native_bf16_on
+from framework.types import Generation
 
 DECODERS = ("loop", "generate")
 COMPUTE_DTYPES = ("auto", "float32", "bfloat16")
@@ -186,7 +189,7 @@ class TransformersBackend:
         stop: Sequence[str],
         seeds: Sequence[int] | None = None,
     ) -> list[Generation]:
-        """New tokens for each sequence (see :class:`~framework.rollout.types.RolloutBackend`).
+        """New tokens for each sequence (see :class:`~framework.registry.protocols.RolloutBackend`).
 
         ``seeds`` (one per sequence) make each sequence's random numbers a function of its seed
         and the token's position alone (``decoder=loop``); without them a call draws from torch's
@@ -291,7 +294,7 @@ class TransformersBackend:
         if self.prefix_cache is not None:
             self.prefix_cache.clear()
 
-    def update_weights(self, model: Any) -> None:
+    def update_weights(self, model: torch.nn.Module) -> None:
         """Generate with ``model``'s weights from now on (no copy when it is the same module);
         KV entries computed with the old weights are dropped."""
         if self.prefix_cache is not None:
@@ -310,8 +313,6 @@ def rollout_dtype(requested: str, device: str = "cpu") -> tuple[Any, str]:
     docs/benchmarks/roofline.md).
     """
     import torch
-
-    from framework.training.precision import native_bf16_on
 
     if requested != "auto":
         return getattr(torch, requested), f"set explicitly (rollout.compute_dtype={requested})"

@@ -21,8 +21,7 @@ from framework.rewards.text import ReportsEntityRule, ReportsVerdict, answer_met
 from framework.rollout.scoring import Scores
 from framework.rollout.signals import signal_figures
 from framework.rollout.tools import tool_stats
-from framework.rollout.types import Trajectory
-from framework.types import STATUS_OK, STATUSES
+from framework.types import STATUS_OK, STATUSES, Trajectory
 
 
 def correctness_metric(reward_cfg: object = None) -> str:

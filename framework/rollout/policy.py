@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from framework.config import Problem, check, check_choice, check_range
 from framework.paths import cache_root, package_dir
 
@@ -143,7 +145,6 @@ def smollm2_checkpoint(cache_dir: str | None = None) -> Path:
     if (target / "config.json").is_file():
         return target
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = smollm2_gguf()
@@ -207,7 +208,6 @@ def load_policy(cfg: PolicyConfig) -> tuple[Any, Any]:
     Raises:
         PolicyError: a missing package or checkpoint, or one that transformers cannot load.
     """
-    import torch
     from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
     tok = load_tokenizer(cfg)

@@ -9,7 +9,7 @@ from typing import Any
 from framework.data.schema import QAItem
 from framework.rollout.scoring import Scores
 from framework.rollout.signals import trajectory_signals
-from framework.rollout.types import Segment, Trajectory
+from framework.types import Segment, ToolCall, Trajectory, TurnSpan
 
 
 def trajectory_records(
@@ -65,8 +65,6 @@ def trajectory_state(t: Trajectory) -> dict[str, Any]:
 
 def trajectory_from_state(state: Mapping[str, Any]) -> Trajectory:
     """The :class:`Trajectory` that :func:`trajectory_state` gave ``state``."""
-    from framework.types import ToolCall, TurnSpan
-
     d = dict(state)
     d["segments"] = [Segment(**s) for s in d.get("segments", [])]
     turns = []

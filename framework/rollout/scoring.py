@@ -11,8 +11,7 @@ from torch import Tensor
 from framework.config import ComponentConfig
 from framework.data.schema import QAItem, dataset_columns
 from framework.rewards.composite import reward_parts
-from framework.rollout.types import Trajectory
-from framework.types import RewardInputs
+from framework.types import RewardInputs, Trajectory
 
 
 def reward_inputs(trajectories: Sequence[Trajectory], items: Sequence[QAItem]) -> RewardInputs:

@@ -14,8 +14,16 @@ from typing import Any
 from omegaconf import MISSING
 
 from framework.config.app import RUN_DIR
-from framework.config.problems import Problem, check_choice, check_range
-from framework.rollout.engine import AgentConfig
+from framework.data.schema import DatasetError
+from framework.problems import Problem, check_choice, check_range
+from framework.registry import DATASETS, RETRIEVERS
+from framework.retrieval.types import RetrievalError
+from framework.rollout.backend import build_backend
+from framework.rollout.config import AgentConfig
+from framework.rollout.engine import AgentLoop
+from framework.rollout.policy import PolicyError
+from framework.rollout.records import render_record, trajectory_records
+from framework.rollout.scoring import score
 from framework.types import STATUSES
 
 
@@ -45,15 +53,6 @@ class RolloutsConfig:
 
 def show_rollouts(cfg: RolloutsConfig) -> dict[str, Any]:
     """Sample questions, roll them out, score, print and dump the trajectories."""
-    from framework.data.schema import DatasetError
-    from framework.registry import DATASETS, RETRIEVERS
-    from framework.retrieval.types import RetrievalError
-    from framework.rollout.backend import build_backend
-    from framework.rollout.engine import AgentLoop
-    from framework.rollout.policy import PolicyError
-    from framework.rollout.records import render_record, trajectory_records
-    from framework.rollout.scoring import score
-
     try:
         items = DATASETS.bind(cfg.dataset)(cfg.split)
         retriever = RETRIEVERS.bind(cfg.retriever)()

@@ -24,8 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from framework.rollout.types import Trajectory
-from framework.types import STATUS_FORMAT_ERROR, STATUS_OVER_BUDGET
+from framework.types import STATUS_FORMAT_ERROR, STATUS_OVER_BUDGET, Trajectory
 
 #: the signals, in report order
 SIGNALS = ("loop", "stagnation", "failure", "exhaustion", "misalignment")

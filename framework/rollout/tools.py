@@ -13,19 +13,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from framework.registry.protocols import Retriever
 from framework.retrieval.types import (
     DocumentNotFound,
     QueryError,
     RetrievalError,
-    Retriever,
     RetrieverUnavailable,
 )
+from framework.rollout.config import AgentConfig
 from framework.types import ToolCall  # re-exported: the parser and the tests import it from here
-
-if TYPE_CHECKING:
-    from framework.rollout.engine import AgentConfig
 
 MAX_QUERIES_PER_CALL = 8
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from framework.config import ComponentConfig, Problem, check_range
 from framework.registry.kinds import ROLLOUT_BACKENDS
 from framework.rollout.hf_backend import SamplingConfig
@@ -26,7 +28,8 @@ from framework.rollout.policy import (
     load_tokenizer,
     policy_source,
 )
-from framework.rollout.types import Generation
+from framework.training.lora import is_peft
+from framework.types import Generation
 
 
 @dataclass
@@ -75,7 +78,9 @@ class VLLMBackend:
         PolicyError: vLLM is not installed, or the policy cannot be served by it.
     """
 
-    def __init__(self, *, cfg: VLLMBackendConfig, model: Any = None, tokenizer: Any = None) -> None:
+    def __init__(
+        self, *, cfg: VLLMBackendConfig, model: torch.nn.Module | None = None, tokenizer: Any = None
+    ) -> None:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         try:
             import vllm
@@ -169,8 +174,6 @@ class VLLMBackend:
 
     def update_weights(self, model: Any) -> None:
         """Load ``model``'s weights into the engine and drop the prefix cache built on the old ones."""
-        from framework.training.lora import is_peft
-
         if is_peft(model):  # the engine serves the plain architecture: merge adapters into a copy
             import copy
 

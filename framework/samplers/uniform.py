@@ -81,7 +81,7 @@ class UniformSamplerConfig(ComponentConfig):
         return out + check_range(self.steps_per_stage, "steps_per_stage", low=1)
 
 
-def check_questions(questions: Sequence[Any]) -> None:
+def check_questions(questions: Sequence[object]) -> None:
     """A sampler needs at least one question."""
     if len(questions) < 1:
         raise ValueError(
@@ -90,7 +90,7 @@ def check_questions(questions: Sequence[Any]) -> None:
         )
 
 
-def question_hops(questions: Sequence[Any], field: str, value: Any) -> list[int]:
+def question_hops(questions: Sequence[Any], field: str, value: object) -> list[int]:
     """Every question's hop count; when any lacks one, an error naming the setting that needs
     them (``sampler.<field>`` set to ``value``)."""
     missing = sum(getattr(q, "hops", None) is None for q in questions)

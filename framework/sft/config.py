@@ -9,10 +9,11 @@ from typing import Any
 from omegaconf import MISSING
 
 from framework.config.app import RUN_DIR, schedule_problems, target_problems
-from framework.config.problems import Problem, check, check_range
 from framework.lightning.trainer import TrainerConfig
-from framework.rollout.engine import AgentConfig
+from framework.problems import Problem, check, check_range
+from framework.rollout.config import AgentConfig
 from framework.sft.expert import ExpertConfig
+from framework.training.checkpoints import policy_folder
 from framework.training.lora import LoraConfig
 
 
@@ -64,8 +65,6 @@ class WarmStartConfig:
     def problems(self) -> list[Problem]:
         out = check_range(self.eval_questions, "eval_questions", low=0)
         if self.path is not None:
-            from framework.training.checkpoints import policy_folder
-
             out += check(
                 policy_folder(self.path) is not None,
                 "path",

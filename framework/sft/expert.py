@@ -21,11 +21,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from framework.config import Problem, check_range
 from framework.data.schema import QAItem
-from framework.rollout.engine import AgentConfig, AgentLoop
-from framework.rollout.types import Generation, Trajectory
-from framework.types import STATUS_OK, STATUS_OVER_BUDGET
+from framework.data.synthesis import with_article
+from framework.rewards.text import exact_match
+from framework.rollout.config import AgentConfig
+from framework.rollout.engine import AgentLoop
+from framework.types import STATUS_OK, STATUS_OVER_BUDGET, Generation, Trajectory
 
 
 @dataclass
@@ -83,8 +87,6 @@ ANSWER = (
 
 
 def _a(phrase: str) -> str:
-    from framework.data.synthesis import with_article
-
     return with_article(phrase)
 
 
@@ -190,7 +192,11 @@ class ExpertBackend:
         self.calls = 0
 
     def generate(
-        self, sequences: Sequence[Sequence[int]], max_new_tokens: Sequence[int], stop: Sequence[str]
+        self,
+        sequences: Sequence[Sequence[int]],
+        max_new_tokens: Sequence[int],
+        stop: Sequence[str],
+        seeds: Sequence[int] | None = None,  # scripted turns: nothing to seed
     ) -> list[Generation]:
         out = []
         for seq, limit in zip(sequences, max_new_tokens, strict=True):
@@ -210,7 +216,9 @@ class ExpertBackend:
         self.calls += 1
         return out
 
-    def update_weights(self, model: Any) -> None:  # nothing to update: the expert is a script
+    def update_weights(
+        self, model: torch.nn.Module
+    ) -> None:  # nothing to update: the expert is a script
         return None
 
 
@@ -295,8 +303,6 @@ def expert_trajectories(
 
 
 def _drop_reason(item: QAItem, plan: _Plan, t: Trajectory) -> str | None:
-    from framework.rewards.text import exact_match
-
     if plan.failure:
         return plan.failure
     if t.status == STATUS_OVER_BUDGET:

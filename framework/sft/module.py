@@ -12,9 +12,9 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, Sampler
 
 from framework.algorithms.losses.sft import sft_loss
-from framework.rollout.types import Trajectory
 from framework.training.schedule import adamw, lr_multiplier
 from framework.training.scoring import teacher_forced
+from framework.types import Trajectory
 
 
 class LengthBuckets(Sampler[list[int]]):

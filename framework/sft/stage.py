@@ -16,20 +16,36 @@ import time
 from pathlib import Path
 from typing import Any
 
+from framework.data.leakage import refuse_leaks, trained_text_overlaps
 from framework.data.schema import DatasetError
+from framework.lightning.run_info import save_run_info
+from framework.lightning.trainer import (
+    INTERRUPTED,
+    announce_precision,
+    apply_gradient_checkpointing,
+    apply_threads,
+    build_trainer,
+    log_progress,
+    quiet_lightning,
+)
+from framework.progress import Progress
+from framework.registry import DATASETS, RETRIEVERS
+from framework.rewards.outcome import OutcomeRewardConfig
+from framework.rollout.backend import build_backend
+from framework.rollout.engine import AgentLoop
+from framework.rollout.metrics import rollout_metrics
+from framework.rollout.policy import load_policy
+from framework.rollout.scoring import score
 from framework.sft.config import SFTConfig
+from framework.sft.expert import expert_trajectories
+from framework.training.checkpoints import checkpoint_step, newest_checkpoint
+from framework.training.lora import apply_lora, export_policy
 
 
 def agent_check(
     backend: Any, retriever: Any, agent: Any, items: list, reward: Any = None, label: str = "check"
 ) -> dict:
     """Roll ``items`` out once each and summarise format validity, accuracy and tool use."""
-    from framework.progress import Progress
-    from framework.rewards.outcome import OutcomeRewardConfig
-    from framework.rollout.engine import AgentLoop
-    from framework.rollout.metrics import rollout_metrics
-    from framework.rollout.scoring import score
-
     if not items:
         return {}
     loop = AgentLoop(backend, retriever, agent)
@@ -86,8 +102,6 @@ def check_expert_leaks(kept: list, load: Any, tokenizer: Any, folder: Path) -> d
     Raises:
         LeakError: a validation or test answer is named (a :class:`DatasetError`).
     """
-    from framework.data.leakage import refuse_leaks, trained_text_overlaps
-
     held = {}
     for split in ("validation", "test"):
         try:
@@ -121,25 +135,9 @@ def run_sft(cfg: SFTConfig, *, quiet: bool = False) -> dict[str, Any]:
     """
     import lightning as L
 
+    # Lightning at import time: seconds, paid only by a run that trains
     from framework.lightning.callbacks import StepCheckpoint
-    from framework.lightning.run_info import save_run_info
-    from framework.lightning.trainer import (
-        INTERRUPTED,
-        announce_precision,
-        apply_gradient_checkpointing,
-        apply_threads,
-        build_trainer,
-        log_progress,
-        quiet_lightning,
-    )
-    from framework.progress import Progress
-    from framework.registry import DATASETS, RETRIEVERS
-    from framework.rollout.backend import build_backend
-    from framework.rollout.policy import load_policy
-    from framework.sft.expert import expert_trajectories
     from framework.sft.module import SFTData, SFTModule, padding_report
-    from framework.training.checkpoints import checkpoint_step, newest_checkpoint
-    from framework.training.lora import apply_lora, export_policy
 
     clock = time.perf_counter()
     quiet_lightning()

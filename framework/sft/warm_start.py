@@ -12,7 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from framework.data.datasets import data_key
+from framework.paths import cache_root
+from framework.retrieval.encoder import fingerprint_key, resolved_dtype
 from framework.sft.config import SFTConfig
+from framework.sft.stage import run_sft
+from framework.training.checkpoints import policy_folder
 
 
 def warm_start_sft(cfg: Any) -> tuple[SFTConfig, Path]:
@@ -23,10 +28,6 @@ def warm_start_sft(cfg: Any) -> tuple[SFTConfig, Path]:
         cfg: the train app's config (:class:`framework.rl.config.TrainConfig`).
     """
     from dataclasses import asdict, replace
-
-    from framework.data.datasets import data_key
-    from framework.paths import cache_root
-    from framework.retrieval.encoder import fingerprint_key
 
     ws = cfg.warm_start
     # the sections the SFT stage takes from the train config as they are
@@ -46,8 +47,6 @@ def warm_start_sft(cfg: Any) -> tuple[SFTConfig, Path]:
     keyed["rollout"].pop("compute_dtype", None)
     encoder = getattr(cfg.retriever, "encoder", None)
     if encoder is not None and "encoder" in keyed["retriever"]:  # the dtype run, not "auto"
-        from framework.retrieval.encoder import resolved_dtype
-
         keyed["retriever"]["encoder"]["dtype"] = resolved_dtype(encoder)
     keyed["data"] = data_key(cfg.dataset)  # the questions themselves (synthesis code, files' bytes)
     keyed["trainer"] = {
@@ -71,8 +70,6 @@ def warm_start(cfg: Any) -> Any:
     """
     from dataclasses import replace
 
-    from framework.training.checkpoints import policy_folder
-
     ws = cfg.warm_start
     if ws.path is not None:
         folder = policy_folder(ws.path) or Path(ws.path).expanduser()
@@ -80,8 +77,6 @@ def warm_start(cfg: Any) -> Any:
         sft_cfg, done = warm_start_sft(cfg)
         if not (done / "policy" / "config.json").is_file():
             import shutil
-
-            from framework.sft.stage import run_sft
 
             # an interrupted earlier attempt left its SFT checkpoint here: run_sft resumes from it
             tmp = done.with_name(done.name + ".partial")

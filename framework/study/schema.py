@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from framework.config.problems import Problem, check, check_range
+from framework.problems import Problem, check, check_range
 
 
 @dataclass

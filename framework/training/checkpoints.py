@@ -8,6 +8,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from framework.rollout.policy import load_policy
+from framework.training.lora import LoraConfig, apply_lora
+
 CHECKPOINT_GLOB = "step-*.ckpt"
 
 
@@ -96,8 +99,6 @@ def load_checkpoint_policy(checkpoint: str | None, base: Any) -> tuple[Any, Any,
     """
     import torch
 
-    from framework.rollout.policy import load_policy
-
     if checkpoint is None:
         model, tok = load_policy(base)
         return model, tok, f"base policy ({base.source}{': ' + base.path if base.path else ''})"
@@ -123,8 +124,6 @@ def load_checkpoint_policy(checkpoint: str | None, base: Any) -> tuple[Any, Any,
     }
     lora = any("lora_" in k for k in weights)
     if lora:
-        from framework.training.lora import LoraConfig, apply_lora
-
         model = apply_lora(model, LoraConfig(enabled=True))
     try:
         model.load_state_dict(weights, strict=True)

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from framework.config import Problem, check_range
 
 
@@ -30,7 +32,7 @@ class LoraConfig:
         return out
 
 
-def apply_lora(model: Any, cfg: LoraConfig) -> Any:
+def apply_lora(model: torch.nn.Module, cfg: LoraConfig) -> Any:
     """``model`` with trainable adapters on ``cfg.target_modules`` (the base weights frozen)."""
     from peft import LoraConfig as PeftLoraConfig
     from peft import get_peft_model
@@ -45,7 +47,7 @@ def apply_lora(model: Any, cfg: LoraConfig) -> Any:
     return get_peft_model(model, peft_cfg)
 
 
-def is_peft(model: Any) -> bool:
+def is_peft(model: torch.nn.Module) -> bool:
     return hasattr(model, "merge_and_unload") and hasattr(model, "peft_config")
 
 
@@ -73,7 +75,7 @@ class AdaptersOff:
             return self.model(**kwargs)
 
 
-def reference_policy(model: Any) -> Any:
+def reference_policy(model: torch.nn.Module) -> Any:
     """The frozen KL reference of ``model``: for LoRA its base with the adapters off (no copy),
     else a frozen copy."""
     if is_peft(model):

@@ -3,7 +3,7 @@
 One function, :func:`teacher_forced`, serves every place that runs the policy over known token
 sequences and reads the log-probabilities of some of their tokens: the SFT loss (with gradient),
 the belief probes of IGPO and SPAE, InfoReasoner's reader, ArenaRL's policy judge, R³'s entropy
-profile and HiLL's reliance (without). Rows are :class:`~framework.rollout.types.Trajectory`
+profile and HiLL's reliance (without). Rows are :class:`~framework.types.Trajectory`
 objects whose loss mask marks the scored tokens; :func:`scoring_row` builds one from a context and
 the tokens to score after it. Gradient is the caller's choice (``torch.no_grad()`` around the
 loop, or not).
@@ -17,8 +17,8 @@ from typing import Any
 
 from torch import Tensor
 
-from framework.rollout.types import Trajectory
 from framework.training.tokens import TokenBatch, pack, token_logprobs
+from framework.types import Trajectory
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from framework.rollout.types import Trajectory
+from framework.types import Trajectory
 
 
 @dataclass
@@ -135,7 +135,11 @@ VOCAB_CHUNK_TOKENS = 1024
 
 
 def token_logprobs(
-    model: Any, batch: TokenBatch, *, entropy: bool = False, chunk: int = VOCAB_CHUNK_TOKENS
+    model: Any,
+    batch: TokenBatch,
+    *,
+    entropy: bool = False,
+    chunk: int = VOCAB_CHUNK_TOKENS,
 ) -> tuple[Tensor, Tensor | None]:
     """Log-probabilities ``[n, R]`` of the last ``R`` tokens of each row under ``model``.
 

@@ -17,7 +17,7 @@ import pytest
 from framework.registry import RETRIEVERS, ROLLOUT_BACKENDS
 from framework.retrieval.types import RetrieverConfigBase
 from framework.rollout.hf_backend import TransformersBackend, TransformersBackendConfig
-from framework.rollout.types import Generation
+from framework.types import Generation
 
 # importing test_train registers its test reward, test_length_mod
 from tests.integration.test_train import TINY, tags

@@ -81,7 +81,8 @@ def test_update_weights_changes_what_it_generates(backend):
 
 def test_agent_loop_runs_on_vllm(backend):
     from framework.retrieval.bm25 import BM25Retriever, BM25RetrieverConfig
-    from framework.rollout.engine import AgentConfig, AgentLoop
+    from framework.rollout.config import AgentConfig
+    from framework.rollout.engine import AgentLoop
 
     retriever = BM25Retriever(cfg=BM25RetrieverConfig(name="bm25"))
     try:

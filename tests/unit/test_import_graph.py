@@ -2,15 +2,17 @@
 
 Layers, bottom to top; a module imports from its own layer and the layers below it, never above:
 
-    0. shared leaves  ``framework/__init__.py``, ``types.py``, ``paths.py`` (files and the cache
-                      directory), ``progress.py``, ``accelerators.py`` (keeps JAX off the GPU),
-                      ``interrupt.py`` (SIGTERM as Ctrl-C, a study's children stopped with it)
-    1. config and     ``config/`` (problems, the component base class, the checks app schemas share,
-       registries     validation, Hydra composition) and ``registry/`` (the registries, plugin
-                      loading and the components listing; ``plugins.py`` is the old name of
-                      ``registry/plugins.py``). One layer:
-                      validation looks component names up in the registries, and the registries
-                      check configs against ``config.component``. Nothing in ``config/`` imports
+    0. shared leaves  ``framework/__init__.py``, ``types.py`` (the component config base, the
+                      batches, trajectories and retrieved text every layer passes around),
+                      ``problems.py`` (config problems and their error), ``paths.py`` (files and
+                      the cache directory), ``progress.py``, ``accelerators.py`` (keeps JAX off the
+                      GPU), ``interrupt.py`` (SIGTERM as Ctrl-C, a study's children stopped with it)
+    1. config and     ``config/`` (the checks app schemas share, validation, Hydra composition) and
+       registries     ``registry/`` (the registries, each kind's protocol, plugin loading and the
+                      components listing; ``plugins.py`` is the old name of
+                      ``registry/plugins.py``). One layer: validation looks component names up in
+                      the registries; the registries import nothing from ``config/`` (they check
+                      configs against ``types.ComponentConfig``). Nothing in ``config/`` imports
                       ``rollout/``, ``sft/``, ``training/``, ``lightning/`` or ``cli/``.
     2. algorithms     ``algorithms/``: pure tensor functions
     3. components     ``retrieval/``, ``rewards/``, ``data/``, ``samplers/``, ``rollout/``,
@@ -35,8 +37,8 @@ Layers, bottom to top; a module imports from its own layer and the layers below 
                       their evaluation, in child processes, so it sits beside ``cli/``, which
                       imports its schema and its entry point; no module cycle joins the two
 
-Packages of one layer may import each other (the vLLM backend loads training's LoRA adapters,
-training reads rollout's trajectory types), but no modules of two packages may form an import cycle.
+Packages of one layer may import each other (the vLLM backend loads training's LoRA adapters), but
+no modules may form an import cycle, whether they sit in two packages or in one.
 
 Every import counts, module-level and function-level (a deferred import still runs when the function
 does, and is still a dependency), and so does the package ``__init__`` that Python runs before a
@@ -56,7 +58,9 @@ FRAMEWORK_DIR = Path(framework.__file__).resolve().parent
 
 #: bottom to top; a package is the first name under ``framework`` ("" for framework/__init__.py)
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"", "types", "paths", "progress", "accelerators", "memory", "interrupt"}),
+    frozenset(
+        {"", "types", "problems", "paths", "progress", "accelerators", "memory", "interrupt"}
+    ),
     frozenset({"config", "registry", "plugins"}),
     frozenset({"algorithms"}),
     frozenset(
@@ -191,6 +195,21 @@ def cross_package_cycles(arrows: list[Import]) -> list[list[Import]]:
     return out
 
 
+def module_cycles(arrows: list[Import]) -> list[list[Import]]:
+    """For each import cycle between modules, wherever they sit, the arrows that form it.
+
+    The implicit arrow from a submodule to its package's ``__init__`` is left out: a package
+    whose ``__init__`` imports its own submodules is the usual layout, not a cycle. An explicit
+    import of the package (``from framework.registry import X`` in a registry module) counts.
+    """
+    explicit = [a for a in arrows if not a.where.endswith("(its package)")]
+    out = []
+    for component in cycles(explicit):
+        members = set(component)
+        out.append([a for a in explicit if a.source in members and a.target in members])
+    return out
+
+
 def upward_from_config(arrows: list[Import]) -> list[Import]:
     return [
         a
@@ -234,6 +253,31 @@ def test_no_import_cycle_across_packages():
             "\nexpected none. Fix: move the shared piece down to a package both may import "
             "(see the layers in tests/unit/test_import_graph.py)."
         )
+    )
+
+
+def test_no_import_cycle_inside_a_package():
+    found = module_cycles(import_graph())
+    assert not found, (
+        "[import graph] got import cycles between modules:\n"
+        + "\n".join(_lines(c) for c in found)
+        + (
+            "\nexpected none, also inside one package. Fix: move what both modules need into a "
+            "module that imports neither (framework/registry/state.py, framework/rollout/config.py)."
+        )
+    )
+
+
+def test_registry_imports_nothing_from_config():
+    found = [
+        a
+        for a in import_graph()
+        if package_of(a.source) == "registry" and package_of(a.target) == "config"
+    ]
+    assert not found, (
+        f"[import graph] got imports from framework/registry/ into framework/config/:\n"
+        f"{_lines(found)}\nexpected none: config validates against the registries. Fix: move the "
+        "piece the registry needs below both (framework/types.py, framework/problems.py)."
     )
 
 
@@ -317,3 +361,21 @@ def test_a_cycle_inside_one_package_is_not_a_cross_package_cycle(tmp_path):
     arrows = import_graph(root)
     assert cycles(arrows) == [["framework.rollout.engine", "framework.rollout.tools"]]
     assert cross_package_cycles(arrows) == []
+    (cycle,) = module_cycles(arrows)
+    assert {(a.source, a.target) for a in cycle} == {
+        ("framework.rollout.engine", "framework.rollout.tools"),
+        ("framework.rollout.tools", "framework.rollout.engine"),
+    }
+
+
+def test_a_package_init_importing_its_submodules_is_no_cycle(tmp_path):
+    root = _tree(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "registry/__init__.py": "from framework.registry.core import Registry\n",
+            "registry/core.py": "class Registry: ...\n",
+            "registry/sources.py": "def f():\n    from framework.registry import Registry\n",
+        },
+    )
+    assert module_cycles(import_graph(root)) == []

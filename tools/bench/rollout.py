@@ -26,7 +26,8 @@ sys.path.insert(0, str(REPO))
 
 from framework.data.datasets import SynthDatasetConfig, synth_dataset  # noqa: E402
 from framework.retrieval.dense import FaissRetriever, FaissRetrieverConfig  # noqa: E402
-from framework.rollout.engine import AgentConfig, AgentLoop  # noqa: E402
+from framework.rollout.config import AgentConfig  # noqa: E402
+from framework.rollout.engine import AgentLoop  # noqa: E402
 from framework.rollout.hf_backend import (  # noqa: E402
     SamplingConfig,
     TransformersBackend,

@@ -79,8 +79,8 @@ def measure(kind: str, policy: str, dtype: str, args: argparse.Namespace) -> dic
 
     from framework.algorithms.losses.rollout_correction import correction_weights, mismatch_stats
     from framework.rollout.policy import PolicyConfig, load_policy
-    from framework.rollout.types import Trajectory
     from framework.training.tokens import pack, packed_rollout_logprobs, token_logprobs
+    from framework.types import Trajectory
 
     torch.manual_seed(args.seed)
     backend = make_backend(kind, policy, dtype, args)

@@ -163,7 +163,7 @@ class SingleTurn:
         self, questions: list[str], group_sizes: list[int], *, question_ids: Any, progress: Any
     ) -> list[Any]:
         from framework.rollout.policy import chat_prompt_ids
-        from framework.rollout.types import Trajectory
+        from framework.types import Trajectory
 
         prompts = [chat_prompt_ids(self.tok, [{"role": "user", "content": q}]) for q in questions]
         rows = [(g, p) for g, (p, n) in enumerate(zip(prompts, group_sizes)) for _ in range(n)]

@@ -44,7 +44,7 @@ def build(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from framework.rollout.types import Trajectory
+    from framework.types import Trajectory
 
     torch.manual_seed(0)
     config = LlamaConfig(

@@ -14,6 +14,7 @@ from framework.algorithms.losses.rollout_correction import CORRECTION_LEVELS, CO
 from framework.algorithms.stats.aggregation import AGG_MODES
 from framework.config import ComponentConfig, Problem, check, check_choice, check_range
 from framework.config.inert import declared_rule, differing_fields, single_on_policy_step
+from framework.registry import POLICY_LOSSES
 
 
 @dataclass
@@ -101,6 +102,9 @@ class PolicyLossConfig(ComponentConfig):
                 "set loss.norm_constant to the maximum response length in tokens",
             )
         return out
+
+
+POLICY_LOSSES.declare_config_base(PolicyLossConfig)
 
 
 #: the fields every policy loss shares that decide how its per-token terms add up

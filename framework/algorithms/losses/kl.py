@@ -33,6 +33,10 @@ class KLConfig(ComponentConfig):
         return check_range(self.coef, "coef", low=0.0, fix="use kl.coef=0 to disable the term")
 
 
+# the trainer reads ``coef`` (0 turns the term and its reference model off)
+KL_ESTIMATORS.declare_config_base(KLConfig)
+
+
 @dataclass
 class K3Config(KLConfig):
     cap: float = field(

@@ -48,8 +48,9 @@ from framework.data.synthesis import (
 )
 from framework.retrieval.corpus import CorpusConfig
 from framework.retrieval.local import cache_root
-from framework.retrieval.types import Document, DocumentNotFound, Hit
+from framework.retrieval.types import DocumentNotFound
 from framework.rewards.entity_match import entities_found_by_any
+from framework.types import Document, Hit
 from tests.unit.data.test_entity_graph import corpus
 
 

@@ -64,7 +64,8 @@ def evaluate(tiny, dtype: str, out: Path, *, journal=None, stop_after=None, wave
     """One evaluation in a backend of its own (as a new process would have): ``samples.jsonl`` and
     ``records.jsonl.gz`` written as seekrl-eval writes them; ``stop_after`` questions judged, it
     raises as a kill would, leaving its journal."""
-    from framework.rollout.engine import AgentConfig, AgentLoop
+    from framework.rollout.config import AgentConfig
+    from framework.rollout.engine import AgentLoop
     from framework.rollout.hf_backend import (
         SamplingConfig,
         TransformersBackend,

@@ -11,7 +11,7 @@ import pytest
 from framework.data.schema import QAItem
 from framework.eval.harness import append_journal, read_journal, rollout_records, rollout_seed
 from framework.progress import Progress
-from framework.rollout.types import Trajectory
+from framework.types import Trajectory
 
 
 def rollout_rows(*args, **kwargs):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from framework.eval.judge import JudgeInputs, LLMJudge, LLMJudgeConfig, RuleJudge, RuleJudgeConfig
-from framework.rollout.types import Generation
+from framework.types import Generation
 
 INPUTS = JudgeInputs(
     questions=["q1", "q2", "q3", "q4"],

@@ -10,14 +10,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from framework.retrieval.server import BackgroundServer, create_app
-from framework.retrieval.types import (
-    Document,
-    DocumentNotFound,
-    Hit,
-    QueryLimits,
-    check_request,
-    document_key,
-)
+from framework.retrieval.types import DocumentNotFound, QueryLimits, check_request, document_key
+from framework.types import Document, Hit
 
 #: (passage_id, doc_id, title, text)
 PASSAGES = [

@@ -9,12 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from framework.registry.protocols import Retriever
 from framework.retrieval import dense as dense_mod
 from framework.retrieval.bm25 import BM25Retriever
 from framework.retrieval.dense import DenseIndexConfig
 from framework.retrieval.encoder import EncoderConfig
 from framework.retrieval.hybrid import HybridRetriever, HybridRetrieverConfig, fuse
-from framework.retrieval.types import Hit, QueryError, RetrievalError, Retriever
+from framework.retrieval.types import QueryError, RetrievalError
+from framework.types import Hit
 from tests.unit.retrieval.corpus_fixtures import (
     DOCS,
     LIMITS,

@@ -24,7 +24,8 @@ from framework.retrieval.corpus import (
     wiki_offline_file,
 )
 from framework.retrieval.local import CACHE_ENV, LocalRetrieverConfig, cache_root, open_store
-from framework.retrieval.types import Document, DocumentNotFound, RetrievalError
+from framework.retrieval.types import DocumentNotFound, RetrievalError
+from framework.types import Document
 from tests.unit.retrieval.corpus_fixtures import DOCS, corpus_cfg, write_jsonl
 
 

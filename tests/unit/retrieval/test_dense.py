@@ -11,6 +11,7 @@ import faiss
 import numpy as np
 import pytest
 
+from framework.registry.protocols import Retriever
 from framework.retrieval.corpus import open_corpus
 from framework.retrieval.dense import (
     DenseIndexConfig,
@@ -20,7 +21,7 @@ from framework.retrieval.dense import (
     compute_embeddings,
 )
 from framework.retrieval.encoder import EncoderConfig
-from framework.retrieval.types import DocumentNotFound, QueryError, RetrievalError, Retriever
+from framework.retrieval.types import DocumentNotFound, QueryError, RetrievalError
 from tests.unit.retrieval.corpus_fixtures import (
     DIM,
     DOCS,

@@ -11,16 +11,10 @@ import pytest
 
 from framework.config import ConfigError
 from framework.registry import BUILTIN_MODULES, RETRIEVERS
+from framework.registry.protocols import Retriever
 from framework.retrieval.http import HttpRetriever, HttpRetrieverConfig
-from framework.retrieval.types import (
-    Document,
-    DocumentNotFound,
-    Hit,
-    QueryError,
-    QueryLimits,
-    RetrievalError,
-    Retriever,
-)
+from framework.retrieval.types import DocumentNotFound, QueryError, QueryLimits, RetrievalError
+from framework.types import Document, Hit
 from tests.unit.retrieval.server_fakes import EXPLODE, running_server
 
 

@@ -14,7 +14,8 @@ import pytest
 
 from framework.retrieval.http import HttpRetriever, HttpRetrieverConfig
 from framework.retrieval.types import RetrievalError, RetrieverUnavailable
-from framework.rollout.engine import AgentConfig, AgentLoop
+from framework.rollout.config import AgentConfig
+from framework.rollout.engine import AgentLoop
 from tests.unit.rollout.fakes import FakeBackend, FakeTokenizer, search_call
 
 REPO = Path(__file__).resolve().parents[3]

@@ -14,8 +14,7 @@ from framework.rewards.outcome import OutcomeRewardConfig, outcome_reward
 from framework.rewards.text import ANSWER_METRICS, AnswerMetric, normalize_answer, verdict_metrics
 from framework.rollout.metrics import correctness_metric, rollout_metrics
 from framework.rollout.scoring import Scores
-from framework.rollout.types import Trajectory
-from framework.types import RewardInputs
+from framework.types import RewardInputs, Trajectory
 
 ANSWERS = ["Paris", "Paris, France", "the city of Paris", "Lyon"]
 GOLD = "Paris"

@@ -28,10 +28,10 @@ from framework.rewards.entity_match import EntityMatching
 from framework.rewards.outcome import OutcomeRewardConfig, outcome_reward
 from framework.rewards.turn_match import MatchTIRRewardConfig, matchtir_reward
 from framework.rl.drawn import Drawn, cat_padded
-from framework.rollout.engine import AgentConfig, AgentLoop
+from framework.rollout.config import AgentConfig
+from framework.rollout.engine import AgentLoop
 from framework.rollout.scoring import score, turn_observations
-from framework.rollout.types import Trajectory
-from framework.types import RewardInputs, RewardOutput, TurnSpan
+from framework.types import RewardInputs, RewardOutput, Trajectory, TurnSpan
 from tests.unit.rollout.fakes import (
     FakeBackend,
     FakeRetriever,

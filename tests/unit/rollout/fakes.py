@@ -14,9 +14,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from framework.retrieval.types import Document, DocumentNotFound, Hit, QueryError
+from framework.retrieval.types import DocumentNotFound, QueryError
 from framework.rollout.hf_backend import cut_generation
-from framework.rollout.types import Generation, Segment, Trajectory
+from framework.types import Document, Generation, Hit, Segment, Trajectory
 
 EOS = 2
 OFFSET = 3
@@ -195,8 +195,7 @@ def visit_call(title: str | None = None, doc_id: str | None = None) -> str:
 
 def check_invariants(t: Trajectory, max_total_tokens: int, prompt: list[int] | None = None) -> None:
     """What every trajectory must satisfy, whatever the model did."""
-    from framework.rollout.types import SEGMENT_KINDS
-    from framework.types import STATUSES
+    from framework.types import SEGMENT_KINDS, STATUSES
 
     n = len(t.token_ids)
     assert t.status in STATUSES

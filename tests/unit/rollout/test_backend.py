@@ -8,7 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from framework.rollout.engine import AgentConfig, AgentLoop
+from framework.registry.protocols import RolloutBackend
+from framework.rollout.config import AgentConfig
+from framework.rollout.engine import AgentLoop
 from framework.rollout.hf_backend import (
     SamplingConfig,
     TransformersBackend,
@@ -16,7 +18,7 @@ from framework.rollout.hf_backend import (
     cut_generation,
 )
 from framework.rollout.parser import STOP_STRINGS
-from framework.rollout.types import Generation, RolloutBackend
+from framework.types import Generation
 
 from .fakes import (
     EOS,

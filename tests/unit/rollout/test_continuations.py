@@ -11,7 +11,8 @@ import dataclasses
 
 import pytest
 
-from framework.rollout.engine import AgentConfig, AgentLoop, Prefix
+from framework.rollout.config import AgentConfig
+from framework.rollout.engine import AgentLoop, Prefix
 
 from .fakes import FakeBackend, FakeRetriever, FakeTokenizer, check_invariants, search_call
 

@@ -7,8 +7,9 @@ import re
 
 import pytest
 
-from framework.rollout.engine import AgentConfig, AgentLoop
-from framework.rollout.types import Generation
+from framework.rollout.config import AgentConfig
+from framework.rollout.engine import AgentLoop
+from framework.types import Generation
 
 from .fakes import FakeRetriever, FakeTokenizer, search_call
 

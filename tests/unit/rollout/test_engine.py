@@ -16,10 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from framework.retrieval.types import QueryError, RetrievalError
-from framework.rollout.engine import AgentConfig, AgentLoop, _segments
+from framework.rollout.config import AgentConfig
+from framework.rollout.engine import AgentLoop, _segments
 from framework.rollout.parser import STOP_STRINGS, parse_call
-from framework.rollout.types import Segment
-from framework.types import TurnSpan
+from framework.types import Segment, TurnSpan
 
 from .fakes import (
     EOS,

@@ -12,13 +12,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from framework.rollout.config import AgentConfig
 from framework.rollout.decoding import (
     decode_with_logprobs,
     filter_logits,
     sample_tokens,
     sample_with_logprobs,
 )
-from framework.rollout.engine import AgentConfig, AgentLoop
+from framework.rollout.engine import AgentLoop
 from framework.rollout.hf_backend import (
     SamplingConfig,
     TransformersBackend,
@@ -26,8 +27,8 @@ from framework.rollout.hf_backend import (
     cut_generation,
 )
 from framework.rollout.parser import STOP_STRINGS
-from framework.rollout.types import Generation
 from framework.rollout.vllm_backend import sampled_logprobs
+from framework.types import Generation
 
 from .fakes import FakeBackend, FakeRetriever, FakeTokenizer, search_call
 

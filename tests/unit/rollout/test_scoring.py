@@ -12,7 +12,7 @@ from framework.rewards.composite import FormatRewardConfig, WeightedSumConfig
 from framework.rewards.entity import EntityRewardConfig
 from framework.rewards.outcome import OutcomeRewardConfig
 from framework.rollout.scoring import reward_inputs, score
-from framework.rollout.types import Trajectory
+from framework.types import Trajectory
 
 load_components(plugins=False)
 

@@ -18,8 +18,7 @@ from framework.rollout.signals import (
     trajectory_signals,
     triage_score,
 )
-from framework.rollout.types import Trajectory
-from framework.types import ToolCall, TurnSpan
+from framework.types import ToolCall, Trajectory, TurnSpan
 
 REPO = Path(__file__).resolve().parents[3]
 

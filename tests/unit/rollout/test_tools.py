@@ -8,7 +8,8 @@ import re
 import pytest
 
 from framework.cli.app import load_config
-from framework.rollout.engine import SYSTEM_PROMPT, AgentConfig, AgentLoop
+from framework.rollout.config import SYSTEM_PROMPT, AgentConfig
+from framework.rollout.engine import AgentLoop
 from framework.rollout.parser import parse_call, parse_turn
 from framework.rollout.tools import TOOLS, Tool, ToolCall
 

@@ -8,8 +8,8 @@ import pytest
 
 from framework.data.leakage import LeakError
 from framework.data.schema import DatasetError
-from framework.rollout.types import Trajectory
 from framework.sft.stage import check_expert_leaks
+from framework.types import Trajectory
 from tests.unit.data.test_leakage import item
 
 WORDS = ["<q>", "The", "article", "on", "Kent", "mentions", "Thames", "Dover", "."]

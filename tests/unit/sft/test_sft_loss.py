@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from framework.algorithms.losses.sft import sft_loss
-from framework.rollout.types import Trajectory
 from framework.sft.module import LengthBuckets, padding_fraction
+from framework.types import Trajectory
 
 
 def test_sft_loss_hand_value_and_masked_tokens_do_not_matter():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from framework.rollout.types import Trajectory
+from framework.types import Trajectory
 
 
 @pytest.fixture(scope="session")

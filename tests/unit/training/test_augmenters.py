@@ -16,11 +16,11 @@ from framework.data.schema import QAItem
 from framework.rl.augmenters import ReplayReflect, attempt_text, chain_hints
 from framework.rl.drawn import Drawn
 from framework.rl.step import StepParts, rl_step
-from framework.rollout.engine import AgentConfig, AgentLoop
+from framework.rollout.config import AgentConfig
+from framework.rollout.engine import AgentLoop
 from framework.rollout.records import trajectory_from_state, trajectory_state
-from framework.rollout.types import Trajectory
 from framework.training.schedule import optimizer_and_schedule
-from framework.types import STATUS_OVER_BUDGET, GroupRequest
+from framework.types import STATUS_OVER_BUDGET, GroupRequest, Trajectory
 from tests.unit.rollout.fakes import EOS, FakeBackend, FakeRetriever, FakeTokenizer
 from tests.unit.training.test_step import ANSWER, SEARCH, tiny_lm
 

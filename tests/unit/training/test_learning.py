@@ -20,9 +20,8 @@ from framework.cli.app import load_config
 from framework.registry import ADVANTAGES
 from framework.rl.batch import RolloutBatch
 from framework.rl.update import loss_spec, plan_options, policy_update
-from framework.rollout.types import Trajectory
 from framework.training.schedule import adamw, lr_multiplier
-from framework.types import AdvantageInputs, TurnSpan
+from framework.types import AdvantageInputs, Trajectory, TurnSpan
 
 LENGTH = 3  # tokens per rollout
 PROMPTS = 4  # questions per step

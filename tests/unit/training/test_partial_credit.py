@@ -8,7 +8,7 @@ import pytest
 from framework.data.schema import QAItem
 from framework.rewards.entity import EntityRewardConfig
 from framework.rollout.metrics import partial_credit
-from framework.rollout.types import Trajectory
+from framework.types import Trajectory
 
 # a two-hop question that names its anchor: E_q = the bridge and the answer
 ITEM = QAItem(

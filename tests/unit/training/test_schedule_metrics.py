@@ -8,9 +8,9 @@ import torch
 from framework.data.schema import QAItem
 from framework.rollout.metrics import rollout_metrics, zero_variance_fraction
 from framework.rollout.scoring import Scores
-from framework.rollout.types import Trajectory
 from framework.training.checkpoints import checkpoint_name, latest_checkpoint
 from framework.training.schedule import lr_multiplier
+from framework.types import Trajectory
 
 
 def test_schedules_hand_values():

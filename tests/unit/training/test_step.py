@@ -24,7 +24,8 @@ from framework.data.schema import QAItem
 from framework.registry import ADVANTAGES, INPUT_PROVIDERS, POLICY_LOSSES, REWARDS
 from framework.rl.inputs import InputContext
 from framework.rl.step import StepParts, rl_step
-from framework.rollout.engine import AgentConfig, AgentLoop
+from framework.rollout.config import AgentConfig
+from framework.rollout.engine import AgentLoop
 from framework.training.schedule import optimizer_and_schedule
 from framework.types import AdvantageInputs, GroupRequest, LossOutput, PolicyLossInputs, ToolCall
 from tests.unit.rollout.fakes import EOS, FakeBackend, FakeRetriever, FakeTokenizer, search_call

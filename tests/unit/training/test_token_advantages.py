@@ -18,9 +18,8 @@ from framework.rewards.composite import WeightedSumConfig
 from framework.rl.batch import PlanOptions, RolloutBatch
 from framework.rl.update import LossSpec, loss_spec
 from framework.rollout.scoring import dataset_columns, score
-from framework.rollout.types import Trajectory
 from framework.training.tokens import pack, response_mask, right_aligned, token_logprobs, turn_index
-from framework.types import TurnSpan
+from framework.types import Trajectory, TurnSpan
 
 from .conftest import make_trajectories, update_pass
 
@@ -166,9 +165,7 @@ def test_loss_aggregation_is_declared_by_the_config_base():
     # a plugin loss that declares nothing gets the base's documented default, not a guess
     assert PluginLossConfig(name="p").agg == "seq_mean_token_mean"
     assert [p.path for p in PluginLossConfig(name="p", agg="bogus").problems()] == ["agg"]
-    reg = Registry(
-        "loss", config_store=None, config_base="framework.algorithms.losses.base:PolicyLossConfig"
-    )
+    reg = Registry("loss", config_store=None, config_base=PolicyLossConfig)
     reg.add("plugin", lambda inputs, *, cfg: None, config=PluginLossConfig)
 
     @dataclass

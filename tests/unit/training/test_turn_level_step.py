@@ -14,9 +14,8 @@ from framework.data.schema import QAItem
 from framework.rl.answer_probs import answer_probs, probe_prefix_ends
 from framework.rl.step import StepParts, rl_step
 from framework.rl.update import loss_spec
-from framework.rollout.types import Trajectory
 from framework.training.schedule import optimizer_and_schedule
-from framework.types import GroupRequest, TurnSpan
+from framework.types import GroupRequest, Trajectory, TurnSpan
 from tests.unit.rollout.fakes import EOS, search_call
 from tests.unit.training.test_step import TOK, ScriptedLoop, tiny_lm
 

@@ -137,7 +137,7 @@ def test_tool_response_tokens_get_no_gradient(tiny_policy):
 
 
 def test_token_budget_bounds_padded_micro_batches():
-    from framework.rollout.types import Trajectory
+    from framework.types import Trajectory
 
     lengths = [5, 40, 12, 30, 8, 100, 9, 33]
     trajs = [Trajectory(0, i // 2, [1] * n, [0] + [1] * (n - 1), 1) for i, n in enumerate(lengths)]

@@ -21,8 +21,7 @@ from framework.data.schema import QAItem
 from framework.registry import load_components
 from framework.rl.batch import RolloutBatch
 from framework.rl.inputs import InputContext, provide_inputs
-from framework.rollout.types import Trajectory
-from framework.types import AdvantageInputs
+from framework.types import AdvantageInputs, Trajectory
 from tests.unit.training.conftest import tiny_policy  # noqa: F401  (fixture)
 
 load_components(plugins=False)

@@ -19,8 +19,7 @@ from framework.algorithms.advantages.grpo import GRPOAdvantageConfig, grpo_advan
 from framework.registry import ADVANTAGES, INPUT_PROVIDERS, load_components
 from framework.rl.batch import RolloutBatch
 from framework.rl.inputs import InputContext, provide_inputs
-from framework.rollout.types import Trajectory
-from framework.types import AdvantageInputs
+from framework.types import AdvantageInputs, Trajectory
 
 load_components(plugins=False)
 CFG = COPOAdvantageConfig(name="copo")

@@ -19,8 +19,7 @@ from framework.registry import load_components
 from framework.rl import providers
 from framework.rl.batch import RolloutBatch
 from framework.rl.inputs import InputContext, provide_inputs
-from framework.rollout.types import Trajectory
-from framework.types import AdvantageInputs, TurnSpan
+from framework.types import AdvantageInputs, Trajectory, TurnSpan
 from tests.unit.training.conftest import tiny_policy  # noqa: F401  (fixture)
 
 load_components(plugins=False)

@@ -25,9 +25,8 @@ from framework.data.schema import QAItem
 from framework.registry import ADVANTAGES, load_components
 from framework.rl.batch import RolloutBatch, check_advantages
 from framework.rollout.scoring import Scores
-from framework.rollout.types import Trajectory
 from framework.training.tokens import pack, right_aligned
-from framework.types import AdvantageInputs, ToolCall, TurnSpan
+from framework.types import AdvantageInputs, ToolCall, Trajectory, TurnSpan
 
 F64 = torch.float64
 R2 = math.sqrt(2.0)

@@ -20,8 +20,7 @@ from framework.algorithms.stats.aggregation import chunk_weights
 from framework.registry import POLICY_LOSSES, load_components
 from framework.rl.batch import PlanOptions, RolloutBatch
 from framework.rl.update import loss_spec
-from framework.rollout.types import Trajectory
-from framework.types import PolicyLossInputs
+from framework.types import PolicyLossInputs, Trajectory
 
 F64 = torch.float64
 MODES = ("token_mean", "seq_mean_token_mean", "token_sum_norm")

@@ -27,8 +27,7 @@ from framework.config import ConfigError
 from framework.rl.batch import RolloutBatch
 from framework.rl.config import OptimConfig
 from framework.rl.update import loss_spec, plan_options, policy_update
-from framework.rollout.types import Trajectory
-from framework.types import AdvantageInputs, PolicyLossInputs, TurnSpan
+from framework.types import AdvantageInputs, PolicyLossInputs, Trajectory, TurnSpan
 from tests.unit.training.conftest import make_trajectories, tiny_policy  # noqa: F401
 
 F64 = torch.float64

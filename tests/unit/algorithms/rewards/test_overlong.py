@@ -13,8 +13,7 @@ from framework.registry import REWARDS, load_components
 from framework.rewards.composite import WeightedSumConfig, reward_parts
 from framework.rewards.length import OverlongRewardConfig, overlong_reward
 from framework.rollout.scoring import reward_inputs, score
-from framework.rollout.types import Trajectory
-from framework.types import RewardInputs
+from framework.types import RewardInputs, Trajectory
 
 load_components(plugins=False)
 

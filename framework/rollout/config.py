@@ -1,0 +1,46 @@
+"""The agent loop's settings: its budgets, its tools' limits and the system prompt that describes
+the tools (apart from the loop, so the parser and the tools read them without importing it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from framework.config import Problem, check_range
+
+SYSTEM_PROMPT = """You are a research assistant who answers questions by searching a Wikipedia corpus.
+Think step by step inside <think> </think>. To search, write
+<tool_call>{"name": "search", "arguments": {"queries": ["query one", "query two"]}}</tool_call>
+and the results appear inside <tool_response> </tool_response>. To read a whole article, write
+<tool_call>{"name": "visit", "arguments": {"title": "Article title", "goal": "what you look for"}}</tool_call>
+Search as often as you need. When you know the answer, write it, as short as possible, inside
+<answer> </answer>."""
+
+
+@dataclass
+class AgentConfig:
+    """Budgets and tool settings of the agent loop."""
+
+    max_turns: int = field(default=8, metadata={"help": "model turns per rollout"})
+    max_tool_calls: int = field(default=8, metadata={"help": "tool calls per rollout (paper: 40)"})
+    max_new_tokens_per_turn: int = field(default=256, metadata={"help": "tokens per model turn"})
+    max_total_tokens: int = field(default=2048, metadata={"help": "prompt + response budget"})
+    max_invalid_calls: int = field(
+        default=2, metadata={"help": "invalid tool calls tolerated before a format error"}
+    )
+    search_k: int = field(default=3, metadata={"help": "results per search query"})
+    max_passage_chars: int = field(default=400, metadata={"help": "characters per search result"})
+    max_visit_chars: int = field(default=1500, metadata={"help": "characters of a visited page"})
+    system_prompt: str = field(
+        default=SYSTEM_PROMPT,
+        metadata={"help": "describes the tools (every tool of framework.rollout.tools.TOOLS)"},
+    )
+
+    def problems(self) -> list[Problem]:
+        out: list[Problem] = []
+        for name in ("max_turns", "max_new_tokens_per_turn", "search_k", "max_passage_chars"):
+            out += check_range(getattr(self, name), name, low=1)
+        out += check_range(self.max_tool_calls, "max_tool_calls", low=0)
+        out += check_range(self.max_invalid_calls, "max_invalid_calls", low=0)
+        out += check_range(self.max_visit_chars, "max_visit_chars", low=1)
+        out += check_range(self.max_total_tokens, "max_total_tokens", low=16)
+        return out
