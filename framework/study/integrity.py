@@ -40,14 +40,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict, cast
+from typing import TypedDict, cast
 
 from framework.study.layout import published_records, read_json_object
 from framework.study.schema import StudyConfig
-from framework.study.types import JSON, FileRecord, Launch, Provenance, RunRecord
-
-if TYPE_CHECKING:
-    from framework.study.archive import StudyArchive
+from framework.study.types import JSON, ArchivedRuns, FileRecord, Launch, Provenance, RunRecord
 
 #: in a run directory: the study's record of the run's launches (see :func:`run_provenance`)
 PROVENANCE = "provenance.json"
@@ -362,7 +359,7 @@ class Integrity(_Integrity, total=False):
     preregistration: PreregistrationOrder
 
 
-def integrity(archive: StudyArchive, runs: Sequence[tuple[str, int]]) -> Integrity | None:
+def integrity(archive: ArchivedRuns, runs: Sequence[tuple[str, int]]) -> Integrity | None:
     """What the archived records of ``runs`` say of the study's integrity: per run its commits,
     uncommitted changes and times; the commits of the table (``mixed`` when more than one), the
     runs made on a dirty tree or an unknown commit, the first run (by its training start) and the

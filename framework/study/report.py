@@ -14,7 +14,6 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TypedDict
 
 from framework.eval.curves import curve_table, plot_arms
 from framework.study.archive import CURVE_TAGS, StudyArchive, archive_study
@@ -24,30 +23,9 @@ from framework.study.layout import published_records
 from framework.study.render import study_markdown
 from framework.study.runs import RunState
 from framework.study.schema import StudyConfig, all_seeds
-from framework.study.screen import ScreenRow, row_machines, screen_parts, screen_rows
+from framework.study.screen import row_machines, screen_parts, screen_rows
 from framework.study.screen_render import parts_markdown, screen_markdown
 from framework.study.summary import StudySummary, summarize_study
-from framework.study.types import JSON
-
-
-class RunRow(TypedDict):
-    """A run in the report's run table (``study.json``'s ``runs``)."""
-
-    arm: str
-    seed: int
-    status: str
-    seconds: float
-    train_seconds: float | None
-    dir: str
-    versions: dict[str, JSON]
-
-
-class PartRows(TypedDict):
-    """A part of a screen in ``study.json`` (``screen_parts``)."""
-
-    name: str | None
-    archive: str
-    rows: list[ScreenRow]
 
 
 def write_study(root: Path, cfg: StudyConfig, states: Sequence[RunState]) -> StudySummary:

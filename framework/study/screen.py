@@ -84,79 +84,20 @@ from framework.eval.paired import QuestionKey, interval_side, paired_bootstrap, 
 from framework.health.config import monitor_config
 from framework.registry.kinds import HEALTH_MONITORS
 from framework.study.archive import StudyArchive, archived_config
-from framework.study.compute import Compute, arm_compute, reference_arms, spends_more
+from framework.study.compute import arm_compute, reference_arms, spends_more
 from framework.study.schema import StudyConfig, all_seeds, arm_seeds
 from framework.study.summary import (
     ArmFigures,
+    NoiseBand,
+    NoisePair,
     Result,
+    ScreenRow,
     StudySummary,
     figure_means,
     result_dict,
     summarize_study,
 )
 from framework.study.types import ArchivedSeries, Method
-
-
-class NoisePair(Result):
-    """The paired difference of two of the baseline's seeds (later minus earlier)."""
-
-    seeds: list[int]
-
-
-#: the spread between the baseline's seeds (:func:`noise_band`)
-NoiseBand = TypedDict(
-    "NoiseBand",
-    {
-        "seeds": list[int],
-        "pass@1": list[float],
-        "range": float,
-        "sd": float,
-        "pairs": list[NoisePair],
-        "widest": float,
-    },
-)
-
-
-#: a row of the screening table (:func:`screen_rows`); an inert arm's row has fewer keys
-ScreenRow = TypedDict(
-    "ScreenRow",
-    {
-        "arm": str,
-        "seeds": list[int],
-        "pass@1": float | None,
-        "pass@1_ci": list[float] | None,
-        "minus_baseline": Result | None,
-        "detectable": float | None,
-        "tool_calls": float | None,
-        "format_errors": float | None,
-        "over_budget": float | None,
-        "questions": int | None,
-        "response_tokens": float | None,
-        "compute": Compute | None,
-        "seconds_per_step": float | None,
-        "train_seconds": float | None,
-        "peak_gb": float | None,
-        "peak_last_launch": bool,
-        "machines": list[str],
-        "monitors_fired": list[str],
-        "stopped_by": list[str],
-        "identical_to_baseline": bool,
-        "inert": str | None,
-        "reference": str | None,
-        "verdict": str,
-        "fidelity": str,
-        "accuracy_curve": ArchivedSeries | None,
-        "noise_band": NoiseBand | None,
-        "within_noise": bool | None,
-        "unmatched": str | None,
-        "compared_with": str | None,
-        "p_value": float | None,
-        "p_holm": float | None,
-        "p_bh": float | None,
-    },
-    total=False,
-)
-
 
 #: a span of steps and the moving mean over it: ``(first step, last step, mean)``
 Span = tuple[int, int, float]

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from framework.study.compute import ROLLOUT_TOLERANCE, TOKEN_TOLERANCE, Compute
 from framework.study.schema import StudyConfig
-from framework.study.screen import ALPHA, NoiseBand, PartRows, ScreenRow, row_machines, shared_fall
+from framework.study.screen import ALPHA, PartRows, row_machines, shared_fall
+from framework.study.summary import NoiseBand, ScreenRow
 
 
 def _methods(n: int) -> str:

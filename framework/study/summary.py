@@ -28,13 +28,12 @@ from framework.eval.paired import (
 )
 from framework.eval.records import EvalRecord
 from framework.study.archive import StudyArchive
+from framework.study.compute import Compute
+from framework.study.types import JSON, ArchivedSeries, PooledHistogram
 from framework.types import STATUS_FORMAT_ERROR, STATUS_OVER_BUDGET
 
 if TYPE_CHECKING:
-    from framework.study.entity_credit import PooledHistogram
     from framework.study.integrity import Integrity
-    from framework.study.report import PartRows, RunRow
-    from framework.study.screen import ScreenRow
 
 
 class Result(TypedDict):
@@ -147,6 +146,87 @@ class Sizing(TypedDict):
     within: float
     budget: int
     designs: list[Design]
+
+
+class NoisePair(Result):
+    """The paired difference of two of the baseline's seeds (later minus earlier)."""
+
+    seeds: list[int]
+
+
+#: the spread between the baseline's seeds (:func:`noise_band`)
+NoiseBand = TypedDict(
+    "NoiseBand",
+    {
+        "seeds": list[int],
+        "pass@1": list[float],
+        "range": float,
+        "sd": float,
+        "pairs": list[NoisePair],
+        "widest": float,
+    },
+)
+
+
+#: a row of the screening table (:func:`screen_rows`); an inert arm's row has fewer keys
+ScreenRow = TypedDict(
+    "ScreenRow",
+    {
+        "arm": str,
+        "seeds": list[int],
+        "pass@1": float | None,
+        "pass@1_ci": list[float] | None,
+        "minus_baseline": Result | None,
+        "detectable": float | None,
+        "tool_calls": float | None,
+        "format_errors": float | None,
+        "over_budget": float | None,
+        "questions": int | None,
+        "response_tokens": float | None,
+        "compute": Compute | None,
+        "seconds_per_step": float | None,
+        "train_seconds": float | None,
+        "peak_gb": float | None,
+        "peak_last_launch": bool,
+        "machines": list[str],
+        "monitors_fired": list[str],
+        "stopped_by": list[str],
+        "identical_to_baseline": bool,
+        "inert": str | None,
+        "reference": str | None,
+        "verdict": str,
+        "fidelity": str,
+        "accuracy_curve": ArchivedSeries | None,
+        "noise_band": NoiseBand | None,
+        "within_noise": bool | None,
+        "unmatched": str | None,
+        "compared_with": str | None,
+        "p_value": float | None,
+        "p_holm": float | None,
+        "p_bh": float | None,
+    },
+    total=False,
+)
+
+
+class RunRow(TypedDict):
+    """A run in the report's run table (``study.json``'s ``runs``)."""
+
+    arm: str
+    seed: int
+    status: str
+    seconds: float
+    train_seconds: float | None
+    dir: str
+    versions: dict[str, JSON]
+
+
+class PartRows(TypedDict):
+    """A part of a screen in ``study.json`` (``screen_parts``)."""
+
+    name: str | None
+    archive: str
+    rows: list[ScreenRow]
 
 
 class _Summary(TypedDict):

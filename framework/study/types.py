@@ -10,7 +10,7 @@ where a record may lack them.
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import Protocol, TypedDict
 
 #: any JSON value (what a saved config or an unread part of a record holds)
 JSON = str | int | float | bool | None | list["JSON"] | dict[str, "JSON"]
@@ -108,3 +108,11 @@ class RunRecord(TypedDict, total=False):
     curves: dict[str, ArchivedSeries]
     compute: dict[str, ArchivedSeries]
     provenance: Provenance
+
+
+class ArchivedRuns(Protocol):
+    """What reads a run's record back from a study's archive (:class:`~framework.study.archive.
+    StudyArchive`); declared here so the integrity checks need not import the archive, which
+    imports them."""
+
+    def run(self, arm: str, seed: int) -> RunRecord | None: ...
