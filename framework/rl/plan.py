@@ -40,9 +40,11 @@ from framework.training.precision import native_bf16_on
 #: the machine the rates and peaks below were recorded on (a fresh run of the README's main command,
 #: 2026-11-25: 13 min 45 s in all)
 RECORDED_ON = "2 cores of an AMD EPYC (Zen 5, avx512_bf16), bf16 training and rollouts"
-#: passages embedded per second by the packaged MiniLM encoder, in bf16 and in fp32 (same machine)
+#: passages embedded per second by the packaged MiniLM encoder in bf16 (the recorded machine) and
+#: in fp32 with AVX2 kernels only (the CPU without native bf16: 2 cores of a Zen 4 limited to AVX2,
+#: 2026-12-02, about 28/s; the recorded machine's AVX512 fp32 gave 45/s)
 EMBED_PASSAGES_PER_S = 85.0
-EMBED_PASSAGES_PER_S_FP32 = 45.0
+EMBED_PASSAGES_PER_S_FP32 = 28.0
 #: seconds per synthesized question asked for, with the answerability check (1,300 in 29 s)
 SYNTH_SECONDS_PER_QUESTION = 29.4 / 1300
 #: expert trajectories kept per question asked for (30 of 64); seconds to make one (scripted
@@ -55,9 +57,12 @@ SFT_SECONDS_PER_SEQUENCE = 265.8 / 58
 #: and per evaluated rollout (the final comparison: 198 s for 128)
 RL_SECONDS_PER_ROLLOUT = 146.0 / 32
 EVAL_SECONDS_PER_ROLLOUT = 198.4 / 128
-#: a CPU without native bf16 trains and rolls out in fp32: the recorded machine's fp32/bf16 ratios
-#: (1.4x for a training step, 2.2x for decoding) put the model stages at about 1.8x
-FP32_FACTOR = 1.8
+#: a CPU without native bf16 trains and rolls out in fp32: the main job's model stages (warm start,
+#: RL, final comparison) took 20.2 min at the fp32 sizes of scale=demo against 6.7 min at the
+#: recorded bf16 rates for the same sizes, 3.0x (2 cores of a Zen 4 limited to AVX2 kernels,
+#: 2026-12-02; the recorded machine's own fp32/bf16 ratios, 1.4x a step and 2.2x decoding, gave 1.8x,
+#: which understated an AVX2 CPU)
+FP32_FACTOR = 3.0
 #: peak resident memory of each stage of the recorded run, GB (its JobStages lines)
 PEAK_GB = {
     "index": 1.7,
