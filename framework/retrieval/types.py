@@ -5,6 +5,7 @@ config base. The interface is :class:`framework.registry.protocols.Retriever`; i
 from __future__ import annotations
 
 import numbers
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
@@ -39,12 +40,13 @@ class DocumentNotFound(LookupError):
 _Closing = TypeVar("_Closing", bound="ClosedOnExit")
 
 
-class ClosedOnExit:
+class ClosedOnExit(ABC):
     """``with backend:`` closes the backend at the block's end (its ``close`` says what that
     releases)."""
 
+    @abstractmethod
     def close(self) -> None:
-        raise NotImplementedError
+        """Release what the backend holds."""
 
     def __enter__(self: _Closing) -> _Closing:
         return self
