@@ -133,6 +133,21 @@ def load_samples(run_dir: Path) -> list[dict[str, object]]:
     return rows
 
 
+def load_sample_records(run_dir: Path) -> list[EvalRecord]:
+    """The typed records of ``<run_dir>/samples.jsonl`` (every field, the think text and the
+    response digest included, which the archive leaves out).
+
+    Raises:
+        FileNotFoundError: as :func:`load_samples`.
+        ValueError: as :func:`load_samples`; a :class:`~framework.eval.records.RecordsError` for a
+            row with a missing or mistyped field.
+    """
+    where = f"[samples] {Path(run_dir) / 'samples.jsonl'}"
+    return [
+        EvalRecord.from_row(row, f"{where}:{i + 1}") for i, row in enumerate(load_samples(run_dir))
+    ]
+
+
 def question_means(
     records: Iterable[EvalRecord],
     value: Callable[[EvalRecord], float | None] = lambda r: r.correct,

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from framework.eval.config import eval_config_for
 from framework.eval.final import final_comparison
-from framework.eval.records import RECORDS, load_records
+from framework.eval.paired import load_sample_records
+from framework.eval.records import RECORDS
 from framework.eval.run import evaluate_policy
 from framework.rl.config import TrainConfig
 
@@ -28,7 +29,7 @@ def final_evaluation(cfg: TrainConfig, run_dir: Path) -> dict[str, object]:
         out = run_dir / "final_eval" / label
         if not (out / RECORDS).is_file():
             evaluate_policy(eval_config_for(cfg, checkpoint, out, cfg.final_eval.settings()))
-        records[label] = load_records(out / RECORDS)
+        records[label] = load_sample_records(out)  # with response digests: same rollouts?
     block = final_comparison(records["start"], records["trained"], n_boot=cfg.final_eval.bootstrap)
     where = {
         "policy": str(run_dir / "policy"),
