@@ -125,3 +125,18 @@ def test_command_line_choice_beats_the_bundle():
     cfg = load_config("train", ["algorithm=grpo", "advantage=rloo", "loss=gspo"])
     assert cfg.advantage.name == "rloo"
     assert (cfg.loss.name, cfg.loss.clip_low, cfg.loss.clip_high) == ("gspo", 3e-4, 4e-4)
+
+
+@pytest.mark.parametrize(
+    ("native", "expert", "checks", "samples", "val"), [("1", 64, 8, 2, 8), ("0", 32, 0, 1, 4)]
+)
+def test_the_demo_sizes_follow_the_cpus_bf16(monkeypatch, native, expert, checks, samples, val):
+    # scale=demo (the main job) sizes its model stages by the machine: without native bf16 (fp32)
+    # half the expert questions and validation, one final-comparison sample, and no warm-start
+    # check (the final comparison evaluates the warm start on the same 32 questions)
+    monkeypatch.setenv("SEEKRL_NATIVE_BF16", native)
+    cfg = load_config("train")
+    assert cfg.warm_start.expert.questions == expert
+    assert cfg.warm_start.eval_questions == checks
+    assert cfg.final_eval.samples_per_question == samples
+    assert cfg.final_eval.questions == 32 and cfg.trainer.val_questions == val
