@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -55,7 +54,7 @@ class MicroBatch:
     sample_mask: Tensor
     group_index: Tensor
     rollout_logprobs: Tensor | None
-    extras: dict[str, Any] = field(default_factory=dict)
+    extras: dict[str, object] = field(default_factory=dict)
     turn_index: Tensor | None = None
 
 
@@ -177,10 +176,10 @@ class RolloutBatch:
     turn_index: Tensor
     turns: list[list[TurnSpan]]
     stats: list[dict[str, int]]
-    columns: dict[str, list[Any]]
+    columns: dict[str, list[object]]
     rollout_logprobs: Tensor | None
     packed_turn_index: Tensor | None = None
-    extras: dict[str, Any] = field(default_factory=dict)
+    extras: dict[str, object] = field(default_factory=dict)
 
     @classmethod
     def build(
@@ -374,7 +373,7 @@ class RolloutBatch:
                 groups.append(list(unit))
         return groups
 
-    def rows_of_extras(self, rows: Tensor) -> dict[str, Any]:
+    def rows_of_extras(self, rows: Tensor) -> dict[str, object]:
         """:attr:`extras` of ``rows``: per-rollout entries sliced, anything else as it is."""
         return {k: _rows_of(v, rows, self.size) for k, v in self.extras.items()}
 
@@ -421,7 +420,7 @@ class RolloutBatch:
         return out
 
 
-def _rows_of(value: Any, rows: Tensor, n: int) -> Any:
+def _rows_of(value: object, rows: Tensor, n: int) -> object:
     """``value``'s entries of ``rows`` when it has one per rollout (first dimension ``n``)."""
     if isinstance(value, Tensor) and value.dim() > 0 and value.shape[0] == n:
         return value[rows]

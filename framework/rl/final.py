@@ -10,14 +10,21 @@ from __future__ import annotations
 from pathlib import Path
 
 from framework.eval.config import eval_config_for
-from framework.eval.final import final_comparison
+from framework.eval.final import FinalBlock, final_comparison
 from framework.eval.paired import load_sample_records
 from framework.eval.records import RECORDS
 from framework.eval.run import evaluate_policy
 from framework.rl.config import TrainConfig
 
 
-def final_evaluation(cfg: TrainConfig, run_dir: Path) -> dict[str, object]:
+class FinalResult(FinalBlock):
+    """What :func:`final_evaluation` returns (``summary.json``'s ``final``): the paired block and
+    where its policy, evaluations, summary and TensorBoard logs are."""
+
+    where: dict[str, str]
+
+
+def final_evaluation(cfg: TrainConfig, run_dir: Path) -> FinalResult:
     """Evaluate the warm start and the trained policy of a train run (``cfg``, its
     :class:`~framework.rl.config.TrainConfig`) on the same validation questions with the same
     sampling (``final_eval``), in ``<run_dir>/final_eval/{start,trained}``; returns the paired
@@ -38,4 +45,4 @@ def final_evaluation(cfg: TrainConfig, run_dir: Path) -> dict[str, object]:
     }
     if "TensorBoard" in str((cfg.logger or {}).get("_target_", "")):
         where["TensorBoard"] = f"tensorboard --logdir {run_dir / 'tensorboard'}"
-    return {**block, "where": where}
+    return FinalResult(**block, where=where)

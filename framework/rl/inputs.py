@@ -25,13 +25,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from framework.config import ComponentConfig, Problem
 from framework.data.schema import QAItem
 from framework.registry import AUGMENTERS, INPUT_PROVIDERS
+from framework.registry.protocols import Tokenizer
 from framework.rl.batch import RolloutBatch
 from framework.types import Trajectory
 
@@ -62,7 +62,7 @@ class InputContext:
     """
 
     policy: torch.nn.Module
-    tokenizer: Any
+    tokenizer: Tokenizer
     batch: RolloutBatch
     progress: float = 0.0
 
@@ -138,7 +138,7 @@ def provide_inputs(
     sections: Mapping[str, ComponentConfig | None],
     ctx: InputContext,
     have: Iterable[str] = (),
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Every input the components of ``sections`` require and ``have`` lacks, computed by its
     provider without gradients (nothing when the step has no rollouts).
 
@@ -148,7 +148,7 @@ def provide_inputs(
     if not ctx.trajectories:
         return {}
     done = set(have)
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for name, (section, cfg) in required_inputs(sections).items():
         if name in done:
             continue

@@ -12,10 +12,12 @@ import json
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
+from torch import Tensor
 from torch.optim.lr_scheduler import LRScheduler
 
 from framework.data.schema import QAItem
@@ -24,7 +26,7 @@ from framework.lightning.trainer import apply_gradient_checkpointing
 from framework.memory import peak_rss_bytes
 from framework.progress import Progress
 from framework.registry import RETRIEVERS
-from framework.registry.protocols import CountsCalls, GroupFilter
+from framework.registry.protocols import CountsCalls, GroupFilter, RolloutBackend
 from framework.rl.config import TrainConfig
 from framework.rl.data import QuestionDataModule, StepBatch
 from framework.rl.step import StepParts, StepResult, rl_step, validation_figures
@@ -39,6 +41,15 @@ from framework.training.schedule import optimizer_and_schedule
 
 class CheckpointMismatch(RuntimeError):
     """A checkpoint written for a different policy than the configured one."""
+
+
+@runtime_checkable
+class HistogramWriter(Protocol):
+    """A logger experiment that takes histograms and text (TensorBoard's ``SummaryWriter``)."""
+
+    def add_histogram(self, tag: str, values: Tensor, global_step: int) -> None: ...
+
+    def add_text(self, tag: str, text_string: str, global_step: int) -> None: ...
 
 
 class SearchAgentRL(L.LightningModule):
@@ -67,7 +78,7 @@ class SearchAgentRL(L.LightningModule):
         # plain objects, not modules: the reference (only for a KL term) gets no gradient, no
         # checkpoint, no DDP bucket; the loop and its backend are built in setup()
         self.parts = StepParts.of(cfg, model, None, self.tokenizer.pad_token_id)
-        self.backend: Any = None
+        self.backend: RolloutBackend | None = None  # built in setup()
         self.rl_step = 0
         self._restored_calls: int | None = None
         #: the largest resident set of the launches before this one, as far as their last
@@ -110,9 +121,11 @@ class SearchAgentRL(L.LightningModule):
 
     def on_train_start(self) -> None:
         # a resumed run's weights are restored after setup(): the backend's rollout copy follows
+        assert self.backend is not None  # setup() built it
         self.backend.update_weights(self.policy)
 
     def on_validation_start(self) -> None:
+        assert self.backend is not None  # setup() built it
         self.backend.update_weights(self.policy)
 
     def teardown(self, stage: str) -> None:
@@ -128,15 +141,17 @@ class SearchAgentRL(L.LightningModule):
     def on_fit_start(self) -> None:
         if isinstance(self.parts.reference, torch.nn.Module):
             self.parts.reference.to(self.device)
-        if self._restored_calls is not None and hasattr(self.backend, "calls"):
+        if self._restored_calls is not None and isinstance(self.backend, CountsCalls):
             self.backend.calls = self._restored_calls
 
-    def configure_optimizers(self) -> Any:
+    def configure_optimizers(self) -> OptimizerLRSchedulerConfig:
         total = self.cfg.trainer.max_steps * self.cfg.optim.policy_epochs
         opt, sched = optimizer_and_schedule(self.policy, self.cfg.optim, total)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
-    def transfer_batch_to_device(self, batch: Any, device: Any, dataloader_idx: int) -> Any:
+    def transfer_batch_to_device(
+        self, batch: object, device: torch.device, dataloader_idx: int
+    ) -> object:
         return batch  # question indices, not tensors: nothing to move
 
     # -- one training step --------------------------------------------------------------------------
@@ -200,9 +215,9 @@ class SearchAgentRL(L.LightningModule):
             suffix = "" if self.global_rank == 0 else f".rank{self.global_rank}"
             with (folder / f"step-{step:06d}{suffix}.jsonl").open("w") as fh:
                 fh.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
-        experiments: list[Any] = [getattr(lg, "experiment", None) for lg in self.loggers]
+        experiments: list[object] = [getattr(lg, "experiment", None) for lg in self.loggers]
         for exp in experiments if self.global_rank == 0 else []:
-            if not hasattr(exp, "add_histogram") or not result.trajectories:
+            if not isinstance(exp, HistogramWriter) or not result.trajectories:
                 continue
             exp.add_histogram("rollout/rewards", result.scores.total.float(), step)
             exp.add_histogram("rollout/advantages", result.advantage_values(), step)
@@ -232,9 +247,9 @@ class SearchAgentRL(L.LightningModule):
         )
 
     # -- checkpoints --------------------------------------------------------------------------------
-    def policy_identity(self) -> dict[str, Any]:
+    def policy_identity(self) -> dict[str, object]:
         p = self.cfg.rollout.policy
-        ident: dict[str, Any] = {
+        ident: dict[str, object] = {
             "source": p.source,
             "path": p.path,
             "lora": bool(self.cfg.lora.enabled),

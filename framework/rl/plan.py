@@ -17,7 +17,6 @@ import dataclasses
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from framework.data.datasets import SynthDatasetConfig, answerability_retriever_config, synth_ready
 from framework.data.schema import DatasetError
@@ -27,15 +26,16 @@ from framework.registry import ALL
 from framework.registry.listing import describe
 from framework.registry.listing import render as render_components
 from framework.retrieval.bm25 import BM25RetrieverConfig, bm25_index_dir
-from framework.retrieval.corpus import corpus_fingerprint, iter_documents, store_path
+from framework.retrieval.corpus import CorpusConfig, corpus_fingerprint, iter_documents, store_path
 from framework.retrieval.dense import FaissRetrieverConfig, embeddings_path, faiss_index_dir
 from framework.retrieval.local import MANIFEST, LocalRetrieverConfig
-from framework.retrieval.types import RetrievalError
+from framework.retrieval.types import RetrievalError, RetrieverConfigBase
 from framework.rl.config import TrainConfig
 from framework.rl.stages import load_training_data
-from framework.rollout.policy import policy_source
+from framework.rollout.policy import PolicyConfig, policy_source
 from framework.sft.warm_start import warm_start_sft
 from framework.training.precision import native_bf16_on
+from framework.types import ComponentConfig
 
 #: the machine the rates and peaks below were recorded on (a fresh run of the README's main command,
 #: 2026-11-25: 13 min 45 s in all)
@@ -128,7 +128,7 @@ def model_factor() -> float:
     return 1.0 if _native_bf16() else FP32_FACTOR
 
 
-def corpus_stages(corpus: Any, cache_dir: str | None) -> tuple[str, int, Stage]:
+def corpus_stages(corpus: CorpusConfig, cache_dir: str | None) -> tuple[str, int, Stage]:
     """The corpus fingerprint, its document count and the passage-store stage.
 
     Raises:
@@ -143,7 +143,7 @@ def corpus_stages(corpus: Any, cache_dir: str | None) -> tuple[str, int, Stage]:
     return fingerprint, documents, stage
 
 
-def retriever_stages(rcfg: Any) -> Iterator[Stage]:
+def retriever_stages(rcfg: RetrieverConfigBase) -> Iterator[Stage]:
     """The store and indexes the local retriever ``rcfg`` reads; nothing for other backends."""
     if not isinstance(rcfg, LocalRetrieverConfig):
         return
@@ -163,7 +163,7 @@ def retriever_stages(rcfg: Any) -> Iterator[Stage]:
         yield Stage("bm25 index", ready, str(index), "tokenise, seconds", 10.0)
 
 
-def dataset_stages(dcfg: Any) -> Iterator[Stage]:
+def dataset_stages(dcfg: ComponentConfig) -> Iterator[Stage]:
     """The synthesized questions (and the answerability check's index); user files are read."""
     if not isinstance(dcfg, SynthDatasetConfig):
         return
@@ -177,7 +177,7 @@ def dataset_stages(dcfg: Any) -> Iterator[Stage]:
     )
 
 
-def policy_stages(pcfg: Any) -> Iterator[Stage]:
+def policy_stages(pcfg: PolicyConfig) -> Iterator[Stage]:
     """The policy's weights made on first use (the packaged SmolLM2 GGUF converted to a
     safetensors checkpoint, once), where its source makes them."""
     built = policy_source(pcfg).built
@@ -187,7 +187,7 @@ def policy_stages(pcfg: Any) -> Iterator[Stage]:
         yield Stage("policy", (target / "config.json").is_file(), str(target), work, 5.0)
 
 
-def warm_start_stages(cfg: Any) -> Iterator[Stage]:
+def warm_start_stages(cfg: TrainConfig) -> Iterator[Stage]:
     """The cold-start SFT policy (expert trajectories, then SFT), cached and shared by every arm."""
     if cfg.warm_start.path is not None or not cfg.warm_start.sft:
         return
@@ -204,7 +204,7 @@ def warm_start_stages(cfg: Any) -> Iterator[Stage]:
     yield Stage("warm start (SFT)", ready, str(done), work, seconds)
 
 
-def train_plan(cfg: Any) -> list[Stage]:
+def train_plan(cfg: TrainConfig) -> list[Stage]:
     """Every stage ``seekrl-train`` with ``cfg`` builds before its first RL step, in order."""
     stages = [*retriever_stages(cfg.retriever), *dataset_stages(cfg.dataset)]
     stages += [*policy_stages(cfg.rollout.policy), *warm_start_stages(cfg)]
@@ -217,13 +217,13 @@ def train_plan(cfg: Any) -> list[Stage]:
     return out
 
 
-def rl_seconds(cfg: Any) -> float:
+def rl_seconds(cfg: TrainConfig) -> float:
     """Recorded-rate seconds of the RL stage (0 for a sampler without the usual batch fields)."""
     per_step = getattr(cfg.sampler, "questions_per_step", 0) * getattr(cfg.sampler, "group_size", 0)
     return cfg.trainer.max_steps * per_step * RL_SECONDS_PER_ROLLOUT * model_factor()
 
 
-def final_seconds(cfg: Any) -> float:
+def final_seconds(cfg: TrainConfig) -> float:
     """Recorded-rate seconds of the final comparison (two evaluations); 0 when switched off."""
     f = cfg.final_eval
     if not f.enabled:
@@ -232,7 +232,9 @@ def final_seconds(cfg: Any) -> float:
     return 2 * questions * f.samples_per_question * EVAL_SECONDS_PER_ROLLOUT * model_factor()
 
 
-def job_estimates(cfg: Any, stages: list[Stage] | None = None) -> list[tuple[str, float, float]]:
+def job_estimates(
+    cfg: TrainConfig, stages: list[Stage] | None = None
+) -> list[tuple[str, float, float]]:
     """``(stage, seconds, peak GB)`` for each stage of ``seekrl-train`` (:data:`JOB_STAGES`), from
     the recorded rates and peaks; a stage whose parts are all cached is planned at 0 s."""
     stages = train_plan(cfg) if stages is None else stages
@@ -261,7 +263,7 @@ def render_estimates(estimates: list[tuple[str, float, float]]) -> str:
     return "\n".join(lines)
 
 
-def rl_estimate(cfg: Any) -> str:
+def rl_estimate(cfg: TrainConfig) -> str:
     """The RL stage's size and a rough time."""
     steps = cfg.trainer.max_steps
     per_step = getattr(cfg.sampler, "questions_per_step", 0) * getattr(cfg.sampler, "group_size", 0)

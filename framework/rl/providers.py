@@ -8,7 +8,6 @@ Each is registered in ``INPUT_PROVIDERS`` under the name a component lists in ``
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -24,6 +23,7 @@ from framework.algorithms.advantages.info_reasoner import InfoReasonerConfig, re
 from framework.algorithms.advantages.r3 import R3AdvantageConfig, entropy_stats
 from framework.config import ComponentConfig
 from framework.registry import INPUT_PROVIDERS
+from framework.registry.protocols import Tokenizer
 from framework.rewards.text import normalize_answer, token_f1
 from framework.rl.inputs import InputContext
 from framework.training.scoring import scoring_row, teacher_forced
@@ -51,7 +51,7 @@ def think_texts_input(ctx: InputContext, *, cfg: ComponentConfig) -> list:
 
 def reader_belief(
     policy: torch.nn.Module,
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     prompts: list[str],
     answers: list[str],
     *,

@@ -35,7 +35,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import lightning as L
 
@@ -171,7 +170,7 @@ class RLRun:
 
     module: SearchAgentRL
     data: QuestionDataModule
-    trainer: Any
+    trainer: L.Trainer
     checkpoints: StepCheckpoint
     health: HealthCallback
     metrics: dict[str, float] = field(default_factory=dict)

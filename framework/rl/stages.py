@@ -6,11 +6,10 @@ with :func:`load_training_data` too.
 
 from __future__ import annotations
 
-from typing import Any
-
-from framework.data.schema import require_entities
+from framework.data.schema import QAItem, require_entities
 from framework.registry import DATASETS, RETRIEVERS
 from framework.rl.config import TrainConfig
+from framework.types import ComponentConfig
 
 
 def build_index(cfg: TrainConfig) -> None:
@@ -20,7 +19,7 @@ def build_index(cfg: TrainConfig) -> None:
     retriever.close()
 
 
-def load_training_data(cfg: TrainConfig) -> dict[str, Any]:
+def load_training_data(cfg: TrainConfig) -> dict[str, list[QAItem]]:
     """The train and validation splits (synthesized first if needed), checked against the reward.
 
     Raises:
@@ -37,7 +36,7 @@ def load_training_data(cfg: TrainConfig) -> dict[str, Any]:
     return splits
 
 
-def _source(dataset: Any, split: str) -> str:
+def _source(dataset: ComponentConfig, split: str) -> str:
     """The file a split was read from, for messages."""
     if hasattr(dataset, "directory"):  # synthesized data
         return str(dataset.directory() / f"{split}.jsonl")

@@ -10,7 +10,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -33,7 +33,7 @@ from framework.rollout.metrics import (
     rollout_metrics,
     zero_variance_fraction,
 )
-from framework.rollout.records import trajectory_records
+from framework.rollout.records import TrajectoryRecord, trajectory_records
 from framework.rollout.scoring import Scores, score
 from framework.training.lora import reference_policy
 from framework.types import GroupRequest, Trajectory
@@ -150,6 +150,14 @@ class StepParts:
         return self.loop
 
 
+class StepRecord(TrajectoryRecord):
+    """One rollout of a step as a JSON record (``trajectories/step-NNNNNN.jsonl``): its
+    trajectory record, its advantage (per rollout) and the step."""
+
+    advantage: float
+    step: int
+
+
 @dataclass
 class StepResult:
     """What one step did.
@@ -185,14 +193,15 @@ class StepResult:
         """``[N]`` one advantage per rollout (a token-level one: its mean over generated tokens)."""
         return per_rollout(self.advantages, self.batch.token_mask)
 
-    def records(self, step: int) -> list[dict[str, Any]]:
+    def records(self, step: int) -> list[StepRecord]:
         """One JSON-ready dict per rollout (:func:`~framework.rollout.records.trajectory_records`)
         with its advantage and the step."""
         records = trajectory_records(self.trajectories, self.items, self.scores)
-        for r, a in zip(records, self.rollout_advantages().tolist(), strict=True):
-            r["advantage"] = a
-            r["step"] = step
-        return records
+        advantages = self.rollout_advantages().tolist()
+        return [
+            StepRecord(**r, advantage=a, step=step)
+            for r, a in zip(records, advantages, strict=True)
+        ]
 
     def group_outcomes(
         self, reward_cfg: ComponentConfig | None = None

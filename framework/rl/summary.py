@@ -5,23 +5,65 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, TypedDict
 
 from framework.eval.final import final_lines
 from framework.eval.sweep import append, sweep_job
 from framework.rl.config import TrainConfig
+from framework.rl.final import FinalResult
+
+if TYPE_CHECKING:
+    from framework.health.monitors import Alarm
+    from framework.lightning.callbacks import StepCheckpoint
+    from framework.lightning.health import HealthCallback
+    from framework.rl.module import SearchAgentRL
+
+
+class FittedRun(Protocol):
+    """What the summary reads of a fitted RL stage (:class:`~framework.rl.recipe.RLRun`, which
+    imports this module)."""
+
+    @property
+    def module(self) -> SearchAgentRL: ...
+
+    @property
+    def checkpoints(self) -> StepCheckpoint: ...
+
+    @property
+    def health(self) -> HealthCallback: ...
+
+    @property
+    def metrics(self) -> dict[str, float]: ...
+
+
+class RunSummary(TypedDict):
+    """A train run's ``summary.json`` (:func:`run_summary`)."""
+
+    algorithm: str
+    seed: int
+    steps: int
+    seconds: float
+    interrupted: bool
+    stopped_by: dict[str, object] | None  # the health monitor's alarm, as a dict
+    threads: int
+    last_checkpoint: str
+    last_step: dict[str, float]
+    metrics: dict[str, float]
+    final: FinalResult | None
+    stages: list[dict[str, float | str | None]]
+    earlier_launches_peak_gb: float | None
 
 
 def run_summary(
     cfg: TrainConfig,
     run_dir: Path,
-    run: Any,
+    run: FittedRun,
     *,
     seconds: float,
     threads: int,
-    final: dict[str, Any] | None,
-    stages: Any,
-) -> dict[str, Any]:
+    final: FinalResult | None,
+    stages: list[dict[str, float | str | None]],
+) -> RunSummary:
     """The run's ``summary.json``: its steps and time, how it ended, the last step's and the last
     logged figures, the final comparison and the stages' times and peaks.
 
@@ -51,7 +93,7 @@ def run_summary(
     }
 
 
-def record_sweep_job(cfg: TrainConfig, run_dir: Path, summary: dict[str, Any]) -> None:
+def record_sweep_job(cfg: TrainConfig, run_dir: Path, summary: RunSummary) -> None:
     """In a multirun, add this job's row to the sweep table (``<sweep dir>/sweep.jsonl``, ``.md``,
     ``.csv``); a single run has none."""
     job = sweep_job()
@@ -90,11 +132,11 @@ def record_sweep_job(cfg: TrainConfig, run_dir: Path, summary: dict[str, Any]) -
 def report(
     cfg: TrainConfig,
     run_dir: Path,
-    module: Any,
+    module: SearchAgentRL,
     metrics: dict[str, float],
-    ckpt: Any,
-    stopped: Any = None,
-    final: dict[str, Any] | None = None,
+    ckpt: StepCheckpoint,
+    stopped: Alarm | None = None,
+    final: FinalResult | None = None,
 ) -> None:
     """Where everything is, and the headline figures; a run that ends with its final comparison
     ends with that block."""

@@ -28,7 +28,7 @@ import functools
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -137,8 +137,8 @@ def _in_place_layer() -> type:
             self._k, self._v, self._n = k.new_zeros(shape), v.new_zeros(shape), 0
 
         def update(  # type: ignore[override]  # the same call, the parameters named k and v
-            self, k: torch.Tensor, v: torch.Tensor, *args: Any, **kwargs: Any
-        ) -> Any:
+            self, k: torch.Tensor, v: torch.Tensor, *args: object, **kwargs: object
+        ) -> tuple[torch.Tensor, torch.Tensor]:
             if not self.is_initialized:
                 self.lazy_initialization(k, v)
             n, add = self._n, k.shape[-2]
@@ -232,8 +232,13 @@ PACKED_SDPA = "seekrl_sdpa"
 
 
 def _packed_sdpa(
-    module: Any, query: torch.Tensor, key: Any, value: Any, mask: Any, **kw: Any
-) -> Any:
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None,
+    **kw: Any,  # transformers' attention keywords, passed on as they came
+) -> tuple[torch.Tensor, None]:
     """transformers' SDPA attention, except that a one-token query without a mask on a CPU takes
     the path it takes with a mask (the query heads of a key/value head packed as one block)
     instead of SDPA's ``enable_gqa``, which the CPU kernel runs about 2.7x slower per decode step
@@ -274,8 +279,15 @@ def use_packed_decode_attention(model: Any) -> bool:
     return True
 
 
-def _accepts(model: Any, name: str) -> bool:
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft wrappers
+@runtime_checkable
+class WrapsBaseModel(Protocol):
+    """A wrapper of the model it trains (peft's ``PeftModel``)."""
+
+    def get_base_model(self) -> torch.nn.Module: ...
+
+
+def _accepts(model: torch.nn.Module, name: str) -> bool:
+    base = model.get_base_model() if isinstance(model, WrapsBaseModel) else model  # peft wrappers
     try:
         return name in inspect.signature(base.forward).parameters
     except (TypeError, ValueError):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,7 +88,7 @@ def cut_generation(
     stop: Sequence[str],
     eos_ids: set[int],
     limit: int,
-    decode: Any,
+    decode: Callable[[list[int]], str],
     logprobs: Sequence[float] | None = None,
 ) -> Generation:
     """The tokens a sequence really generated: up to and including the first end-of-sequence
@@ -265,7 +265,7 @@ class TransformersBackend:
             mask[row, width - len(s) :] = 1
         device = next(self.model.parameters()).device
         sampling = self.cfg.sampling
-        kwargs: dict[str, Any] = {"do_sample": sampling.temperature > 0}
+        kwargs: dict[str, bool | float | int | None] = {"do_sample": sampling.temperature > 0}
         if sampling.temperature > 0:
             kwargs.update(
                 temperature=sampling.temperature,
@@ -303,7 +303,7 @@ class TransformersBackend:
             self.model.load_state_dict(model.state_dict())  # cast to the rollout dtype
 
 
-def rollout_dtype(requested: str, device: str = "cpu") -> tuple[Any, str]:
+def rollout_dtype(requested: str, device: str = "cpu") -> tuple[torch.dtype, str]:
     """The torch dtype rollouts run in for ``compute_dtype=requested``, and why.
 
     ``auto`` is bfloat16 where the hardware computes it natively (a CPU with AVX512-BF16, AMX or
@@ -320,7 +320,7 @@ def rollout_dtype(requested: str, device: str = "cpu") -> tuple[Any, str]:
     return (torch.bfloat16 if native else torch.float32), f"auto: {why}"
 
 
-def _as_list(value: Any) -> list[Any]:
+def _as_list(value: int | list[int] | tuple[int, ...] | None) -> list[int]:
     if value is None:
         return []
     return list(value) if isinstance(value, list | tuple) else [value]

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
 from framework.rollout.tools import MAX_QUERIES_PER_CALL, TOOLS, ToolCall
 
@@ -66,7 +65,7 @@ class Turn:
     malformed: str | None = None
 
 
-def parse_turn(text: Any) -> Turn:
+def parse_turn(text: object) -> Turn:
     """Parse one model turn; never raises, whatever ``text`` is."""
     try:
         return _parse(text if isinstance(text, str) else str(text))

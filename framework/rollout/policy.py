@@ -282,7 +282,7 @@ class PolicySource:
 
     checkpoint: Callable[[PolicyConfig], Path | None]
     random_dims: Callable[[PolicyConfig], dict[str, Any]] | None = None
-    identity: Callable[[PolicyConfig], dict[str, Any]] = lambda cfg: {}
+    identity: Callable[[PolicyConfig], dict[str, object]] = lambda cfg: {}
     built: Callable[[PolicyConfig], Path] | None = None
     own_tokenizer: bool = False
 

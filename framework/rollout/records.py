@@ -4,24 +4,44 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 from framework.data.schema import QAItem
 from framework.rollout.scoring import Scores
 from framework.rollout.signals import trajectory_signals
-from framework.types import Segment, ToolCall, Trajectory, TurnSpan
+from framework.types import Segment, Status, ToolCall, Trajectory, TurnSpan
+
+
+class TrajectoryRecord(TypedDict):
+    """One trajectory as a JSON record (:func:`trajectory_records`)."""
+
+    question_id: str
+    question: str
+    golden_answers: list[str]
+    entities: list[list[str]] | None
+    group: int
+    status: Status
+    end_reason: str
+    answer: str | None
+    reward: float
+    reward_components: dict[str, float]
+    stats: dict[str, int]
+    prompt_tokens: int
+    think_text: str
+    response_text: str
+    signals: dict[str, bool]
 
 
 def trajectory_records(
     trajectories: Sequence[Trajectory], items: Sequence[QAItem], scores: Scores
-) -> list[dict[str, Any]]:
+) -> list[TrajectoryRecord]:
     """One JSON-ready dict per trajectory: question, gold, outcome, rewards, stats, full text and
     the triage signals it fired (:func:`~framework.rollout.signals.trajectory_signals`).
 
     Per-token data (``token_ids``, ``loss_mask``, ``rollout_logprobs``) is left out: it would
     multiply the size of every dump, and the step's mismatch figures summarise the log-probs.
     """
-    out = []
+    out: list[TrajectoryRecord] = []
     for i, t in enumerate(trajectories):
         item = items[t.group]
         out.append(
@@ -46,7 +66,7 @@ def trajectory_records(
     return out
 
 
-def render_record(record: dict[str, Any]) -> str:
+def render_record(record: TrajectoryRecord) -> str:
     """A trajectory for humans."""
     comps = ", ".join(f"{k} {v:.3f}" for k, v in record["reward_components"].items())
     head = (
@@ -58,7 +78,7 @@ def render_record(record: dict[str, Any]) -> str:
     return head + record["response_text"].strip() + "\n"
 
 
-def trajectory_state(t: Trajectory) -> dict[str, Any]:
+def trajectory_state(t: Trajectory) -> dict[str, object]:
     """``t`` as JSON-ready data (:func:`trajectory_from_state` rebuilds it exactly)."""
     return dataclasses.asdict(t)
 

@@ -9,7 +9,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from omegaconf import MISSING
 
@@ -24,7 +24,7 @@ from framework.rollout.engine import AgentLoop
 from framework.rollout.policy import PolicyError
 from framework.rollout.records import render_record, trajectory_records
 from framework.rollout.scoring import score
-from framework.types import STATUSES
+from framework.types import STATUSES, Status
 
 
 @dataclass
@@ -51,7 +51,18 @@ class RolloutsConfig:
         return out
 
 
-def show_rollouts(cfg: RolloutsConfig) -> dict[str, Any]:
+class RolloutsSummary(TypedDict):
+    """What :func:`show_rollouts` prints and returns."""
+
+    rollouts: int
+    mean_reward: float
+    statuses: dict[Status, int]
+    generated_tokens: int
+    seconds: float
+    trajectories: str
+
+
+def show_rollouts(cfg: RolloutsConfig) -> RolloutsSummary:
     """Sample questions, roll them out, score, print and dump the trajectories."""
     try:
         items = DATASETS.bind(cfg.dataset)(cfg.split)
@@ -76,7 +87,7 @@ def show_rollouts(cfg: RolloutsConfig) -> dict[str, Any]:
         print(render_record(r))
     tokens = sum(t.stats["generated_tokens"] for t in trajectories)
     statuses = {s: sum(t.status == s for t in trajectories) for s in STATUSES}
-    summary = {
+    summary: RolloutsSummary = {
         "rollouts": len(trajectories),
         "mean_reward": float(scores.total.mean()),
         "statuses": statuses,

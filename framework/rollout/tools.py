@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from framework.registry.protocols import Retriever
 from framework.retrieval.types import (
@@ -23,7 +22,10 @@ from framework.retrieval.types import (
     RetrieverUnavailable,
 )
 from framework.rollout.config import AgentConfig
-from framework.types import ToolCall  # re-exported: the parser and the tests import it from here
+from framework.types import (  # ToolCall re-exported: the parser and the tests import it from here
+    Document,
+    ToolCall,
+)
 
 MAX_QUERIES_PER_CALL = 8
 
@@ -64,7 +66,7 @@ class Tool:
         count: how much one call adds to ``stat``.
     """
 
-    parse: Callable[[dict[str, Any]], ToolCall | str]
+    parse: Callable[[dict[str, object]], ToolCall | str]
     answer: Callable[[Sequence[ToolCall], Retriever, AgentConfig], Sequence[ToolResult | str]]
     stat: str
     count: Callable[[ToolCall], int]
@@ -87,7 +89,7 @@ def clip(text: str, limit: int) -> str:
 
 
 # -- search ----------------------------------------------------------------------------------------
-def parse_search(args: dict[str, Any]) -> ToolCall | str:
+def parse_search(args: dict[str, object]) -> ToolCall | str:
     """``{"queries": [...]}`` (or one ``"query"`` string): 1 to 8 non-empty strings."""
     queries = args.get("queries", args.get("query"))
     if isinstance(queries, str):
@@ -146,7 +148,7 @@ class CountingRetriever:
     def search(self, queries: Sequence[str], k: int) -> list:
         return self.inner.search(queries, k)
 
-    def document(self, *, doc_id: str | None = None, title: str | None = None) -> Any:
+    def document(self, *, doc_id: str | None = None, title: str | None = None) -> Document:
         return self.inner.document(doc_id=doc_id, title=title)
 
     def close(self) -> None:
@@ -173,10 +175,11 @@ def _search_observation(
 
 
 # -- visit -----------------------------------------------------------------------------------------
-def parse_visit(args: dict[str, Any]) -> ToolCall | str:
+def parse_visit(args: dict[str, object]) -> ToolCall | str:
     """``{"title": ...}`` (or ``"url"``) or ``{"doc_id": ...}``, with an optional ``"goal"``."""
     doc_id, title = args.get("doc_id"), args.get("title", args.get("url"))
-    goal = clean(args["goal"]) if isinstance(args.get("goal"), str) else None
+    given_goal = args.get("goal")
+    goal = clean(given_goal) if isinstance(given_goal, str) else None
     if isinstance(doc_id, str) and clean(doc_id):
         return ToolCall("visit", doc_id=clean(doc_id), goal=goal)
     if isinstance(title, str) and clean(title):

