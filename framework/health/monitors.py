@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from statistics import mean
 from typing import Any, Generic, TypeVar
 
-from framework.config import ComponentConfig, Problem, check_range
+from framework.config import ComponentConfig, Problem, check_range, option
 from framework.registry.kinds import HEALTH_MONITORS
 
 
@@ -59,8 +59,8 @@ class MonitorConfig(ComponentConfig):
     ``warmup_steps``: steps before the monitor may trip (it still records and logs them).
     """
 
-    stop: bool = field(default=False, metadata={"help": "stop the run when tripped (else warn)"})
-    warmup_steps: int = field(default=0, metadata={"help": "steps before the monitor may trip"})
+    stop: bool = option(False, "stop the run when tripped (else warn)")
+    warmup_steps: int = option(0, "steps before the monitor may trip")
 
     def problems(self) -> list[Problem]:
         return check_range(self.warmup_steps, "warmup_steps", low=0)
@@ -70,7 +70,7 @@ class MonitorConfig(ComponentConfig):
 class MetricConfig(MonitorConfig):
     """The config base of a monitor of one logged figure, ``metric``."""
 
-    metric: str = field(default="", metadata={"help": "the figure watched"})
+    metric: str = option("", "the figure watched")
 
 
 HEALTH_MONITORS.declare_config_base(MonitorConfig)
@@ -177,14 +177,10 @@ class BaselineMonitor(MetricMonitor[W]):
 # -- reward or accuracy collapse ---------------------------------------------------------------------
 @dataclass
 class CollapseConfig(MetricConfig):
-    metric: str = field(default="rollout/reward", metadata={"help": "the figure that collapses"})
-    window: int = field(default=4, metadata={"help": "steps per moving mean"})
-    drop: float = field(
-        default=0.5, metadata={"help": "trip when the mean falls this share below its best"}
-    )
-    min_best: float = field(
-        default=0.05, metadata={"help": "no verdict until the best mean reaches this"}
-    )
+    metric: str = option("rollout/reward", "the figure that collapses")
+    window: int = option(4, "steps per moving mean")
+    drop: float = option(0.5, "trip when the mean falls this share below its best")
+    min_best: float = option(0.05, "no verdict until the best mean reaches this")
 
     def problems(self) -> list[Problem]:
         out = _window_problems(self)
@@ -234,9 +230,9 @@ class CollapseMonitor(MetricMonitor[CollapseConfig]):
 # -- entropy collapse ---------------------------------------------------------------------------------
 @dataclass
 class EntropyConfig(MetricConfig):
-    metric: str = field(default="loss/entropy", metadata={"help": "token-mean policy entropy"})
-    min_entropy: float = field(default=0.01, metadata={"help": "nats per token"})
-    patience: int = field(default=3, metadata={"help": "consecutive steps below the floor"})
+    metric: str = option("loss/entropy", "token-mean policy entropy")
+    min_entropy: float = option(0.01, "nats per token")
+    patience: int = option(3, "consecutive steps below the floor")
 
     def problems(self) -> list[Problem]:
         out = check_range(self.min_entropy, "min_entropy", low=0.0)
@@ -269,9 +265,9 @@ class EntropyMonitor(MetricMonitor[EntropyConfig]):
 # -- response-length blow-up ---------------------------------------------------------------------------
 @dataclass
 class LengthConfig(MetricConfig):
-    metric: str = field(default="rollout/response_length", metadata={"help": "tokens per rollout"})
-    window: int = field(default=3, metadata={"help": "steps of the baseline and the moving mean"})
-    factor: float = field(default=3.0, metadata={"help": "trip at this multiple of the baseline"})
+    metric: str = option("rollout/response_length", "tokens per rollout")
+    window: int = option(3, "steps of the baseline and the moving mean")
+    factor: float = option(3.0, "trip at this multiple of the baseline")
 
     def problems(self) -> list[Problem]:
         out = _window_problems(self)
@@ -306,12 +302,10 @@ class LengthMonitor(BaselineMonitor[LengthConfig]):
 # -- the agent stops using its tools ----------------------------------------------------------------
 @dataclass
 class ToolCallsConfig(MetricConfig):
-    metric: str = field(default="rollout/tool_calls", metadata={"help": "tool calls per rollout"})
-    window: int = field(default=3, metadata={"help": "steps of the baseline and the moving mean"})
-    min_baseline: float = field(
-        default=0.25, metadata={"help": "no verdict unless the first steps called tools this much"}
-    )
-    floor: float = field(default=0.0, metadata={"help": "trip at or below this moving mean"})
+    metric: str = option("rollout/tool_calls", "tool calls per rollout")
+    window: int = option(3, "steps of the baseline and the moving mean")
+    min_baseline: float = option(0.25, "no verdict unless the first steps called tools this much")
+    floor: float = option(0.0, "trip at or below this moving mean")
 
     def problems(self) -> list[Problem]:
         out = _window_problems(self)
@@ -345,18 +339,12 @@ class ToolCallsMonitor(BaselineMonitor[ToolCallsConfig]):
 # -- the agent stops answering ------------------------------------------------------------------------
 @dataclass
 class AnswersConfig(MetricConfig):
-    metric: str = field(
-        default="rollout/format_valid",
-        metadata={"help": "share of rollouts that ended in a valid answer within budget"},
+    metric: str = option(
+        "rollout/format_valid", "share of rollouts that ended in a valid answer within budget"
     )
-    window: int = field(default=3, metadata={"help": "steps of the baseline and the moving mean"})
-    min_baseline: float = field(
-        default=0.25, metadata={"help": "no verdict unless the first steps answered this much"}
-    )
-    share: float = field(
-        default=0.5,
-        metadata={"help": "trip when the moving mean falls to this share of the baseline"},
-    )
+    window: int = option(3, "steps of the baseline and the moving mean")
+    min_baseline: float = option(0.25, "no verdict unless the first steps answered this much")
+    share: float = option(0.5, "trip when the moving mean falls to this share of the baseline")
 
     def problems(self) -> list[Problem]:
         out = _window_problems(self)
@@ -398,12 +386,10 @@ class AnswersMonitor(BaselineMonitor[AnswersConfig]):
 # -- the retriever returns nothing ------------------------------------------------------------------
 @dataclass
 class RetrievalConfig(MonitorConfig):
-    stop: bool = field(default=True, metadata={"help": "stop the run when tripped (else warn)"})
-    max_rate: float = field(
-        default=0.5, metadata={"help": "trip when this share of queries got no result or failed"}
-    )
-    window: int = field(default=1, metadata={"help": "steps whose queries are pooled"})
-    min_queries: int = field(default=1, metadata={"help": "no verdict on fewer pooled queries"})
+    stop: bool = option(True, "stop the run when tripped (else warn)")
+    max_rate: float = option(0.5, "trip when this share of queries got no result or failed")
+    window: int = option(1, "steps whose queries are pooled")
+    min_queries: int = option(1, "no verdict on fewer pooled queries")
 
     def problems(self) -> list[Problem]:
         out = _window_problems(self)
@@ -464,11 +450,9 @@ class RetrievalMonitor(Monitor[RetrievalConfig]):
 # -- non-finite or exploding gradients --------------------------------------------------------------
 @dataclass
 class GradientConfig(MonitorConfig):
-    stop: bool = field(default=True, metadata={"help": "stop the run when tripped (else warn)"})
-    max_norm: float = field(
-        default=1.0e3, metadata={"help": "trip when the gradient norm (before clipping) exceeds it"}
-    )
-    patience: int = field(default=2, metadata={"help": "consecutive steps above max_norm"})
+    stop: bool = option(True, "stop the run when tripped (else warn)")
+    max_norm: float = option(1.0e3, "trip when the gradient norm (before clipping) exceeds it")
+    patience: int = option(2, "consecutive steps above max_norm")
 
     def problems(self) -> list[Problem]:
         out = check_range(self.max_norm, "max_norm", low=0.0, low_inclusive=False)
@@ -516,12 +500,11 @@ class GradientMonitor(Monitor[GradientConfig]):
 # -- groups without signal -------------------------------------------------------------------------
 @dataclass
 class ZeroVarianceConfig(MetricConfig):
-    metric: str = field(
-        default="rollout/zero_variance_groups",
-        metadata={"help": "share of groups whose rewards are all equal"},
+    metric: str = option(
+        "rollout/zero_variance_groups", "share of groups whose rewards are all equal"
     )
-    max_fraction: float = field(default=0.95, metadata={"help": "trip above this share"})
-    patience: int = field(default=5, metadata={"help": "consecutive steps above it"})
+    max_fraction: float = option(0.95, "trip above this share")
+    patience: int = option(5, "consecutive steps above it")
 
     def problems(self) -> list[Problem]:
         out = check_range(

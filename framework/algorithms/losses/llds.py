@@ -13,7 +13,7 @@ framework's default ``seq_mean_token_mean``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -21,7 +21,7 @@ from torch import Tensor
 
 from framework.algorithms.losses.ppo_clip import ClipLossConfig, _masked_inputs, ppo_clip_loss
 from framework.algorithms.stats.aggregation import aggregate, masked_mean
-from framework.config import Problem, check_choice, check_range
+from framework.config import Problem, check_choice, check_range, option
 from framework.registry.kinds import POLICY_LOSSES
 from framework.types import LossOutput, PolicyLossInputs
 
@@ -41,11 +41,8 @@ class LLDSLossConfig(ClipLossConfig):
     #: a rollout with advantage 0 is in the preserving set (A >= 0): it cannot be skipped
     zero_advantage_inert: ClassVar[bool] = False
 
-    coef: float = field(default=0.2, metadata={"help": "lambda, the term's weight (paper: 0.2)"})
-    gate: str = field(
-        default="action",
-        metadata={"help": f"one of {LLDS_GATES}: the paper's A-gate (per turn) or R-gate"},
-    )
+    coef: float = option(0.2, "lambda, the term's weight (paper: 0.2)")
+    gate: str = option("action", f"one of {LLDS_GATES}: the paper's A-gate (per turn) or R-gate")
 
     def problems(self) -> list[Problem]:
         out = check_range(self.coef, "coef", low=0.0)

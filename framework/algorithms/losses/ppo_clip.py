@@ -7,7 +7,7 @@ padding, dropped rollouts) neither change the loss nor receive gradient.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -15,7 +15,7 @@ from torch import Tensor
 
 from framework.algorithms.losses.base import PolicyLossConfig, on_policy_ratio_inert
 from framework.algorithms.stats.aggregation import aggregate, masked_mean
-from framework.config import Problem, check_range
+from framework.config import Problem, check_range, option
 from framework.config.inert import InertRule
 from framework.registry.kinds import POLICY_LOSSES
 from framework.types import LossOutput, PolicyLossInputs
@@ -30,16 +30,12 @@ class ClipLossConfig(PolicyLossConfig):
     #: that changes the objective declares its own rule or none)
     screen_inert: ClassVar[InertRule] = on_policy_ratio_inert
 
-    clip_low: float = field(default=0.2, metadata={"help": "ratio lower bound is 1 - clip_low"})
-    clip_high: float = field(
-        default=0.28, metadata={"help": "ratio upper bound is 1 + clip_high (clip-higher, DAPO)"}
-    )
-    dual_clip: float = field(
-        default=0.0,
-        metadata={
-            "help": "dual clip c (> 1; Ye et al. 2020): where A < 0 a token's loss is at most "
-            "-c A (no gradient beyond it); 0 = off"
-        },
+    clip_low: float = option(0.2, "ratio lower bound is 1 - clip_low")
+    clip_high: float = option(0.28, "ratio upper bound is 1 + clip_high (clip-higher, DAPO)")
+    dual_clip: float = option(
+        0.0,
+        "dual clip c (> 1; Ye et al. 2020): where A < 0 a token's loss is at most "
+        "-c A (no gradient beyond it); 0 = off",
     )
 
     def problems(self) -> list[Problem]:

@@ -5,7 +5,7 @@ Acts off-policy only, as LLDS (:mod:`framework.algorithms.losses.llds` says why)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -13,7 +13,7 @@ from torch import Tensor
 
 from framework.algorithms.losses.ppo_clip import ClipLossConfig, _masked_inputs, ppo_clip_loss
 from framework.algorithms.stats.aggregation import aggregate, masked_mean
-from framework.config import Problem, check_range
+from framework.config import Problem, check_range, option
 from framework.registry.kinds import POLICY_LOSSES
 from framework.types import LossOutput, PolicyLossInputs
 
@@ -29,14 +29,9 @@ class SAPOSearchLossConfig(ClipLossConfig):
     #: token is, and the term's value is 0 there but its gradient is not (see sapo_search_loss)
     acts_off_policy_only: ClassVar[bool] = True
 
-    coef: float = field(
-        default=0.1, metadata={"help": "gamma, the drift penalty's weight (paper: 0.1)"}
-    )
-    threshold: float = field(
-        default=1.0,
-        metadata={
-            "help": "tau: a token of a positive rollout is held when its ratio < tau (paper: 1.0)"
-        },
+    coef: float = option(0.1, "gamma, the drift penalty's weight (paper: 0.1)")
+    threshold: float = option(
+        1.0, "tau: a token of a positive rollout is held when its ratio < tau (paper: 1.0)"
     )
 
     def problems(self) -> list[Problem]:
