@@ -19,8 +19,12 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from framework.algorithms.losses.ppo_clip import ClipLossConfig, _masked_inputs, ppo_clip_loss
-from framework.algorithms.stats.aggregation import aggregate, masked_mean
+from framework.algorithms.losses.ppo_clip import (
+    ClipLossConfig,
+    _masked_inputs,
+    ppo_clip_loss,
+    with_penalty_term,
+)
 from framework.config import Problem, check_choice, check_range, option
 from framework.registry.kinds import POLICY_LOSSES
 from framework.types import LossOutput, PolicyLossInputs
@@ -104,8 +108,4 @@ def llds_loss(inputs: PolicyLossInputs, *, cfg: LLDSLossConfig) -> LossOutput:
     out = ppo_clip_loss(inputs, cfg=cfg)
     mask, lp, old, adv = _masked_inputs(inputs)
     penalty = llds_penalty(lp, old, adv, mask, cfg.gate)
-    term = aggregate(penalty, mask, cfg.agg, cfg.norm_constant)
-    with torch.no_grad():
-        out.metrics["llds_term"] = term.detach()
-        out.metrics["llds_token_frac"] = masked_mean((penalty > 0).float(), mask)
-    return LossOutput(out.loss + cfg.coef * term, out.metrics)
+    return with_penalty_term(out, penalty, penalty > 0, mask, cfg, cfg.coef, "llds")

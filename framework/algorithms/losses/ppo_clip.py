@@ -166,3 +166,31 @@ def ppo_clip_loss(inputs: PolicyLossInputs, *, cfg: ClipLossConfig) -> LossOutpu
     with torch.no_grad():
         out.metrics["approx_kl"] = masked_mean(log_ratio.exp() - 1.0 - log_ratio, mask)
     return out
+
+
+def with_penalty_term(
+    out: LossOutput,
+    penalty: Tensor,
+    held: Tensor,
+    mask: Tensor,
+    cfg: ClipLossConfig,
+    coef: float,
+    name: str,
+) -> LossOutput:
+    """PPO-clip's ``out`` plus ``coef`` times a token penalty reduced like the loss (``cfg.agg``).
+
+    Args:
+        out: :func:`ppo_clip_loss` of the batch.
+        penalty: ``[N, L]`` the penalty per token, 0 where it does not act.
+        held: ``[N, L]`` bool, the tokens it acts on (for the metric).
+        mask: ``[N, L]`` the trained tokens.
+        cfg: the loss's config (its ``agg`` and ``norm_constant``).
+        coef: the term's weight.
+        name: metric prefix: ``<name>_term`` (the reduced term before ``coef``) and
+            ``<name>_token_frac`` (share of trained tokens in ``held``) join ``out.metrics``.
+    """
+    term = aggregate(penalty, mask, cfg.agg, cfg.norm_constant)
+    with torch.no_grad():
+        out.metrics[f"{name}_term"] = term.detach()
+        out.metrics[f"{name}_token_frac"] = masked_mean(held.float(), mask)
+    return LossOutput(out.loss + coef * term, out.metrics)

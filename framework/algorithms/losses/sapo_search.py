@@ -11,8 +11,12 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from framework.algorithms.losses.ppo_clip import ClipLossConfig, _masked_inputs, ppo_clip_loss
-from framework.algorithms.stats.aggregation import aggregate, masked_mean
+from framework.algorithms.losses.ppo_clip import (
+    ClipLossConfig,
+    _masked_inputs,
+    ppo_clip_loss,
+    with_penalty_term,
+)
 from framework.config import Problem, check_range, option
 from framework.registry.kinds import POLICY_LOSSES
 from framework.types import LossOutput, PolicyLossInputs
@@ -100,8 +104,4 @@ def sapo_search_loss(inputs: PolicyLossInputs, *, cfg: SAPOSearchLossConfig) -> 
     mask, lp, old, adv = _masked_inputs(inputs)
     log_ratio = lp - old
     held = drift_mask(log_ratio, adv, mask, cfg.threshold)
-    term = aggregate(drift_penalty(log_ratio, held), mask, cfg.agg, cfg.norm_constant)
-    with torch.no_grad():
-        out.metrics["sapo_term"] = term.detach()
-        out.metrics["sapo_token_frac"] = masked_mean(held.float(), mask)
-    return LossOutput(out.loss + cfg.coef * term, out.metrics)
+    return with_penalty_term(out, drift_penalty(log_ratio, held), held, mask, cfg, cfg.coef, "sapo")
