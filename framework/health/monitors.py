@@ -140,15 +140,22 @@ def _window_problems(cfg: Any) -> list[Problem]:
     return check_range(cfg.window, "window", low=1)
 
 
-#: the configs of the monitors that compare a moving mean with the run's first steps
-W = TypeVar("W", "LengthConfig", "ToolCallsConfig", "AnswersConfig")
+@dataclass
+class BaselineConfig(MetricConfig):
+    """The config base of a monitor that compares the moving mean of its metric with the mean of
+    the run's first steps (:class:`BaselineMonitor`); both span ``window`` steps."""
+
+    window: int = option(3, "steps of the baseline and the moving mean")
+
+
+W = TypeVar("W", bound=BaselineConfig)
 
 
 class BaselineMonitor(MetricMonitor[W]):
     """A monitor comparing the moving mean of its metric over ``cfg.window`` steps with a
     baseline: the mean of the run's first ``cfg.window`` steps."""
 
-    def __init__(self, *, cfg: Any) -> None:  # a W (mypy cannot pass a constrained one up)
+    def __init__(self, *, cfg: W) -> None:
         super().__init__(cfg=cfg)
         self.first: list[float] = []
 
@@ -264,9 +271,8 @@ class EntropyMonitor(MetricMonitor[EntropyConfig]):
 
 # -- response-length blow-up ---------------------------------------------------------------------------
 @dataclass
-class LengthConfig(MetricConfig):
+class LengthConfig(BaselineConfig):
     metric: str = option("rollout/response_length", "tokens per rollout")
-    window: int = option(3, "steps of the baseline and the moving mean")
     factor: float = option(3.0, "trip at this multiple of the baseline")
 
     def problems(self) -> list[Problem]:
@@ -301,9 +307,8 @@ class LengthMonitor(BaselineMonitor[LengthConfig]):
 
 # -- the agent stops using its tools ----------------------------------------------------------------
 @dataclass
-class ToolCallsConfig(MetricConfig):
+class ToolCallsConfig(BaselineConfig):
     metric: str = option("rollout/tool_calls", "tool calls per rollout")
-    window: int = option(3, "steps of the baseline and the moving mean")
     min_baseline: float = option(0.25, "no verdict unless the first steps called tools this much")
     floor: float = option(0.0, "trip at or below this moving mean")
 
@@ -338,11 +343,10 @@ class ToolCallsMonitor(BaselineMonitor[ToolCallsConfig]):
 
 # -- the agent stops answering ------------------------------------------------------------------------
 @dataclass
-class AnswersConfig(MetricConfig):
+class AnswersConfig(BaselineConfig):
     metric: str = option(
         "rollout/format_valid", "share of rollouts that ended in a valid answer within budget"
     )
-    window: int = option(3, "steps of the baseline and the moving mean")
     min_baseline: float = option(0.25, "no verdict unless the first steps answered this much")
     share: float = option(0.5, "trip when the moving mean falls to this share of the baseline")
 
