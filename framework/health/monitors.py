@@ -97,6 +97,16 @@ class Monitor(ABC, Generic[C]):
     def alarm(self, message: str, fix: str) -> Alarm:
         return Alarm(self.name, message, fix)
 
+    def reading(
+        self, step: int, values: dict[str, float], tripped: bool, message: str, fix: str
+    ) -> Reading:
+        """The step's ``values``, with an alarm (``message``, ``fix``) when ``tripped`` after
+        warm-up (:meth:`may_trip`)."""
+        out = Reading(values)
+        if self.may_trip(step) and tripped:
+            out.alarm = self.alarm(message, fix)
+        return out
+
     def record(self, value: float, keep: int) -> None:
         """Add ``value`` and keep the last ``keep`` values."""
         self.values.append(float(value))
@@ -215,16 +225,16 @@ class CollapseMonitor(MetricMonitor[CollapseConfig]):
         now = mean(self.values)
         self.best = max(self.best, now)
         drop = 1.0 - now / self.best if self.best > 0 else 0.0
-        reading = Reading({"mean": now, "best": self.best, "drop": drop})
-        if self.may_trip(step) and self.best >= cfg.min_best and drop >= cfg.drop:
-            reading.alarm = self.alarm(
-                f"{cfg.metric} collapsed: its {cfg.window}-step mean fell from a best of "
-                f"{self.best:.3f} to {now:.3f} ({drop:.0%} down; the limit is {cfg.drop:.0%}) "
-                f"at step {step}",
-                "lower optim.lr, add a KL term (kl.coef), or resume from a checkpoint before the "
-                "fall; raise health.monitors.<name>.drop if such swings are expected",
-            )
-        return reading
+        return self.reading(
+            step,
+            {"mean": now, "best": self.best, "drop": drop},
+            self.best >= cfg.min_best and drop >= cfg.drop,
+            f"{cfg.metric} collapsed: its {cfg.window}-step mean fell from a best of "
+            f"{self.best:.3f} to {now:.3f} ({drop:.0%} down; the limit is {cfg.drop:.0%}) "
+            f"at step {step}",
+            "lower optim.lr, add a KL term (kl.coef), or resume from a checkpoint before the "
+            "fall; raise health.monitors.<name>.drop if such swings are expected",
+        )
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "best": self.best}
@@ -258,15 +268,15 @@ class EntropyMonitor(MetricMonitor[EntropyConfig]):
     def judge(self, step: int, value: float) -> Reading:
         cfg = self.cfg
         below = self.streak(value, cfg.patience, ok=lambda v: v >= cfg.min_entropy)
-        reading = Reading({"entropy": self.values[-1], "steps_below": float(below)})
-        if self.may_trip(step) and below >= cfg.patience:
-            reading.alarm = self.alarm(
-                f"entropy collapsed: {cfg.metric} stayed below {cfg.min_entropy} for {below} "
-                f"steps (now {self.values[-1]:.4f}) at step {step}",
-                "raise the sampling temperature (rollout.sampling.temperature), lower optim.lr, "
-                "or add an entropy-preserving loss (loss=etr, clip-higher via loss.clip_high)",
-            )
-        return reading
+        return self.reading(
+            step,
+            {"entropy": self.values[-1], "steps_below": float(below)},
+            below >= cfg.patience,
+            f"entropy collapsed: {cfg.metric} stayed below {cfg.min_entropy} for {below} "
+            f"steps (now {self.values[-1]:.4f}) at step {step}",
+            "raise the sampling temperature (rollout.sampling.temperature), lower optim.lr, "
+            "or add an entropy-preserving loss (loss=etr, clip-higher via loss.clip_high)",
+        )
 
 
 # -- response-length blow-up ---------------------------------------------------------------------------
@@ -292,17 +302,17 @@ class LengthMonitor(BaselineMonitor[LengthConfig]):
     def judge(self, step: int, value: float) -> Reading:
         cfg = self.cfg
         now, base, ratio = self.observe(value)
-        reading = Reading({"mean": now, "baseline": base, "ratio": ratio})
         grown = len(self.first) == cfg.window and base > 0 and ratio > cfg.factor
-        if self.may_trip(step) and grown:
-            reading.alarm = self.alarm(
-                f"responses blew up: {cfg.metric} averages {now:.0f} over the last "
-                f"{len(self.values)} steps, {ratio:.1f}x the first {cfg.window} steps' {base:.0f} "
-                f"(the limit is {cfg.factor}x) at step {step}",
-                "tighten agent.max_new_tokens_per_turn or agent.max_total_tokens, add the overlong "
-                "penalty (reward=overlong in a weighted_sum), or lower optim.lr",
-            )
-        return reading
+        return self.reading(
+            step,
+            {"mean": now, "baseline": base, "ratio": ratio},
+            grown,
+            f"responses blew up: {cfg.metric} averages {now:.0f} over the last "
+            f"{len(self.values)} steps, {ratio:.1f}x the first {cfg.window} steps' {base:.0f} "
+            f"(the limit is {cfg.factor}x) at step {step}",
+            "tighten agent.max_new_tokens_per_turn or agent.max_total_tokens, add the overlong "
+            "penalty (reward=overlong in a weighted_sum), or lower optim.lr",
+        )
 
 
 # -- the agent stops using its tools ----------------------------------------------------------------
@@ -330,15 +340,15 @@ class ToolCallsMonitor(BaselineMonitor[ToolCallsConfig]):
     def judge(self, step: int, value: float) -> Reading:
         cfg = self.cfg
         now, base, _ = self.observe(value)
-        reading = Reading({"mean": now, "baseline": base})
-        if self.may_trip(step) and self.settled and base >= cfg.min_baseline and now <= cfg.floor:
-            reading.alarm = self.alarm(
-                f"the agent stopped using its tools: {cfg.metric} averages {now:.2f} over the last "
-                f"{cfg.window} steps, after {base:.2f} over the first {cfg.window} at step {step}",
-                "check that searches return useful passages (retrieval/empty), lower optim.lr, or "
-                "reward tool use (E-GRPO's entity reward, reward.alpha)",
-            )
-        return reading
+        return self.reading(
+            step,
+            {"mean": now, "baseline": base},
+            self.settled and base >= cfg.min_baseline and now <= cfg.floor,
+            f"the agent stopped using its tools: {cfg.metric} averages {now:.2f} over the last "
+            f"{cfg.window} steps, after {base:.2f} over the first {cfg.window} at step {step}",
+            "check that searches return useful passages (retrieval/empty), lower optim.lr, or "
+            "reward tool use (E-GRPO's entity reward, reward.alpha)",
+        )
 
 
 # -- the agent stops answering ------------------------------------------------------------------------
@@ -371,20 +381,20 @@ class AnswersMonitor(BaselineMonitor[AnswersConfig]):
     def judge(self, step: int, value: float) -> Reading:
         cfg = self.cfg
         now, base, ratio = self.observe(value)
-        reading = Reading({"mean": now, "baseline": base, "ratio": ratio})
         fell = self.settled and base >= cfg.min_baseline and now <= cfg.share * base
-        if self.may_trip(step) and fell:
-            reading.alarm = self.alarm(
-                f"the agent stopped answering: {cfg.metric} averages {now:.2f} over the last "
-                f"{cfg.window} steps, {ratio:.0%} of the first {cfg.window} steps' {base:.2f} (the "
-                f"limit is {cfg.share:.0%}) at step {step}",
-                "read the rollouts' statuses (format_error or over_budget: raise agent.max_turns "
-                "or agent.max_total_tokens), lower optim.lr, or resume from a checkpoint before "
-                "the fall; a loss that only pushes wrong answers down (loss=nsr) can teach the "
-                "policy not to answer: give right answers a weight (loss.positive_weight, "
-                "W-REINFORCE)",
-            )
-        return reading
+        return self.reading(
+            step,
+            {"mean": now, "baseline": base, "ratio": ratio},
+            fell,
+            f"the agent stopped answering: {cfg.metric} averages {now:.2f} over the last "
+            f"{cfg.window} steps, {ratio:.0%} of the first {cfg.window} steps' {base:.2f} (the "
+            f"limit is {cfg.share:.0%}) at step {step}",
+            "read the rollouts' statuses (format_error or over_budget: raise agent.max_turns "
+            "or agent.max_total_tokens), lower optim.lr, or resume from a checkpoint before "
+            "the fall; a loss that only pushes wrong answers down (loss=nsr) can teach the "
+            "policy not to answer: give right answers a weight (loss.positive_weight, "
+            "W-REINFORCE)",
+        )
 
 
 # -- the retriever returns nothing ------------------------------------------------------------------
@@ -430,19 +440,19 @@ class RetrievalMonitor(Monitor[RetrievalConfig]):
         n_empty = sum(s[1] for s in self.steps)
         n_failed = sum(s[2] for s in self.steps)
         rate = (n_empty + n_failed) / total
-        reading = Reading({"bad_rate": rate, "queries": total})
-        if self.may_trip(step) and total >= cfg.min_queries and rate > cfg.max_rate:
-            retriever = run.get("retriever", "the retriever")
-            reading.alarm = self.alarm(
-                f"retriever {retriever} returned nothing useful: of {total:.0f} search queries in "
-                f"the last {len(self.steps)} step(s), {n_empty:.0f} got no result and "
-                f"{n_failed:.0f} failed ({rate:.0%}; the limit is {cfg.max_rate:.0%}) at step "
-                f"{step}",
-                f"check retriever {retriever}: that its index holds the corpus (seekrl-index, "
-                "retriever.index_dir), that its server answers (retriever.url), and try a query "
-                "with seekrl-serve or seekrl-rollout",
-            )
-        return reading
+        retriever = run.get("retriever", "the retriever")
+        return self.reading(
+            step,
+            {"bad_rate": rate, "queries": total},
+            total >= cfg.min_queries and rate > cfg.max_rate,
+            f"retriever {retriever} returned nothing useful: of {total:.0f} search queries in "
+            f"the last {len(self.steps)} step(s), {n_empty:.0f} got no result and "
+            f"{n_failed:.0f} failed ({rate:.0%}; the limit is {cfg.max_rate:.0%}) at step "
+            f"{step}",
+            f"check retriever {retriever}: that its index holds the corpus (seekrl-index, "
+            "retriever.index_dir), that its server answers (retriever.url), and try a query "
+            "with seekrl-serve or seekrl-rollout",
+        )
 
     def state_dict(self) -> dict[str, Any]:
         return {"steps": [list(s) for s in self.steps]}
@@ -529,13 +539,13 @@ class ZeroVarianceMonitor(MetricMonitor[ZeroVarianceConfig]):
     def judge(self, step: int, value: float) -> Reading:
         cfg = self.cfg
         above = self.streak(value, cfg.patience, ok=lambda v: v <= cfg.max_fraction)
-        reading = Reading({"fraction": self.values[-1], "steps_above": float(above)})
-        if self.may_trip(step) and above >= cfg.patience:
-            reading.alarm = self.alarm(
-                f"{self.values[-1]:.0%} of the groups had equal rewards for {above} steps in a row "
-                f"(the limit is {cfg.max_fraction:.0%}) at step {step}: almost nothing is learned",
-                "use dynamic sampling (sampler=dapo_dynamic), easier questions "
-                "(sampler.max_hops=1 or sampler=hop_curriculum), more rollouts per group "
-                "(sampler.group_size), or a denser reward (reward=e_grpo)",
-            )
-        return reading
+        return self.reading(
+            step,
+            {"fraction": self.values[-1], "steps_above": float(above)},
+            above >= cfg.patience,
+            f"{self.values[-1]:.0%} of the groups had equal rewards for {above} steps in a row "
+            f"(the limit is {cfg.max_fraction:.0%}) at step {step}: almost nothing is learned",
+            "use dynamic sampling (sampler=dapo_dynamic), easier questions "
+            "(sampler.max_hops=1 or sampler=hop_curriculum), more rollouts per group "
+            "(sampler.group_size), or a denser reward (reward=e_grpo)",
+        )
