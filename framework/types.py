@@ -10,14 +10,33 @@ right.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import MISSING as NO_DEFAULT
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar, overload
 
 from omegaconf import MISSING
 from torch import Tensor
 
 from framework.problems import Problem
+
+_T = TypeVar("_T")
+
+
+@overload
+def option(default: _T, help: str) -> _T: ...
+@overload
+def option(*, default_factory: Callable[[], _T], help: str) -> _T: ...
+def option(default: Any = NO_DEFAULT, help: str = "", *, default_factory: Any = NO_DEFAULT) -> Any:
+    """A config field that carries its help text (seekrl-components, the registry table, Hydra).
+
+    ``x: float = option(0.2, "clip range")`` is ``field(default=0.2, metadata={"help": "clip
+    range"})``; a mutable default takes ``default_factory`` instead, as with ``field``.
+    """
+    if default_factory is not NO_DEFAULT:
+        return field(default_factory=default_factory, metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
 
 #: a rollout's outcome: answered within the format, broke it, or ran out of budget (turns, tool
 #: calls, tokens); the one table of statuses the engine, rewards, metrics and evaluation read
@@ -55,7 +74,7 @@ class ComponentConfig:
     #: abstract: every constant is a choice written in the docstring); ``""`` when not stated
     fidelity: ClassVar[str] = ""
 
-    name: str = field(default=MISSING, metadata={"help": "registry key of the component"})
+    name: str = option(MISSING, "registry key of the component")
 
     def problems(self) -> list[Problem]:
         """Every invalid value of this config (empty when valid)."""

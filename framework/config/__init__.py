@@ -1,6 +1,14 @@
 """Typed configuration: component base class, problems and validation."""
 
 from framework.problems import ConfigError, Problem, check, check_choice, check_range
-from framework.types import ComponentConfig
+from framework.types import ComponentConfig, option
 
-__all__ = ["ComponentConfig", "ConfigError", "Problem", "check", "check_choice", "check_range"]
+__all__ = [
+    "ComponentConfig",
+    "ConfigError",
+    "Problem",
+    "check",
+    "check_choice",
+    "check_range",
+    "option",
+]

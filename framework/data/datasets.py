@@ -19,7 +19,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from framework.config import ComponentConfig, Problem, check, check_range
+from framework.config import ComponentConfig, Problem, check, check_range, option
 from framework.config.app import RUN_DIR
 from framework.data.entity_graph import Article, GraphConfig, build_graph
 from framework.data.leakage import (
@@ -56,12 +56,10 @@ LEAK_REASONS = ("answer_in_train_chain", "link_in_train_chain", "answer_in_train
 class AnswerabilityConfig:
     """The check that each hop's evidence can be found with the default retriever."""
 
-    enabled: bool = field(default=True, metadata={"help": "run the check (needs the index)"})
-    retriever: str = field(default="faiss", metadata={"help": "retriever registry name"})
-    k: int = field(default=5, metadata={"help": "evidence must be in the top k"})
-    drop_unanswerable: bool = field(
-        default=True, metadata={"help": "replace questions whose evidence is not found"}
-    )
+    enabled: bool = option(True, "run the check (needs the index)")
+    retriever: str = option("faiss", "retriever registry name")
+    k: int = option(5, "evidence must be in the top k")
+    drop_unanswerable: bool = option(True, "replace questions whose evidence is not found")
 
     def problems(self) -> list[Problem]:
         out = check_range(self.k, "k", low=1)
@@ -79,41 +77,32 @@ class AnswerabilityConfig:
 class SynthDatasetConfig(ComponentConfig):
     corpus: CorpusConfig = field(default_factory=CorpusConfig)
     graph: GraphConfig = field(default_factory=GraphConfig)
-    seed: int = field(default=0, metadata={"help": "walks, templates, fuzzing and splits"})
+    seed: int = option(0, "walks, templates, fuzzing and splits")
     train_size: int = 3000
     validation_size: int = 300
     test_size: int = 500
-    hop_weights: list[float] = field(
+    hop_weights: list[float] = option(
         default_factory=lambda: [0.3, 0.3, 0.25, 0.15],
-        metadata={"help": "share of 1, 2, 3, 4(, ...) hop questions"},
+        help="share of 1, 2, 3, 4(, ...) hop questions",
     )
-    split_salt: str = field(
-        default="leakfree-1",
-        metadata={
-            "help": "salt of the answer -> split hash: a new salt draws a fresh partition (a test "
-            "split no earlier run has seen); '' = the unsalted partition of format 4"
-        },
+    split_salt: str = option(
+        "leakfree-1",
+        "salt of the answer -> split hash: a new salt draws a fresh partition (a test "
+        "split no earlier run has seen); '' = the unsalted partition of format 4",
     )
-    max_answer_repeats: int = field(
-        default=1,
-        metadata={"help": "validation / test questions per answer at most (0 = no cap)"},
+    max_answer_repeats: int = option(
+        1, "validation / test questions per answer at most (0 = no cap)"
     )
-    fuzz_prob: float = field(default=0.3, metadata={"help": "chance a clue's years become decades"})
-    attempts_per_question: int = field(
-        default=200,
-        metadata={
-            "help": "walk budget per question: random walks per open question, and prefixes the "
-            "search for what they leave open may expand per question asked"
-        },
+    fuzz_prob: float = option(0.3, "chance a clue's years become decades")
+    attempts_per_question: int = option(
+        200,
+        "walk budget per question: random walks per open question, and prefixes the "
+        "search for what they leave open may expand per question asked",
     )
-    min_fill: float = field(
-        default=0.5, metadata={"help": "fail when a split gets less than this share of its size"}
-    )
+    min_fill: float = option(0.5, "fail when a split gets less than this share of its size")
     answerability: AnswerabilityConfig = field(default_factory=AnswerabilityConfig)
-    output_dir: str | None = field(
-        default=None, metadata={"help": "where splits go; None = $SEEKRL_CACHE/data/synth-<key>"}
-    )
-    cache_dir: str | None = field(default=None, metadata={"help": "index cache (answerability)"})
+    output_dir: str | None = option(None, "where splits go; None = $SEEKRL_CACHE/data/synth-<key>")
+    cache_dir: str | None = option(None, "index cache (answerability)")
     progress: bool = True
 
     def problems(self) -> list[Problem]:
@@ -454,7 +443,7 @@ def synth_dataset(split: str, *, cfg: SynthDatasetConfig) -> list[QAItem]:
 
 @dataclass
 class FilesDatasetConfig(ComponentConfig):
-    train: str | None = field(default=None, metadata={"help": "JSONL or parquet, Search-R1 layout"})
+    train: str | None = option(None, "JSONL or parquet, Search-R1 layout")
     validation: str | None = None
     test: str | None = None
 

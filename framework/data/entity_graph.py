@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from framework.config import Problem, check_range
+from framework.config import Problem, check_range, option
 from framework.retrieval.corpus import SourceDocument
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
@@ -35,16 +35,11 @@ MAX_FORM_TOKENS = 12
 class GraphConfig:
     """How mentions become edges."""
 
-    min_form_chars: int = field(default=3, metadata={"help": "shortest surface form matched"})
-    generic_ratio: float = field(
-        default=1.0,
-        metadata={
-            "help": "drop a one-word form whose lower-case count is >= this x its capitalised"
-        },
+    min_form_chars: int = option(3, "shortest surface form matched")
+    generic_ratio: float = option(
+        1.0, "drop a one-word form whose lower-case count is >= this x its capitalised"
     )
-    max_in_degree: int = field(
-        default=50, metadata={"help": "hubs above this in-degree are never bridges or answers"}
-    )
+    max_in_degree: int = option(50, "hubs above this in-degree are never bridges or answers")
 
     def problems(self) -> list[Problem]:
         out = check_range(self.min_form_chars, "min_form_chars", low=1)

@@ -10,6 +10,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
+from framework.config import option
 from framework.config.app import RUN_DIR
 from framework.problems import Problem, check, check_choice, check_range
 from framework.rollout.config import AgentConfig
@@ -19,61 +20,50 @@ from framework.rollout.config import AgentConfig
 class EvalConfig:
     """The ``eval`` app: k rollouts per question, sampling metrics, tool use, entity analysis."""
 
-    seed: int = field(default=0, metadata={"help": "question subset and sampling seed"})
+    seed: int = option(0, "question subset and sampling seed")
     run_dir: str = RUN_DIR
-    checkpoint: str | None = field(
-        default=None,
-        metadata={
-            "help": "None: the base rollout.policy; a seekrl-train/seekrl-sft run directory, "
-            "a policy folder, or a step-*.ckpt file"
-        },
+    checkpoint: str | None = option(
+        None,
+        "None: the base rollout.policy; a seekrl-train/seekrl-sft run directory, "
+        "a policy folder, or a step-*.ckpt file",
     )
     dataset: Any = MISSING
-    split: str = field(
-        default="validation",
-        metadata={
-            "help": "split of the configured dataset: validation for choices; test only for a "
-            "pre-registered study (docs/study.md, Protocol)"
-        },
+    split: str = option(
+        "validation",
+        "split of the configured dataset: validation for choices; test only for a "
+        "pre-registered study (docs/study.md, Protocol)",
     )
-    files: list[str] = field(
-        default_factory=list,
-        metadata={"help": "more datasets (Search-R1 JSONL or parquet), reported separately"},
+    files: list[str] = option(
+        default_factory=list, help="more datasets (Search-R1 JSONL or parquet), reported separately"
     )
-    questions: int = field(default=64, metadata={"help": "questions per dataset (0 = all)"})
-    samples_per_question: int = field(default=3, metadata={"help": "k for Pass@k and pass^k"})
-    batch_questions: int = field(
-        default=16,
-        metadata={
-            "help": "questions in flight: batch_questions x samples rollouts advance together, "
-            "a finished one replaced at once by the next of its wave (continuous batching)"
-        },
+    questions: int = option(64, "questions per dataset (0 = all)")
+    samples_per_question: int = option(3, "k for Pass@k and pass^k")
+    batch_questions: int = option(
+        16,
+        "questions in flight: batch_questions x samples rollouts advance together, "
+        "a finished one replaced at once by the next of its wave (continuous batching)",
     )
-    wave_questions: int = field(
-        default=0,
-        metadata={
-            "help": "questions per wave (0 = batch_questions): waves run one after another, each "
-            "from an empty decoder state, and each is journaled when it ends, so a resumed "
-            "evaluation gives the rows of an uninterrupted one byte for byte; a rollout's logits "
-            "carry the rounding of the batch it decodes in, so this and batch_questions are "
-            "settings of the evaluation, like seed (larger waves: fewer part-empty batches at "
-            "their ends, more lost to an interruption)"
-        },
+    wave_questions: int = option(
+        0,
+        "questions per wave (0 = batch_questions): waves run one after another, each "
+        "from an empty decoder state, and each is journaled when it ends, so a resumed "
+        "evaluation gives the rows of an uninterrupted one byte for byte; a rollout's logits "
+        "carry the rounding of the batch it decodes in, so this and batch_questions are "
+        "settings of the evaluation, like seed (larger waves: fewer part-empty batches at "
+        "their ends, more lost to an interruption)",
     )
     judge: Any = MISSING
     rollout: Any = MISSING
     retriever: Any = MISSING
     agent: AgentConfig = field(default_factory=AgentConfig)
     # Any, not list[str]: compare=<dir> (one directory, e.g. a sweep's) is taken as a list of one
-    compare: Any = field(
+    compare: Any = option(
         default_factory=list,
-        metadata={
-            "help": "evaluation run directories, or sweep directories (seekrl-eval -m or "
-            "seekrl-train -m), to put side by side (no new rollouts); one or a list"
-        },
+        help="evaluation run directories, or sweep directories (seekrl-eval -m or "
+        "seekrl-train -m), to put side by side (no new rollouts); one or a list",
     )
-    labels: list[str] = field(
-        default_factory=list, metadata={"help": "one label per compare entry; equal labels pool"}
+    labels: list[str] = option(
+        default_factory=list, help="one label per compare entry; equal labels pool"
     )
 
     def __post_init__(self) -> None:

@@ -4,10 +4,10 @@ rollout backend. One signature: ``judge(JudgeInputs) -> list[bool]``."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
-from framework.config import ComponentConfig, Problem, check_choice, check_range
+from framework.config import ComponentConfig, Problem, check_choice, check_range, option
 from framework.registry.kinds import JUDGES
 from framework.rewards.text import ANSWER_METRICS, answer_metric
 from framework.rollout.policy import chat_prompt_ids
@@ -41,13 +41,10 @@ class JudgeInputs:
 
 @dataclass
 class RuleJudgeConfig(ComponentConfig):
-    metric: str = field(
-        default="em",
-        metadata={"help": f"one of {tuple(ANSWER_METRICS)}; a graded one (f1) with the threshold"},
+    metric: str = option(
+        "em", f"one of {tuple(ANSWER_METRICS)}; a graded one (f1) with the threshold"
     )
-    f1_threshold: float = field(
-        default=0.8, metadata={"help": "graded metrics (f1): correct at or above"}
-    )
+    f1_threshold: float = option(0.8, "graded metrics (f1): correct at or above")
 
     def problems(self) -> list[Problem]:
         out = check_choice(self.metric, "metric", ANSWER_METRICS)
@@ -79,10 +76,8 @@ Does the proposed answer mean the same as a gold answer? Reply with one word, ye
 
 @dataclass
 class LLMJudgeConfig(ComponentConfig):
-    max_new_tokens: int = field(default=4, metadata={"help": "tokens of the verdict"})
-    rule_first: bool = field(
-        default=True, metadata={"help": "accept exact matches without asking the model"}
-    )
+    max_new_tokens: int = option(4, "tokens of the verdict")
+    rule_first: bool = option(True, "accept exact matches without asking the model")
 
     def problems(self) -> list[Problem]:
         return check_range(self.max_new_tokens, "max_new_tokens", low=1)

@@ -14,10 +14,10 @@ command line::
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from framework.config import ComponentConfig, Problem
+from framework.config import ComponentConfig, Problem, option
 from framework.registry.kinds import HEALTH_MONITORS
 
 #: the monitors a run has unless the config says otherwise (every built-in one but ``signals``,
@@ -39,10 +39,10 @@ class HealthConfig:
     """Training-health monitors: each logs ``health/<name>/...`` every step and, when it trips,
     warns or (``stop: true``) stops the run after writing a checkpoint."""
 
-    enabled: bool = field(default=True, metadata={"help": "false: no monitor runs"})
-    monitors: dict[str, Any] = field(
+    enabled: bool = option(True, "false: no monitor runs")
+    monitors: dict[str, Any] = option(
         default_factory=lambda: default_monitors(),
-        metadata={"help": "monitor name -> its config (null drops it)"},
+        help="monitor name -> its config (null drops it)",
     )
 
     def problems(self) -> list[Problem]:

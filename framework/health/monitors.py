@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from statistics import mean
 from typing import Any, Generic, TypeVar
 
-from framework.config import ComponentConfig, Problem, check_range
+from framework.config import ComponentConfig, Problem, check_range, option
 from framework.registry.kinds import HEALTH_MONITORS
 
 
@@ -59,8 +59,8 @@ class MonitorConfig(ComponentConfig):
     ``warmup_steps``: steps before the monitor may trip (it still records and logs them).
     """
 
-    stop: bool = field(default=False, metadata={"help": "stop the run when tripped (else warn)"})
-    warmup_steps: int = field(default=0, metadata={"help": "steps before the monitor may trip"})
+    stop: bool = option(False, "stop the run when tripped (else warn)")
+    warmup_steps: int = option(0, "steps before the monitor may trip")
 
     def problems(self) -> list[Problem]:
         return check_range(self.warmup_steps, "warmup_steps", low=0)
@@ -70,7 +70,7 @@ class MonitorConfig(ComponentConfig):
 class MetricConfig(MonitorConfig):
     """The config base of a monitor of one logged figure, ``metric``."""
 
-    metric: str = field(default="", metadata={"help": "the figure watched"})
+    metric: str = option("", "the figure watched")
 
 
 HEALTH_MONITORS.declare_config_base(MonitorConfig)
@@ -96,6 +96,16 @@ class Monitor(ABC, Generic[C]):
 
     def alarm(self, message: str, fix: str) -> Alarm:
         return Alarm(self.name, message, fix)
+
+    def reading(
+        self, step: int, values: dict[str, float], tripped: bool, message: str, fix: str
+    ) -> Reading:
+        """The step's ``values``, with an alarm (``message``, ``fix``) when ``tripped`` after
+        warm-up (:meth:`may_trip`)."""
+        out = Reading(values)
+        if self.may_trip(step) and tripped:
+            out.alarm = self.alarm(message, fix)
+        return out
 
     def record(self, value: float, keep: int) -> None:
         """Add ``value`` and keep the last ``keep`` values."""
@@ -140,15 +150,22 @@ def _window_problems(cfg: Any) -> list[Problem]:
     return check_range(cfg.window, "window", low=1)
 
 
-#: the configs of the monitors that compare a moving mean with the run's first steps
-W = TypeVar("W", "LengthConfig", "ToolCallsConfig", "AnswersConfig")
+@dataclass
+class BaselineConfig(MetricConfig):
+    """The config base of a monitor that compares the moving mean of its metric with the mean of
+    the run's first steps (:class:`BaselineMonitor`); both span ``window`` steps."""
+
+    window: int = option(3, "steps of the baseline and the moving mean")
+
+
+W = TypeVar("W", bound=BaselineConfig)
 
 
 class BaselineMonitor(MetricMonitor[W]):
     """A monitor comparing the moving mean of its metric over ``cfg.window`` steps with a
     baseline: the mean of the run's first ``cfg.window`` steps."""
 
-    def __init__(self, *, cfg: Any) -> None:  # a W (mypy cannot pass a constrained one up)
+    def __init__(self, *, cfg: W) -> None:
         super().__init__(cfg=cfg)
         self.first: list[float] = []
 
@@ -177,14 +194,10 @@ class BaselineMonitor(MetricMonitor[W]):
 # -- reward or accuracy collapse ---------------------------------------------------------------------
 @dataclass
 class CollapseConfig(MetricConfig):
-    metric: str = field(default="rollout/reward", metadata={"help": "the figure that collapses"})
-    window: int = field(default=4, metadata={"help": "steps per moving mean"})
-    drop: float = field(
-        default=0.5, metadata={"help": "trip when the mean falls this share below its best"}
-    )
-    min_best: float = field(
-        default=0.05, metadata={"help": "no verdict until the best mean reaches this"}
-    )
+    metric: str = option("rollout/reward", "the figure that collapses")
+    window: int = option(4, "steps per moving mean")
+    drop: float = option(0.5, "trip when the mean falls this share below its best")
+    min_best: float = option(0.05, "no verdict until the best mean reaches this")
 
     def problems(self) -> list[Problem]:
         out = _window_problems(self)
@@ -212,16 +225,16 @@ class CollapseMonitor(MetricMonitor[CollapseConfig]):
         now = mean(self.values)
         self.best = max(self.best, now)
         drop = 1.0 - now / self.best if self.best > 0 else 0.0
-        reading = Reading({"mean": now, "best": self.best, "drop": drop})
-        if self.may_trip(step) and self.best >= cfg.min_best and drop >= cfg.drop:
-            reading.alarm = self.alarm(
-                f"{cfg.metric} collapsed: its {cfg.window}-step mean fell from a best of "
-                f"{self.best:.3f} to {now:.3f} ({drop:.0%} down; the limit is {cfg.drop:.0%}) "
-                f"at step {step}",
-                "lower optim.lr, add a KL term (kl.coef), or resume from a checkpoint before the "
-                "fall; raise health.monitors.<name>.drop if such swings are expected",
-            )
-        return reading
+        return self.reading(
+            step,
+            {"mean": now, "best": self.best, "drop": drop},
+            self.best >= cfg.min_best and drop >= cfg.drop,
+            f"{cfg.metric} collapsed: its {cfg.window}-step mean fell from a best of "
+            f"{self.best:.3f} to {now:.3f} ({drop:.0%} down; the limit is {cfg.drop:.0%}) "
+            f"at step {step}",
+            "lower optim.lr, add a KL term (kl.coef), or resume from a checkpoint before the "
+            "fall; raise health.monitors.<name>.drop if such swings are expected",
+        )
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "best": self.best}
@@ -234,9 +247,9 @@ class CollapseMonitor(MetricMonitor[CollapseConfig]):
 # -- entropy collapse ---------------------------------------------------------------------------------
 @dataclass
 class EntropyConfig(MetricConfig):
-    metric: str = field(default="loss/entropy", metadata={"help": "token-mean policy entropy"})
-    min_entropy: float = field(default=0.01, metadata={"help": "nats per token"})
-    patience: int = field(default=3, metadata={"help": "consecutive steps below the floor"})
+    metric: str = option("loss/entropy", "token-mean policy entropy")
+    min_entropy: float = option(0.01, "nats per token")
+    patience: int = option(3, "consecutive steps below the floor")
 
     def problems(self) -> list[Problem]:
         out = check_range(self.min_entropy, "min_entropy", low=0.0)
@@ -255,23 +268,22 @@ class EntropyMonitor(MetricMonitor[EntropyConfig]):
     def judge(self, step: int, value: float) -> Reading:
         cfg = self.cfg
         below = self.streak(value, cfg.patience, ok=lambda v: v >= cfg.min_entropy)
-        reading = Reading({"entropy": self.values[-1], "steps_below": float(below)})
-        if self.may_trip(step) and below >= cfg.patience:
-            reading.alarm = self.alarm(
-                f"entropy collapsed: {cfg.metric} stayed below {cfg.min_entropy} for {below} "
-                f"steps (now {self.values[-1]:.4f}) at step {step}",
-                "raise the sampling temperature (rollout.sampling.temperature), lower optim.lr, "
-                "or add an entropy-preserving loss (loss=etr, clip-higher via loss.clip_high)",
-            )
-        return reading
+        return self.reading(
+            step,
+            {"entropy": self.values[-1], "steps_below": float(below)},
+            below >= cfg.patience,
+            f"entropy collapsed: {cfg.metric} stayed below {cfg.min_entropy} for {below} "
+            f"steps (now {self.values[-1]:.4f}) at step {step}",
+            "raise the sampling temperature (rollout.sampling.temperature), lower optim.lr, "
+            "or add an entropy-preserving loss (loss=etr, clip-higher via loss.clip_high)",
+        )
 
 
 # -- response-length blow-up ---------------------------------------------------------------------------
 @dataclass
-class LengthConfig(MetricConfig):
-    metric: str = field(default="rollout/response_length", metadata={"help": "tokens per rollout"})
-    window: int = field(default=3, metadata={"help": "steps of the baseline and the moving mean"})
-    factor: float = field(default=3.0, metadata={"help": "trip at this multiple of the baseline"})
+class LengthConfig(BaselineConfig):
+    metric: str = option("rollout/response_length", "tokens per rollout")
+    factor: float = option(3.0, "trip at this multiple of the baseline")
 
     def problems(self) -> list[Problem]:
         out = _window_problems(self)
@@ -290,28 +302,25 @@ class LengthMonitor(BaselineMonitor[LengthConfig]):
     def judge(self, step: int, value: float) -> Reading:
         cfg = self.cfg
         now, base, ratio = self.observe(value)
-        reading = Reading({"mean": now, "baseline": base, "ratio": ratio})
         grown = len(self.first) == cfg.window and base > 0 and ratio > cfg.factor
-        if self.may_trip(step) and grown:
-            reading.alarm = self.alarm(
-                f"responses blew up: {cfg.metric} averages {now:.0f} over the last "
-                f"{len(self.values)} steps, {ratio:.1f}x the first {cfg.window} steps' {base:.0f} "
-                f"(the limit is {cfg.factor}x) at step {step}",
-                "tighten agent.max_new_tokens_per_turn or agent.max_total_tokens, add the overlong "
-                "penalty (reward=overlong in a weighted_sum), or lower optim.lr",
-            )
-        return reading
+        return self.reading(
+            step,
+            {"mean": now, "baseline": base, "ratio": ratio},
+            grown,
+            f"responses blew up: {cfg.metric} averages {now:.0f} over the last "
+            f"{len(self.values)} steps, {ratio:.1f}x the first {cfg.window} steps' {base:.0f} "
+            f"(the limit is {cfg.factor}x) at step {step}",
+            "tighten agent.max_new_tokens_per_turn or agent.max_total_tokens, add the overlong "
+            "penalty (reward=overlong in a weighted_sum), or lower optim.lr",
+        )
 
 
 # -- the agent stops using its tools ----------------------------------------------------------------
 @dataclass
-class ToolCallsConfig(MetricConfig):
-    metric: str = field(default="rollout/tool_calls", metadata={"help": "tool calls per rollout"})
-    window: int = field(default=3, metadata={"help": "steps of the baseline and the moving mean"})
-    min_baseline: float = field(
-        default=0.25, metadata={"help": "no verdict unless the first steps called tools this much"}
-    )
-    floor: float = field(default=0.0, metadata={"help": "trip at or below this moving mean"})
+class ToolCallsConfig(BaselineConfig):
+    metric: str = option("rollout/tool_calls", "tool calls per rollout")
+    min_baseline: float = option(0.25, "no verdict unless the first steps called tools this much")
+    floor: float = option(0.0, "trip at or below this moving mean")
 
     def problems(self) -> list[Problem]:
         out = _window_problems(self)
@@ -331,32 +340,25 @@ class ToolCallsMonitor(BaselineMonitor[ToolCallsConfig]):
     def judge(self, step: int, value: float) -> Reading:
         cfg = self.cfg
         now, base, _ = self.observe(value)
-        reading = Reading({"mean": now, "baseline": base})
-        if self.may_trip(step) and self.settled and base >= cfg.min_baseline and now <= cfg.floor:
-            reading.alarm = self.alarm(
-                f"the agent stopped using its tools: {cfg.metric} averages {now:.2f} over the last "
-                f"{cfg.window} steps, after {base:.2f} over the first {cfg.window} at step {step}",
-                "check that searches return useful passages (retrieval/empty), lower optim.lr, or "
-                "reward tool use (E-GRPO's entity reward, reward.alpha)",
-            )
-        return reading
+        return self.reading(
+            step,
+            {"mean": now, "baseline": base},
+            self.settled and base >= cfg.min_baseline and now <= cfg.floor,
+            f"the agent stopped using its tools: {cfg.metric} averages {now:.2f} over the last "
+            f"{cfg.window} steps, after {base:.2f} over the first {cfg.window} at step {step}",
+            "check that searches return useful passages (retrieval/empty), lower optim.lr, or "
+            "reward tool use (E-GRPO's entity reward, reward.alpha)",
+        )
 
 
 # -- the agent stops answering ------------------------------------------------------------------------
 @dataclass
-class AnswersConfig(MetricConfig):
-    metric: str = field(
-        default="rollout/format_valid",
-        metadata={"help": "share of rollouts that ended in a valid answer within budget"},
+class AnswersConfig(BaselineConfig):
+    metric: str = option(
+        "rollout/format_valid", "share of rollouts that ended in a valid answer within budget"
     )
-    window: int = field(default=3, metadata={"help": "steps of the baseline and the moving mean"})
-    min_baseline: float = field(
-        default=0.25, metadata={"help": "no verdict unless the first steps answered this much"}
-    )
-    share: float = field(
-        default=0.5,
-        metadata={"help": "trip when the moving mean falls to this share of the baseline"},
-    )
+    min_baseline: float = option(0.25, "no verdict unless the first steps answered this much")
+    share: float = option(0.5, "trip when the moving mean falls to this share of the baseline")
 
     def problems(self) -> list[Problem]:
         out = _window_problems(self)
@@ -379,31 +381,29 @@ class AnswersMonitor(BaselineMonitor[AnswersConfig]):
     def judge(self, step: int, value: float) -> Reading:
         cfg = self.cfg
         now, base, ratio = self.observe(value)
-        reading = Reading({"mean": now, "baseline": base, "ratio": ratio})
         fell = self.settled and base >= cfg.min_baseline and now <= cfg.share * base
-        if self.may_trip(step) and fell:
-            reading.alarm = self.alarm(
-                f"the agent stopped answering: {cfg.metric} averages {now:.2f} over the last "
-                f"{cfg.window} steps, {ratio:.0%} of the first {cfg.window} steps' {base:.2f} (the "
-                f"limit is {cfg.share:.0%}) at step {step}",
-                "read the rollouts' statuses (format_error or over_budget: raise agent.max_turns "
-                "or agent.max_total_tokens), lower optim.lr, or resume from a checkpoint before "
-                "the fall; a loss that only pushes wrong answers down (loss=nsr) can teach the "
-                "policy not to answer: give right answers a weight (loss.positive_weight, "
-                "W-REINFORCE)",
-            )
-        return reading
+        return self.reading(
+            step,
+            {"mean": now, "baseline": base, "ratio": ratio},
+            fell,
+            f"the agent stopped answering: {cfg.metric} averages {now:.2f} over the last "
+            f"{cfg.window} steps, {ratio:.0%} of the first {cfg.window} steps' {base:.2f} (the "
+            f"limit is {cfg.share:.0%}) at step {step}",
+            "read the rollouts' statuses (format_error or over_budget: raise agent.max_turns "
+            "or agent.max_total_tokens), lower optim.lr, or resume from a checkpoint before "
+            "the fall; a loss that only pushes wrong answers down (loss=nsr) can teach the "
+            "policy not to answer: give right answers a weight (loss.positive_weight, "
+            "W-REINFORCE)",
+        )
 
 
 # -- the retriever returns nothing ------------------------------------------------------------------
 @dataclass
 class RetrievalConfig(MonitorConfig):
-    stop: bool = field(default=True, metadata={"help": "stop the run when tripped (else warn)"})
-    max_rate: float = field(
-        default=0.5, metadata={"help": "trip when this share of queries got no result or failed"}
-    )
-    window: int = field(default=1, metadata={"help": "steps whose queries are pooled"})
-    min_queries: int = field(default=1, metadata={"help": "no verdict on fewer pooled queries"})
+    stop: bool = option(True, "stop the run when tripped (else warn)")
+    max_rate: float = option(0.5, "trip when this share of queries got no result or failed")
+    window: int = option(1, "steps whose queries are pooled")
+    min_queries: int = option(1, "no verdict on fewer pooled queries")
 
     def problems(self) -> list[Problem]:
         out = _window_problems(self)
@@ -440,19 +440,19 @@ class RetrievalMonitor(Monitor[RetrievalConfig]):
         n_empty = sum(s[1] for s in self.steps)
         n_failed = sum(s[2] for s in self.steps)
         rate = (n_empty + n_failed) / total
-        reading = Reading({"bad_rate": rate, "queries": total})
-        if self.may_trip(step) and total >= cfg.min_queries and rate > cfg.max_rate:
-            retriever = run.get("retriever", "the retriever")
-            reading.alarm = self.alarm(
-                f"retriever {retriever} returned nothing useful: of {total:.0f} search queries in "
-                f"the last {len(self.steps)} step(s), {n_empty:.0f} got no result and "
-                f"{n_failed:.0f} failed ({rate:.0%}; the limit is {cfg.max_rate:.0%}) at step "
-                f"{step}",
-                f"check retriever {retriever}: that its index holds the corpus (seekrl-index, "
-                "retriever.index_dir), that its server answers (retriever.url), and try a query "
-                "with seekrl-serve or seekrl-rollout",
-            )
-        return reading
+        retriever = run.get("retriever", "the retriever")
+        return self.reading(
+            step,
+            {"bad_rate": rate, "queries": total},
+            total >= cfg.min_queries and rate > cfg.max_rate,
+            f"retriever {retriever} returned nothing useful: of {total:.0f} search queries in "
+            f"the last {len(self.steps)} step(s), {n_empty:.0f} got no result and "
+            f"{n_failed:.0f} failed ({rate:.0%}; the limit is {cfg.max_rate:.0%}) at step "
+            f"{step}",
+            f"check retriever {retriever}: that its index holds the corpus (seekrl-index, "
+            "retriever.index_dir), that its server answers (retriever.url), and try a query "
+            "with seekrl-serve or seekrl-rollout",
+        )
 
     def state_dict(self) -> dict[str, Any]:
         return {"steps": [list(s) for s in self.steps]}
@@ -464,11 +464,9 @@ class RetrievalMonitor(Monitor[RetrievalConfig]):
 # -- non-finite or exploding gradients --------------------------------------------------------------
 @dataclass
 class GradientConfig(MonitorConfig):
-    stop: bool = field(default=True, metadata={"help": "stop the run when tripped (else warn)"})
-    max_norm: float = field(
-        default=1.0e3, metadata={"help": "trip when the gradient norm (before clipping) exceeds it"}
-    )
-    patience: int = field(default=2, metadata={"help": "consecutive steps above max_norm"})
+    stop: bool = option(True, "stop the run when tripped (else warn)")
+    max_norm: float = option(1.0e3, "trip when the gradient norm (before clipping) exceeds it")
+    patience: int = option(2, "consecutive steps above max_norm")
 
     def problems(self) -> list[Problem]:
         out = check_range(self.max_norm, "max_norm", low=0.0, low_inclusive=False)
@@ -516,12 +514,11 @@ class GradientMonitor(Monitor[GradientConfig]):
 # -- groups without signal -------------------------------------------------------------------------
 @dataclass
 class ZeroVarianceConfig(MetricConfig):
-    metric: str = field(
-        default="rollout/zero_variance_groups",
-        metadata={"help": "share of groups whose rewards are all equal"},
+    metric: str = option(
+        "rollout/zero_variance_groups", "share of groups whose rewards are all equal"
     )
-    max_fraction: float = field(default=0.95, metadata={"help": "trip above this share"})
-    patience: int = field(default=5, metadata={"help": "consecutive steps above it"})
+    max_fraction: float = option(0.95, "trip above this share")
+    patience: int = option(5, "consecutive steps above it")
 
     def problems(self) -> list[Problem]:
         out = check_range(
@@ -542,13 +539,13 @@ class ZeroVarianceMonitor(MetricMonitor[ZeroVarianceConfig]):
     def judge(self, step: int, value: float) -> Reading:
         cfg = self.cfg
         above = self.streak(value, cfg.patience, ok=lambda v: v <= cfg.max_fraction)
-        reading = Reading({"fraction": self.values[-1], "steps_above": float(above)})
-        if self.may_trip(step) and above >= cfg.patience:
-            reading.alarm = self.alarm(
-                f"{self.values[-1]:.0%} of the groups had equal rewards for {above} steps in a row "
-                f"(the limit is {cfg.max_fraction:.0%}) at step {step}: almost nothing is learned",
-                "use dynamic sampling (sampler=dapo_dynamic), easier questions "
-                "(sampler.max_hops=1 or sampler=hop_curriculum), more rollouts per group "
-                "(sampler.group_size), or a denser reward (reward=e_grpo)",
-            )
-        return reading
+        return self.reading(
+            step,
+            {"fraction": self.values[-1], "steps_above": float(above)},
+            above >= cfg.patience,
+            f"{self.values[-1]:.0%} of the groups had equal rewards for {above} steps in a row "
+            f"(the limit is {cfg.max_fraction:.0%}) at step {step}: almost nothing is learned",
+            "use dynamic sampling (sampler=dapo_dynamic), easier questions "
+            "(sampler.max_hops=1 or sampler=hop_curriculum), more rollouts per group "
+            "(sampler.group_size), or a denser reward (reward=e_grpo)",
+        )

@@ -16,11 +16,11 @@ signals, and its score starts at 50 and adds or subtracts per signal (0-100; our
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from statistics import mean
 from typing import ClassVar
 
-from framework.config import Problem, check_range
+from framework.config import Problem, check_range, option
 from framework.health.monitors import Monitor, MonitorConfig, Reading
 from framework.registry.kinds import HEALTH_MONITORS
 
@@ -32,15 +32,9 @@ class SignalsConfig(MonitorConfig):
     )
     fidelity: ClassVar[str] = "reconstructed"
 
-    metric: str = field(
-        default="rollout/signals/any",
-        metadata={"help": "the share of rollouts firing at least one signal"},
-    )
-    window: int = field(default=4, metadata={"help": "steps per moving mean"})
-    max_share: float = field(
-        default=0.8,
-        metadata={"help": "trip when the moving mean exceeds this share (choice)"},
-    )
+    metric: str = option("rollout/signals/any", "the share of rollouts firing at least one signal")
+    window: int = option(4, "steps per moving mean")
+    max_share: float = option(0.8, "trip when the moving mean exceeds this share (choice)")
 
     def problems(self) -> list[Problem]:
         out = check_range(self.window, "window", low=1)

@@ -8,11 +8,12 @@ Heavy imports (Lightning itself) stay inside the functions: every app imports th
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from framework.config import option
 from framework.problems import Problem, check, check_choice, check_range
 from framework.training.precision import PrecisionChoice, choose_precision
 
@@ -31,53 +32,40 @@ class TrainerConfig:
     devices: Any = 1
     num_nodes: int = 1
     strategy: str = "auto"
-    precision: str = field(
-        default="auto",
-        metadata={
-            "help": "auto (bf16-mixed only on hardware with native bf16), or a Lightning value"
-        },
+    precision: str = option(
+        "auto", "auto (bf16-mixed only on hardware with native bf16), or a Lightning value"
     )
-    max_steps: int = field(default=80, metadata={"help": "training steps (paper: ~80)"})
+    max_steps: int = option(80, "training steps (paper: ~80)")
     log_every_n_steps: int = 1
-    checkpoint_every_n_steps: int = field(
-        default=10, metadata={"help": "a checkpoint every N steps; 0: no periodic checkpoints"}
+    checkpoint_every_n_steps: int = option(
+        10, "a checkpoint every N steps; 0: no periodic checkpoints"
     )
-    checkpoint_at_end: bool = field(
-        default=True,
-        metadata={
-            "help": "also a checkpoint after the last step (what resume= continues from to train "
-            "further); interrupted and health-stopped runs always save one"
-        },
+    checkpoint_at_end: bool = option(
+        True,
+        "also a checkpoint after the last step (what resume= continues from to train "
+        "further); interrupted and health-stopped runs always save one",
     )
-    checkpoint_weights_only: bool = field(
-        default=False,
-        metadata={
-            "help": "periodic and final checkpoints hold the weights only (no optimiser or "
-            "scheduler state: a third of the size with AdamW), for export and evaluation; they cannot "
-            "resume training (the checkpoint of an interruption is always full)"
-        },
+    checkpoint_weights_only: bool = option(
+        False,
+        "periodic and final checkpoints hold the weights only (no optimiser or "
+        "scheduler state: a third of the size with AdamW), for export and evaluation; they cannot "
+        "resume training (the checkpoint of an interruption is always full)",
     )
-    val_every_n_steps: int = field(default=0, metadata={"help": "0: no validation during training"})
-    val_at_end: bool = field(default=True, metadata={"help": "validate once after training"})
-    val_questions: int = field(default=16, metadata={"help": "validation subset size (0 = all)"})
-    val_samples: int = field(default=1, metadata={"help": "rollouts per validation question"})
-    keep_checkpoints: int = field(default=2, metadata={"help": "newest step checkpoints kept"})
-    export_policy: bool = field(
-        default=True, metadata={"help": "save the trained policy as a HF checkpoint (policy/)"}
+    val_every_n_steps: int = option(0, "0: no validation during training")
+    val_at_end: bool = option(True, "validate once after training")
+    val_questions: int = option(16, "validation subset size (0 = all)")
+    val_samples: int = option(1, "rollouts per validation question")
+    keep_checkpoints: int = option(2, "newest step checkpoints kept")
+    export_policy: bool = option(True, "save the trained policy as a HF checkpoint (policy/)")
+    gradient_checkpointing: bool = option(
+        True,
+        "recompute each decoder layer's activations in the backward pass instead of "
+        "keeping them (SFT and RL updates; same numbers, a fraction of the memory)",
     )
-    gradient_checkpointing: bool = field(
-        default=True,
-        metadata={
-            "help": "recompute each decoder layer's activations in the backward pass instead of "
-            "keeping them (SFT and RL updates; same numbers, a fraction of the memory)"
-        },
-    )
-    threads: int = field(
-        default=0,
-        metadata={
-            "help": "torch CPU threads per process; 0 = as found (torch's default, or "
-            "OMP_NUM_THREADS, which Hydra's joblib launcher sets to cores // n_jobs)"
-        },
+    threads: int = option(
+        0,
+        "torch CPU threads per process; 0 = as found (torch's default, or "
+        "OMP_NUM_THREADS, which Hydra's joblib launcher sets to cores // n_jobs)",
     )
 
     def problems(self) -> list[Problem]:

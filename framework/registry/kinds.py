@@ -47,6 +47,9 @@ from framework.registry.protocols import (
     SamplerFactory,
 )
 
+#: the methods of a component whose state a checkpoint keeps (samplers, monitors, augmenters)
+CHECKPOINTED = ("state_dict()", "load_state_dict(state)")
+
 REWARDS: Registry[RewardFn, BoundRewardFn] = Registry(
     "reward",
     signature="fn(inputs: RewardInputs, *, cfg) -> Tensor[N] | RewardOutput",
@@ -66,7 +69,7 @@ KL_ESTIMATORS: Registry[KLFn, BoundKLFn] = Registry(
 SAMPLERS: Registry[SamplerFactory, BoundSamplerFactory] = Registry(
     "sampler",
     signature="cls(questions, seed, *, cfg)",
-    methods=("next_groups() -> list[GroupRequest]", "state_dict()", "load_state_dict(state)"),
+    methods=("next_groups() -> list[GroupRequest]", *CHECKPOINTED),
     # optional: keep_group(rewards, correct) -> bool, which groups of a step are trained;
     # observe(step, questions, rewards, correct) and state_after(state): adaptive samplers
 )
@@ -99,11 +102,7 @@ JUDGES: Registry[JudgeFactory, BoundJudgeFactory] = Registry(
 HEALTH_MONITORS: Registry[HealthMonitorFactory, BoundHealthMonitorFactory] = Registry(
     "health_monitor",
     signature="cls(*, cfg)",
-    methods=(
-        "check(step, figures, run) -> Reading",
-        "state_dict()",
-        "load_state_dict(state)",
-    ),
+    methods=("check(step, figures, run) -> Reading", *CHECKPOINTED),
 )
 INPUT_PROVIDERS: Registry[InputProviderFn, BoundInputProviderFn] = Registry(
     "input",
@@ -116,11 +115,7 @@ INPUT_PROVIDERS: Registry[InputProviderFn, BoundInputProviderFn] = Registry(
 AUGMENTERS: Registry[AugmenterFactory, BoundAugmenterFactory] = Registry(
     "augment",
     signature="cls(*, cfg)",
-    methods=(
-        "augment(drawn: Drawn, ctx: AugmentContext) -> Augmented",
-        "state_dict()",
-        "load_state_dict(state)",
-    ),
+    methods=("augment(drawn: Drawn, ctx: AugmentContext) -> Augmented", *CHECKPOINTED),
 )
 
 ALL: dict[str, Registry[Any, Any]] = {

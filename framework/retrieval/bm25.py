@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from framework.accelerators import import_cpu_only
-from framework.config import Problem, check_choice, check_range
+from framework.config import Problem, check_choice, check_range, option
 from framework.paths import cache_root
 from framework.progress import Progress
 from framework.registry.kinds import RETRIEVERS
@@ -32,10 +32,10 @@ METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
 class BM25Params:
     """BM25 scoring and tokenisation."""
 
-    k1: float = field(default=1.5, metadata={"help": "term-frequency saturation"})
-    b: float = field(default=0.75, metadata={"help": "length normalisation"})
-    method: str = field(default="lucene", metadata={"help": f"one of {METHODS}"})
-    stopwords: str = field(default="en", metadata={"help": "stopword list ('en' or 'none')"})
+    k1: float = option(1.5, "term-frequency saturation")
+    b: float = option(0.75, "length normalisation")
+    method: str = option("lucene", f"one of {METHODS}")
+    stopwords: str = option("en", "stopword list ('en' or 'none')")
 
     def problems(self) -> list[Problem]:
         out = check_range(self.k1, "k1", low=0.0)

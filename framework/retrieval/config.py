@@ -3,11 +3,12 @@ and ``seekrl-serve`` (:class:`ServeConfig`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from omegaconf import MISSING
 
+from framework.config import option
 from framework.config.app import RUN_DIR
 from framework.problems import Problem, check, check_range
 from framework.retrieval.types import remote_problem
@@ -20,9 +21,8 @@ class IndexConfig:
     seed: int = 0
     run_dir: str = RUN_DIR
     retriever: Any = MISSING
-    smoke_query: str | None = field(
-        default="2001: A Space Odyssey",
-        metadata={"help": "query run once after building; null skips"},
+    smoke_query: str | None = option(
+        "2001: A Space Odyssey", "query run once after building; null skips"
     )
 
 
@@ -32,13 +32,11 @@ class ServeConfig:
 
     run_dir: str = RUN_DIR
     retriever: Any = MISSING
-    host: str = field(default="127.0.0.1", metadata={"help": "bind address (loopback by default)"})
+    host: str = option("127.0.0.1", "bind address (loopback by default)")
     port: int = 8000
-    allow_remote: bool = field(
-        default=False, metadata={"help": "allow a non-loopback host (exposes the index)"}
-    )
-    default_topk: int = field(default=3, metadata={"help": "topk when a request gives none"})
-    max_body_bytes: int = field(default=1_000_000, metadata={"help": "largest request body"})
+    allow_remote: bool = option(False, "allow a non-loopback host (exposes the index)")
+    default_topk: int = option(3, "topk when a request gives none")
+    max_body_bytes: int = option(1_000_000, "largest request body")
 
     def problems(self) -> list[Problem]:
         out = check_range(self.port, "port", low=1, high=65535)

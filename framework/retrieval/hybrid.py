@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from framework.config import Problem, check_choice, check_range
+from framework.config import Problem, check_choice, check_range, option
 from framework.registry.kinds import RETRIEVERS
 from framework.retrieval.bm25 import BM25Params, BM25Retriever, BM25RetrieverConfig
 from framework.retrieval.dense import FaissRetriever, FaissRetrieverConfig
@@ -20,14 +20,10 @@ FUSIONS = ("rrf", "weighted")
 @dataclass
 class HybridRetrieverConfig(FaissRetrieverConfig):
     bm25: BM25Params = field(default_factory=BM25Params)
-    fusion: str = field(
-        default="rrf", metadata={"help": "rrf (reciprocal rank) or weighted (min-max scores)"}
-    )
-    dense_weight: float = field(
-        default=0.5, metadata={"help": "weighted: share of the dense score"}
-    )
-    rrf_k: int = field(default=60, metadata={"help": "rrf: rank offset (Cormack et al. use 60)"})
-    candidates: int = field(default=50, metadata={"help": "hits taken from each backend to fuse"})
+    fusion: str = option("rrf", "rrf (reciprocal rank) or weighted (min-max scores)")
+    dense_weight: float = option(0.5, "weighted: share of the dense score")
+    rrf_k: int = option(60, "rrf: rank offset (Cormack et al. use 60)")
+    candidates: int = option(50, "hits taken from each backend to fuse")
 
     def problems(self) -> list[Problem]:
         out = check_choice(self.fusion, "fusion", FUSIONS)

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from framework.config import option
+
 # the cache helpers live in framework.paths; re-exported here for code that imports them from here
 from framework.paths import CACHE_ENV as CACHE_ENV
 from framework.paths import cache_root as cache_root
@@ -37,13 +39,9 @@ class LocalRetrieverConfig(RetrieverConfigBase):
     """A backend over a local corpus whose indexes are cached on disk."""
 
     corpus: CorpusConfig = field(default_factory=CorpusConfig)
-    cache_dir: str | None = field(
-        default=None, metadata={"help": "index cache; None = $SEEKRL_CACHE or ~/.cache/seekrl"}
-    )
-    build_if_missing: bool = field(
-        default=True, metadata={"help": "build a missing index on first use (else fail)"}
-    )
-    progress: bool = field(default=True, metadata={"help": "progress bars while building"})
+    cache_dir: str | None = option(None, "index cache; None = $SEEKRL_CACHE or ~/.cache/seekrl")
+    build_if_missing: bool = option(True, "build a missing index on first use (else fail)")
+    progress: bool = option(True, "progress bars while building")
 
 
 class StoreBacked(ClosedOnExit):

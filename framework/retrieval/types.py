@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
-from framework.config import ComponentConfig, Problem, check_range
+from framework.config import ComponentConfig, Problem, check_range, option
 from framework.registry import RETRIEVERS
 
 
@@ -59,12 +59,11 @@ class ClosedOnExit(ABC):
 class QueryLimits:
     """Bounds every backend enforces on a search request."""
 
-    max_queries: int = field(
-        default=4096,
-        metadata={"help": "queries per search call (Search-R1's training sends up to 2,560)"},
+    max_queries: int = option(
+        4096, "queries per search call (Search-R1's training sends up to 2,560)"
     )
-    max_query_chars: int = field(default=2048, metadata={"help": "characters per query"})
-    max_k: int = field(default=100, metadata={"help": "largest k (top-k) accepted"})
+    max_query_chars: int = option(2048, "characters per query")
+    max_k: int = option(100, "largest k (top-k) accepted")
 
     def problems(self) -> list[Problem]:
         out = check_range(self.max_queries, "max_queries", low=1)

@@ -20,10 +20,10 @@ blanked out) and on the rollout's own words (its think text and final answer).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
-from framework.config import ComponentConfig, Problem, check_choice
+from framework.config import ComponentConfig, Problem, check_choice, option
 from framework.rewards.common import require_column
 from framework.rewards.entity_match import MATCH_CHOICES, EntityMatching, entities_found
 from framework.types import RewardInputs
@@ -38,14 +38,9 @@ class ChainMatchingConfig(ComponentConfig):
     #: the dataset must carry ground-truth entities (checked before training starts)
     needs_entities: ClassVar[bool] = True
 
-    match: str = field(
-        default="exact",
-        metadata={"help": "exact: the entity's surface form only; aliases: any listed form"},
-    )
-    lowercase: bool = field(default=False, metadata={"help": "case-insensitive entity matching"})
-    strip_punctuation: bool = field(
-        default=False, metadata={"help": "treat punctuation as spaces before matching"}
-    )
+    match: str = option("exact", "exact: the entity's surface form only; aliases: any listed form")
+    lowercase: bool = option(False, "case-insensitive entity matching")
+    strip_punctuation: bool = option(False, "treat punctuation as spaces before matching")
 
     def problems(self) -> list[Problem]:
         return check_choice(self.match, "match", MATCH_CHOICES)

@@ -4,13 +4,13 @@ can back with what its searches returned."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from framework.algorithms.rewards.shaping import entity_shaped_reward
-from framework.config import Problem, check_choice, check_range
+from framework.config import Problem, check_choice, check_range, option
 from framework.registry.kinds import REWARDS
 from framework.rewards.chain import (
     ChainMatchingConfig,
@@ -26,16 +26,10 @@ from framework.types import RewardInputs
 
 @dataclass
 class CitationRubricRewardConfig(ChainMatchingConfig):
-    lam: float = field(
-        default=0.3,
-        metadata={"help": "λ, the weight of the rubric score for wrong answers (CaRR's 0.3)"},
-    )
-    correctness: str = field(
-        default="em", metadata={"help": "what counts as a correct answer: em or substring"}
-    )
-    connected: bool = field(
-        default=True,
-        metadata={"help": "count a fact only when every fact before it in the chain counts"},
+    lam: float = option(0.3, "λ, the weight of the rubric score for wrong answers (CaRR's 0.3)")
+    correctness: str = option("em", "what counts as a correct answer: em or substring")
+    connected: bool = option(
+        True, "count a fact only when every fact before it in the chain counts"
     )
 
     def problems(self) -> list[Problem]:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from framework.algorithms.stats.padding import pad_to_widest
-from framework.config import ComponentConfig, Problem
+from framework.config import ComponentConfig, Problem, option
 from framework.registry.kinds import REWARDS
 from framework.registry.kinds import REWARDS as registry
 from framework.rewards.common import valid_mask
@@ -34,12 +34,12 @@ def format_reward(inputs: RewardInputs, *, cfg: FormatRewardConfig) -> Tensor:
 
 @dataclass
 class WeightedSumConfig(ComponentConfig):
-    terms: list[Any] = field(
+    terms: list[Any] = option(
         default_factory=lambda: [
             {"name": "outcome", "weight": 1.0},
             {"name": "format", "weight": 0.1},
         ],
-        metadata={"help": "list of {name, weight, <that reward's fields>}"},
+        help="list of {name, weight, <that reward's fields>}",
     )
 
     def problems(self) -> list[Problem]:

@@ -13,14 +13,14 @@ leak check shares.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 from torch import Tensor
 
 from framework.algorithms.rewards.shaping import entity_shaped_reward
-from framework.config import ComponentConfig, Problem, check_choice, check_range
+from framework.config import ComponentConfig, Problem, check_choice, check_range, option
 from framework.registry.kinds import REWARDS
 from framework.rewards.common import answer_scores, require_column, valid_mask
 from framework.rewards.entity_match import (  # the matching the logged metrics share
@@ -37,23 +37,13 @@ class EntityRewardConfig(ComponentConfig):
     #: the dataset must carry ground-truth entities (checked before training starts)
     needs_entities: ClassVar[bool] = True
 
-    alpha: float = field(
-        default=0.3, metadata={"help": "weight of γ̂ for wrong answers (paper 0.3)"}
-    )
-    correctness: str = field(
-        default="em", metadata={"help": "what counts as a correct answer: em or substring"}
-    )
-    match: str = field(
-        default="exact",
-        metadata={"help": "exact: the entity's surface form only; aliases: any listed alias"},
-    )
-    lowercase: bool = field(default=False, metadata={"help": "case-insensitive entity matching"})
-    strip_punctuation: bool = field(
-        default=False, metadata={"help": "treat punctuation as spaces before matching"}
-    )
-    skip_question_entities: bool = field(
-        default=True,
-        metadata={"help": "leave out of E_q the entities the question itself names"},
+    alpha: float = option(0.3, "weight of γ̂ for wrong answers (paper 0.3)")
+    correctness: str = option("em", "what counts as a correct answer: em or substring")
+    match: str = option("exact", "exact: the entity's surface form only; aliases: any listed alias")
+    lowercase: bool = option(False, "case-insensitive entity matching")
+    strip_punctuation: bool = option(False, "treat punctuation as spaces before matching")
+    skip_question_entities: bool = option(
+        True, "leave out of E_q the entities the question itself names"
     )
 
     def problems(self) -> list[Problem]:

@@ -21,29 +21,24 @@ returned and for calling tools at all, and would duplicate the rollout budget
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from framework.algorithms.rewards.shaping import overlong_penalty
-from framework.config import ComponentConfig, Problem, check, check_range
+from framework.config import ComponentConfig, Problem, check, check_range, option
 from framework.registry.kinds import REWARDS
 from framework.types import RewardInputs
 
 
 @dataclass
 class OverlongRewardConfig(ComponentConfig):
-    max_length: int = field(
-        default=1024,
-        metadata={
-            "help": "L_max: generated tokens (tool responses excluded) beyond which the penalty "
-            "is -1"
-        },
+    max_length: int = option(
+        1024, "L_max: generated tokens (tool responses excluded) beyond which the penalty is -1"
     )
-    cache_length: int = field(
-        default=256,
-        metadata={"help": "L_cache: the window before L_max over which the penalty falls 0 -> -1"},
+    cache_length: int = option(
+        256, "L_cache: the window before L_max over which the penalty falls 0 -> -1"
     )
 
     def problems(self) -> list[Problem]:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from torch import Tensor
 
-from framework.config import ComponentConfig, Problem, check_choice
+from framework.config import ComponentConfig, Problem, check_choice, option
 from framework.registry.kinds import REWARDS
 from framework.rewards.common import answer_scores, valid_mask
 from framework.rewards.text import ANSWER_METRICS, verdict_of
@@ -15,12 +15,9 @@ from framework.types import RewardInputs
 
 @dataclass
 class OutcomeRewardConfig(ComponentConfig):
-    metric: str = field(
-        default="em",
-        metadata={
-            "help": f"one of {tuple(ANSWER_METRICS)}: em is normalised exact match, f1 the token "
-            "F1 as reward"
-        },
+    metric: str = option(
+        "em",
+        f"one of {tuple(ANSWER_METRICS)}: em is normalised exact match, f1 the token F1 as reward",
     )
 
     def problems(self) -> list[Problem]:

@@ -21,13 +21,13 @@ ones. Our choices (``../shared/METHODS-2.md`` item 12), hence "reconstructed":
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 from torch import Tensor
 
-from framework.config import ComponentConfig, Problem, check_range
+from framework.config import ComponentConfig, Problem, check_range, option
 from framework.registry.kinds import REWARDS
 from framework.rewards.common import answer_scores, valid_mask
 from framework.types import RewardInputs
@@ -38,17 +38,12 @@ class SweetSpotRewardConfig(ComponentConfig):
     paper: ClassVar[str] = "SSL: Sweet Spot Learning, arXiv 2601.22491"
     fidelity: ClassVar[str] = "reconstructed"
 
-    tiers: int = field(
-        default=4,
-        metadata={
-            "help": "K, the number of equal quality tiers of answer F1 (paper: 4; equal "
-            "zones and F1 as quality are a choice)"
-        },
+    tiers: int = option(
+        4,
+        "K, the number of equal quality tiers of answer F1 (paper: 4; equal "
+        "zones and F1 as quality are a choice)",
     )
-    exact_top: bool = field(
-        default=True,
-        metadata={"help": "only an exact-match answer reaches the top tier (choice)"},
-    )
+    exact_top: bool = option(True, "only an exact-match answer reaches the top tier (choice)")
 
     def problems(self) -> list[Problem]:
         return check_range(self.tiers, "tiers", low=2, fix="use at least 2 tiers (2 is binary)")

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from framework.config import Problem, check_choice
+from framework.config import Problem, check_choice, option
 from framework.registry.kinds import REWARDS
 from framework.rewards.chain import (
     ChainMatchingConfig,
@@ -21,9 +21,8 @@ from framework.types import RewardInputs, RewardOutput
 
 @dataclass
 class MatchTIRRewardConfig(ChainMatchingConfig):
-    metric: str = field(
-        default="f1",
-        metadata={"help": f"the answer turn's reward, one of {tuple(ANSWER_METRICS)} (paper: f1)"},
+    metric: str = option(
+        "f1", f"the answer turn's reward, one of {tuple(ANSWER_METRICS)} (paper: f1)"
     )
 
     def problems(self) -> list[Problem]:

@@ -15,7 +15,7 @@ import torch
 
 from framework.algorithms.rewards.hints import hint_reward
 from framework.algorithms.stats.group import group_mean
-from framework.config import Problem, check, check_choice, check_range
+from framework.config import Problem, check, check_choice, check_range, option
 from framework.data.schema import QAItem
 from framework.registry import AUGMENTERS
 from framework.rewards.entity_match import EntityRule, hidden_entities
@@ -49,9 +49,7 @@ class MCValuesConfig(AugmenterConfig):
     provides: ClassVar[tuple[str, ...]] = ("boundary_values",)
     paper: ClassVar[str] = "SPO (arXiv 2505.23564), chain variant with turn segments"
     fidelity: ClassVar[str] = "partial"
-    continuations: int = field(
-        default=4, metadata={"help": "choice: continuations rolled out from each turn boundary"}
-    )
+    continuations: int = option(4, "choice: continuations rolled out from each turn boundary")
 
     def problems(self) -> list[Problem]:
         return check_range(self.continuations, "continuations", low=1)
@@ -99,9 +97,8 @@ class EarlyExitsConfig(AugmenterConfig):
     provides: ClassVar[tuple[str, ...]] = ("exit_position", "exit_correct")
     paper: ClassVar[str] = "S-GRPO: serial-group decaying reward, arXiv 2505.07686"
     fidelity: ClassVar[str] = "exact"
-    forced: str = field(
-        default="<answer>",
-        metadata={"help": "choice: text forced after a tool response to make the policy answer"},
+    forced: str = option(
+        "<answer>", "choice: text forced after a tool response to make the policy answer"
     )
 
     def problems(self) -> list[Problem]:
@@ -169,31 +166,18 @@ class ReplayReflectConfig(AugmenterConfig):
     provides: ClassVar[tuple[str, ...]] = ("replayed", "reflected")
     paper: ClassVar[str] = "R3: replay, reflection and ranking rewards, arXiv 2601.19620"
     fidelity: ClassVar[str] = "partial"
-    replay: bool = field(default=True, metadata={"help": "CCR: add stored opposite outcomes"})
-    replays: int = field(
-        default=1, metadata={"help": "choice: k, stored rollouts added to a one-outcome group"}
+    replay: bool = option(True, "CCR: add stored opposite outcomes")
+    replays: int = option(1, "choice: k, stored rollouts added to a one-outcome group")
+    reflect: bool = option(True, "ISR: reflected groups of hard queries")
+    hard_below: float = option(
+        0.2, "choice: tau, a question whose earlier mean correctness is below is hard"
     )
-    reflect: bool = field(default=True, metadata={"help": "ISR: reflected groups of hard queries"})
-    hard_below: float = field(
-        default=0.2,
-        metadata={
-            "help": "choice: tau, a question whose earlier mean correctness is below is hard"
-        },
+    reflection_group: int = option(
+        0, "rollouts of a reflected prompt; 0: as many as the question's group"
     )
-    reflection_group: int = field(
-        default=0,
-        metadata={"help": "rollouts of a reflected prompt; 0: as many as the question's group"},
-    )
-    keep: int = field(
-        default=4, metadata={"help": "choice: stored rollouts per question and outcome (newest)"}
-    )
-    max_attempt_chars: int = field(
-        default=600, metadata={"help": "choice: the shown failed attempt is cut to this"}
-    )
-    prompt: str = field(
-        default=REFLECTION,
-        metadata={"help": "choice: the reflection prompt p_r ({question}, {attempt})"},
-    )
+    keep: int = option(4, "choice: stored rollouts per question and outcome (newest)")
+    max_attempt_chars: int = option(600, "choice: the shown failed attempt is cut to this")
+    prompt: str = option(REFLECTION, "choice: the reflection prompt p_r ({question}, {attempt})")
 
     def problems(self) -> list[Problem]:
         out = check_range(self.replays, "replays", low=1)
@@ -365,21 +349,18 @@ class HintsConfig(AugmenterConfig):
     provides: ClassVar[tuple[str, ...]] = ("hinted",)
     paper: ClassVar[str] = "HiLL: Learning to Hint, arXiv 2604.00698"
     fidelity: ClassVar[str] = "partial"
-    source: str = field(
-        default="chain",
-        metadata={
-            "help": "who writes hints: chain (the question's hidden entities, a fixed-hint "
-            "baseline) or policy (the policy, prompted as a hinter; not trained)"
-        },
+    source: str = option(
+        "chain",
+        "who writes hints: chain (the question's hidden entities, a fixed-hint "
+        "baseline) or policy (the policy, prompted as a hinter; not trained)",
     )
-    hints: int = field(default=4, metadata={"help": "hints per all-wrong question (paper M = 4)"})
-    rollouts: int = field(default=8, metadata={"help": "hinted rollouts per hint (paper n = 8)"})
-    temperature: float = field(default=0.3, metadata={"help": "T of the reliance weight"})
-    max_hint_chars: int = field(default=200, metadata={"help": "a longer hint is gated"})
-    max_hint_tokens: int = field(default=48, metadata={"help": "tokens of a policy-written hint"})
-    template: str = field(
-        default="{question}\nHint: {hint}",
-        metadata={"help": "choice: the hinted question ({question}, {hint})"},
+    hints: int = option(4, "hints per all-wrong question (paper M = 4)")
+    rollouts: int = option(8, "hinted rollouts per hint (paper n = 8)")
+    temperature: float = option(0.3, "T of the reliance weight")
+    max_hint_chars: int = option(200, "a longer hint is gated")
+    max_hint_tokens: int = option(48, "tokens of a policy-written hint")
+    template: str = option(
+        "{question}\nHint: {hint}", "choice: the hinted question ({question}, {hint})"
     )
 
     def problems(self) -> list[Problem]:

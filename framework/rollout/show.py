@@ -13,6 +13,7 @@ from typing import Any, TypedDict
 
 from omegaconf import MISSING
 
+from framework.config import option
 from framework.config.app import RUN_DIR
 from framework.data.schema import DatasetError
 from framework.problems import Problem, check_choice, check_range
@@ -32,16 +33,16 @@ class RolloutsConfig:
     """The ``rollout`` app (:func:`show_rollouts`): the policy as a search agent on a few questions, trajectories shown."""
 
     run_dir: str = RUN_DIR
-    seed: int = field(default=0, metadata={"help": "which questions are drawn"})
+    seed: int = option(0, "which questions are drawn")
     dataset: Any = MISSING
-    split: str = field(default="validation", metadata={"help": "train, validation or test"})
-    num_questions: int = field(default=4, metadata={"help": "questions drawn from the split"})
-    group_size: int = field(default=2, metadata={"help": "rollouts per question"})
+    split: str = option("validation", "train, validation or test")
+    num_questions: int = option(4, "questions drawn from the split")
+    group_size: int = option(2, "rollouts per question")
     rollout: Any = MISSING
     retriever: Any = MISSING
     agent: AgentConfig = field(default_factory=AgentConfig)
     reward: Any = MISSING
-    show: int = field(default=4, metadata={"help": "trajectories printed in full"})
+    show: int = option(4, "trajectories printed in full")
 
     def problems(self) -> list[Problem]:
         out = check_choice(self.split, "split", ("train", "validation", "test"))

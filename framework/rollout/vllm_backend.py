@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import torch
 
-from framework.config import ComponentConfig, Problem, check_range
+from framework.config import ComponentConfig, Problem, check_range, option
 from framework.registry.kinds import ROLLOUT_BACKENDS
 from framework.rollout.hf_backend import SamplingConfig
 from framework.rollout.policy import (
@@ -37,12 +37,10 @@ from framework.types import Generation
 class VLLMBackendConfig(ComponentConfig):
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    tensor_parallel_size: int = field(default=1, metadata={"help": "GPUs the engine shards over"})
-    gpu_memory_utilization: float = field(default=0.5, metadata={"help": "share of GPU memory"})
-    max_model_len: int = field(default=8192, metadata={"help": "longest sequence the engine holds"})
-    enable_prefix_caching: bool = field(
-        default=True, metadata={"help": "reuse the KV cache of shared prefixes across turns"}
-    )
+    tensor_parallel_size: int = option(1, "GPUs the engine shards over")
+    gpu_memory_utilization: float = option(0.5, "share of GPU memory")
+    max_model_len: int = option(8192, "longest sequence the engine holds")
+    enable_prefix_caching: bool = option(True, "reuse the KV cache of shared prefixes across turns")
 
     def problems(self) -> list[Problem]:
         out = check_range(self.tensor_parallel_size, "tensor_parallel_size", low=1)

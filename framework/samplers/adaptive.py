@@ -14,12 +14,12 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from framework.config import Problem, check_range
+from framework.config import Problem, check_range, option
 from framework.registry.kinds import SAMPLERS
 from framework.samplers.uniform import UniformSampler, UniformSamplerConfig
 from framework.types import GroupRequest
@@ -110,14 +110,12 @@ class _ObservingSampler(UniformSampler, ABC):
 
 @dataclass
 class VadeSamplerConfig(UniformSamplerConfig):
-    prior_success: float = field(default=1.0, metadata={"help": "Beta prior a (pseudo-successes)"})
-    prior_failure: float = field(default=1.0, metadata={"help": "Beta prior b (pseudo-failures)"})
-    decay: float = field(
-        default=0.9,
-        metadata={
-            "help": "per observed step, every question's evidence shrinks towards the prior by "
-            "this factor (the policy changes; old outcomes count less); 1 = never forget"
-        },
+    prior_success: float = option(1.0, "Beta prior a (pseudo-successes)")
+    prior_failure: float = option(1.0, "Beta prior b (pseudo-failures)")
+    decay: float = option(
+        0.9,
+        "per observed step, every question's evidence shrinks towards the prior by "
+        "this factor (the policy changes; old outcomes count less); 1 = never forget",
     )
 
     def problems(self) -> list[Problem]:
@@ -200,14 +198,12 @@ def _gamma(shape: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
 
 @dataclass
 class XrpoSamplerConfig(UniformSamplerConfig):
-    extra_rollouts: int = field(
-        default=8,
-        metadata={"help": "rollouts per step beyond questions_per_step x group_size, allocated"},
+    extra_rollouts: int = option(
+        8, "rollouts per step beyond questions_per_step x group_size, allocated"
     )
-    max_group_size: int = field(default=16, metadata={"help": "most rollouts one group may get"})
-    prior_std: float = field(
-        default=0.5,
-        metadata={"help": "reward std assumed for a question with fewer than 2 observed rollouts"},
+    max_group_size: int = option(16, "most rollouts one group may get")
+    prior_std: float = option(
+        0.5, "reward std assumed for a question with fewer than 2 observed rollouts"
     )
 
     def problems(self) -> list[Problem]:

@@ -12,12 +12,12 @@ a checkpoint resumes from, do not depend on any rollout.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from torch import Tensor
 
-from framework.config import Problem, check, check_range
+from framework.config import Problem, check, check_range, option
 from framework.config.inert import InertRule
 from framework.registry.kinds import SAMPLERS
 from framework.samplers.uniform import UniformSampler, UniformSamplerConfig, same_walk_inert
@@ -26,12 +26,10 @@ from framework.types import GroupRequest
 
 @dataclass
 class DynamicSamplerConfig(UniformSamplerConfig):
-    reserve: float = field(
-        default=1.0,
-        metadata={
-            "help": "reserve groups per step, as a multiple of questions_per_step (rounded up); "
-            "they replace dropped groups. 0: drop only"
-        },
+    reserve: float = option(
+        1.0,
+        "reserve groups per step, as a multiple of questions_per_step (rounded up); "
+        "they replace dropped groups. 0: drop only",
     )
 
     def problems(self) -> list[Problem]:
@@ -40,10 +38,7 @@ class DynamicSamplerConfig(UniformSamplerConfig):
 
 @dataclass
 class RejectionSamplerConfig(DynamicSamplerConfig):
-    reserve: float = field(
-        default=0.0,
-        metadata={"help": "reserve groups per step, as a multiple of questions_per_step"},
-    )
+    reserve: float = option(0.0, "reserve groups per step, as a multiple of questions_per_step")
 
 
 class _FilteringSampler(UniformSampler):
@@ -89,9 +84,7 @@ class HopCurriculumConfig(UniformSamplerConfig):
     """``uniform`` with its hop curriculum on (``start_hops`` 1 by default; every sampler takes
     ``sampler.start_hops``, this name keeps the curriculum's own entry in the registry)."""
 
-    start_hops: int | None = field(
-        default=1, metadata={"help": "the largest hop count of the first stage"}
-    )
+    start_hops: int | None = option(1, "the largest hop count of the first stage")
 
     #: hop_curriculum is uniform with start_hops set (same_walk_inert)
     screen_inert: ClassVar[InertRule] = same_walk_inert

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 
-from framework.config import ComponentConfig, Problem, check_range
+from framework.config import ComponentConfig, Problem, check_range, option
 from framework.config.inert import InertRule, differing_fields
 from framework.registry.kinds import SAMPLERS
 from framework.types import GroupRequest
@@ -46,26 +46,20 @@ class UniformSamplerConfig(ComponentConfig):
     #: uniform with start_hops set is hop_curriculum (same_walk_inert)
     screen_inert: ClassVar[InertRule] = same_walk_inert
 
-    questions_per_step: int = field(default=64, metadata={"help": "groups per training step"})
-    group_size: int = field(default=8, metadata={"help": "rollouts per question (G)"})
-    shuffle: bool = field(default=True, metadata={"help": "reshuffle the questions every epoch"})
-    max_hops: int | None = field(
-        default=None,
-        metadata={
-            "help": "train only on questions of at most this many hops (synthesized data has hop "
-            "counts); None: every question"
-        },
+    questions_per_step: int = option(64, "groups per training step")
+    group_size: int = option(8, "rollouts per question (G)")
+    shuffle: bool = option(True, "reshuffle the questions every epoch")
+    max_hops: int | None = option(
+        None,
+        "train only on questions of at most this many hops (synthesized data has hop "
+        "counts); None: every question",
     )
-    start_hops: int | None = field(
-        default=None,
-        metadata={
-            "help": "a hop curriculum: the largest hop count of the first stage, one more every "
-            "steps_per_stage steps (any sampler draws from the stage's questions); None: none"
-        },
+    start_hops: int | None = option(
+        None,
+        "a hop curriculum: the largest hop count of the first stage, one more every "
+        "steps_per_stage steps (any sampler draws from the stage's questions); None: none",
     )
-    steps_per_stage: int = field(
-        default=8, metadata={"help": "steps before the largest hop count allowed rises by one"}
-    )
+    steps_per_stage: int = option(8, "steps before the largest hop count allowed rises by one")
 
     def problems(self) -> list[Problem]:
         out = check_range(self.questions_per_step, "questions_per_step", low=1)

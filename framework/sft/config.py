@@ -8,6 +8,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
+from framework.config import option
 from framework.config.app import RUN_DIR, schedule_problems, target_problems
 from framework.lightning.trainer import TrainerConfig
 from framework.problems import Problem, check, check_range
@@ -21,19 +22,17 @@ from framework.training.lora import LoraConfig
 class SFTOptimConfig:
     """AdamW for the supervised warm start."""
 
-    lr: float = field(default=1e-4, metadata={"help": "peak learning rate"})
+    lr: float = option(1e-4, "peak learning rate")
     weight_decay: float = 0.0
     warmup_steps: int = 5
-    schedule: str = field(default="cosine", metadata={"help": "constant, linear or cosine"})
-    grad_clip: float = field(default=1.0, metadata={"help": "max gradient norm; 0 disables"})
-    batch_size: int = field(default=4, metadata={"help": "trajectories per optimiser step"})
-    epochs: int = field(default=2, metadata={"help": "passes over the expert trajectories"})
-    micro_batch_tokens: int = field(
-        default=4096,
-        metadata={
-            "help": "padded tokens per forward/backward (memory bound; a batch is split into "
-            "micro-batches whose gradients add up to the batch's); 0 = the whole batch at once"
-        },
+    schedule: str = option("cosine", "constant, linear or cosine")
+    grad_clip: float = option(1.0, "max gradient norm; 0 disables")
+    batch_size: int = option(4, "trajectories per optimiser step")
+    epochs: int = option(2, "passes over the expert trajectories")
+    micro_batch_tokens: int = option(
+        4096,
+        "padded tokens per forward/backward (memory bound; a batch is split into "
+        "micro-batches whose gradients add up to the batch's); 0 = the whole batch at once",
     )
 
     def problems(self) -> list[Problem]:
@@ -48,19 +47,11 @@ class SFTOptimConfig:
 class WarmStartConfig:
     """Where RL starts: the configured policy, an SFT run's policy, or an SFT stage run first."""
 
-    sft: bool = field(
-        default=False,
-        metadata={"help": "run (or reuse the cached) cold-start SFT first, then RL from it"},
-    )
-    path: str | None = field(
-        default=None,
-        metadata={"help": "an seekrl-sft run directory (or its policy/) to start from"},
-    )
+    sft: bool = option(False, "run (or reuse the cached) cold-start SFT first, then RL from it")
+    path: str | None = option(None, "an seekrl-sft run directory (or its policy/) to start from")
     expert: ExpertConfig = field(default_factory=ExpertConfig)
     optim: SFTOptimConfig = field(default_factory=SFTOptimConfig)
-    eval_questions: int = field(
-        default=16, metadata={"help": "validation questions for the before/after check; 0 skips it"}
-    )
+    eval_questions: int = option(16, "validation questions for the before/after check; 0 skips it")
 
     def problems(self) -> list[Problem]:
         out = check_range(self.eval_questions, "eval_questions", low=0)
@@ -94,12 +85,8 @@ class SFTConfig:
     lora: LoraConfig = field(default_factory=LoraConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     logger: Any = None
-    val_fraction: float = field(
-        default=0.05, metadata={"help": "expert trajectories held out for the validation loss"}
-    )
-    eval_questions: int = field(
-        default=16, metadata={"help": "validation questions rolled out before and after; 0 skips"}
-    )
+    val_fraction: float = option(0.05, "expert trajectories held out for the validation loss")
+    eval_questions: int = option(16, "validation questions rolled out before and after; 0 skips")
 
     def problems(self) -> list[Problem]:
         out = target_problems(self.logger, "logger")

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from framework.config import Problem, check_range
+from framework.config import Problem, check_range, option
 from framework.data.schema import QAItem
 from framework.data.synthesis import with_article
 from framework.rewards.text import exact_match
@@ -36,16 +36,12 @@ from framework.types import STATUS_OK, STATUS_OVER_BUDGET, Generation, Trajector
 class ExpertConfig:
     """How expert trajectories are made."""
 
-    questions: int = field(default=600, metadata={"help": "training questions to write (0 = all)"})
+    questions: int = option(600, "training questions to write (0 = all)")
     seed: int = 0
-    extra_search_prob: float = field(
-        default=0.15, metadata={"help": "chance of a first search on the description alone"}
-    )
-    visit_prob: float = field(
-        default=0.15, metadata={"help": "chance of visiting the article even when not needed"}
-    )
-    max_queries: int = field(default=3, metadata={"help": "queries per search call (1 to 3)"})
-    batch_questions: int = field(default=64, metadata={"help": "questions rolled out together"})
+    extra_search_prob: float = option(0.15, "chance of a first search on the description alone")
+    visit_prob: float = option(0.15, "chance of visiting the article even when not needed")
+    max_queries: int = option(3, "queries per search call (1 to 3)")
+    batch_questions: int = option(64, "questions rolled out together")
 
     def problems(self) -> list[Problem]:
         out = check_range(self.questions, "questions", low=0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from framework.config import option
 from framework.problems import Problem, check, check_range
 
 
@@ -13,26 +14,20 @@ class StudyEvalConfig:
     """How every policy of the study (and the warm start) is evaluated: the same questions, the
     same sampling seed (common random numbers), k samples each."""
 
-    split: str = field(
-        default="validation",
-        metadata={
-            "help": "held-out split: validation for every choice; test only in a pre-registered "
-            "study (needs preregistration=...)"
-        },
+    split: str = option(
+        "validation",
+        "held-out split: validation for every choice; test only in a pre-registered "
+        "study (needs preregistration=...)",
     )
-    questions: int = field(default=100, metadata={"help": "questions (0 = the whole split)"})
-    samples_per_question: int = field(default=4, metadata={"help": "k (Pass@1 averages them)"})
-    start_samples_per_question: int | None = field(
-        default=None,
-        metadata={
-            "help": "k of the warm start's evaluation; None = samples_per_question x the number "
-            "of seeds, as many as an arm pooled over its seeds"
-        },
+    questions: int = option(100, "questions (0 = the whole split)")
+    samples_per_question: int = option(4, "k (Pass@1 averages them)")
+    start_samples_per_question: int | None = option(
+        None,
+        "k of the warm start's evaluation; None = samples_per_question x the number "
+        "of seeds, as many as an arm pooled over its seeds",
     )
-    seed: int = field(default=0, metadata={"help": "question subset and sampling seed"})
-    batch_questions: int = field(
-        default=25, metadata={"help": "questions in flight in evaluations (continuous batching)"}
-    )
+    seed: int = option(0, "question subset and sampling seed")
+    batch_questions: int = option(25, "questions in flight in evaluations (continuous batching)")
 
     def problems(self) -> list[Problem]:
         out = check_range(self.questions, "questions", low=0)
@@ -61,135 +56,101 @@ class StudyEvalConfig:
 class StudyConfig:
     """Arms (label -> train overrides) x seeds, all from the same warm start and question order."""
 
-    name: str = field(default="egrpo_vs_grpo", metadata={"help": "the study's directory name"})
-    out_dir: str | None = field(default=None, metadata={"help": "None = runs/study/<name>"})
+    name: str = option("egrpo_vs_grpo", "the study's directory name")
+    out_dir: str | None = option(None, "None = runs/study/<name>")
     # empty here: a dict default would be merged with (not replaced by) a preset's arms
-    arms: dict[str, list[str]] = field(
+    arms: dict[str, list[str]] = option(
         default_factory=dict,
-        metadata={
-            "help": "label -> seekrl-train overrides of that arm (the study= presets set it)"
-        },
+        help="label -> seekrl-train overrides of that arm (the study= presets set it)",
     )
-    baseline: str = field(default="grpo", metadata={"help": "arm the others are compared with"})
+    baseline: str = option("grpo", "arm the others are compared with")
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
-    baseline_seeds: list[int] = field(
+    baseline_seeds: list[int] = option(
         default_factory=list,
-        metadata={
-            "help": "the baseline arm's seeds when it runs more than the others (a replicated "
-            "baseline: at least 3, every seed of `seeds` among them; a screen shows their spread "
-            "as the noise band); [] = `seeds`"
-        },
+        help="the baseline arm's seeds when it runs more than the others (a replicated "
+        "baseline: at least 3, every seed of `seeds` among them; a screen shows their spread "
+        "as the noise band); [] = `seeds`",
     )
-    overrides: list[str] = field(
-        default_factory=list, metadata={"help": "seekrl-train overrides shared by every run"}
+    overrides: list[str] = option(
+        default_factory=list, help="seekrl-train overrides shared by every run"
     )
     eval: StudyEvalConfig = field(default_factory=StudyEvalConfig)
-    bootstrap: int = field(default=10000, metadata={"help": "bootstrap resamples (paired CIs)"})
-    min_effect: float = field(
-        default=0.05,
-        metadata={
-            "help": "the smallest Pass@1 difference that matters: the report gives each design's "
-            "power for it"
-        },
+    bootstrap: int = option(10000, "bootstrap resamples (paired CIs)")
+    min_effect: float = option(
+        0.05,
+        "the smallest Pass@1 difference that matters: the report gives each design's power for it",
     )
-    preregistration: str = field(
-        default="",
-        metadata={
-            "help": "the committed file (and section) that fixed this study's hypothesis, arms, "
-            "seeds and analysis before it ran; required when eval.split=test"
-        },
+    preregistration: str = option(
+        "",
+        "the committed file (and section) that fixed this study's hypothesis, arms, "
+        "seeds and analysis before it ran; required when eval.split=test",
     )
-    screen: bool = field(
-        default=False,
-        metadata={
-            "help": "add an arm per registered method (every algorithm bundle, and every "
-            "advantage estimator, loss and sampler no bundle selects, on the baseline bundle), "
-            "plugins' too, and report the screening table (framework/study/screen.py)"
-        },
+    screen: bool = option(
+        False,
+        "add an arm per registered method (every algorithm bundle, and every "
+        "advantage estimator, loss and sampler no bundle selects, on the baseline bundle), "
+        "plugins' too, and report the screening table (framework/study/screen.py)",
     )
-    matched_baselines: bool = field(
-        default=False,
-        metadata={
-            "help": "with screen=true: also train the baseline at each number of policy epochs "
-            "an arm takes beyond the baseline's (`<baseline>-epochs<n>`), so that an arm that "
-            "spends more optimiser steps is compared with a baseline that spends as many"
-        },
+    matched_baselines: bool = option(
+        False,
+        "with screen=true: also train the baseline at each number of policy epochs "
+        "an arm takes beyond the baseline's (`<baseline>-epochs<n>`), so that an arm that "
+        "spends more optimiser steps is compared with a baseline that spends as many",
     )
-    inert_arms: dict[str, str] = field(
+    inert_arms: dict[str, str] = option(
         default_factory=dict,
-        metadata={
-            "help": "arm -> why its runs would be the baseline's at these settings: listed in "
-            "the screening table, not trained; screen=true fills it when the study starts from "
-            "the components' rules (framework/config/inert.py)"
-        },
+        help="arm -> why its runs would be the baseline's at these settings: listed in "
+        "the screening table, not trained; screen=true fills it when the study starts from "
+        "the components' rules (framework/config/inert.py)",
     )
-    only_arms: list[str] = field(
+    only_arms: list[str] = option(
         default_factory=list,
-        metadata={
-            "help": "train, evaluate and report only these of the study's arms (with the "
-            "baseline, always kept), e.g. a part of screen=true's methods run on their own "
-            "basis; [] = every arm"
-        },
+        help="train, evaluate and report only these of the study's arms (with the "
+        "baseline, always kept), e.g. a part of screen=true's methods run on their own "
+        "basis; [] = every arm",
     )
-    parts: list[str] = field(
+    parts: list[str] = option(
         default_factory=list,
-        metadata={
-            "help": "with screen=true: the archives of parts of this screen run on a basis of "
-            "their own (only_arms studies: another precision, say); the table lists the methods "
-            "they evaluated as evaluated there, and shows each part's table below its own, "
-            "against the part's own baseline"
-        },
+        help="with screen=true: the archives of parts of this screen run on a basis of "
+        "their own (only_arms studies: another precision, say); the table lists the methods "
+        "they evaluated as evaluated there, and shows each part's table below its own, "
+        "against the part's own baseline",
     )
-    publish: str = field(
-        default="",
-        metadata={
-            "help": "also write the screening table to this file (e.g. docs/benchmarks/screen.md) "
-            "and its records to the folder of the same name"
-        },
+    publish: str = option(
+        "",
+        "also write the screening table to this file (e.g. docs/benchmarks/screen.md) "
+        "and its records to the folder of the same name",
     )
-    archive_to: str = field(
-        default="",
-        metadata={
-            "help": "a folder to copy the study's archive (its per-question records, run records "
-            "and basis) to after every evaluation, and to resume from: what it holds is not "
-            "trained or evaluated again, on this machine or another with the same questions and "
-            "warm start. Commit it and a study outlives its machine; '' keeps no copy"
-        },
+    archive_to: str = option(
+        "",
+        "a folder to copy the study's archive (its per-question records, run records "
+        "and basis) to after every evaluation, and to resume from: what it holds is not "
+        "trained or evaluated again, on this machine or another with the same questions and "
+        "warm start. Commit it and a study outlives its machine; '' keeps no copy",
     )
-    prune_checkpoints: bool = field(
-        default=True,
-        metadata={
-            "help": "delete a run's training checkpoints (about 3 GB for SmolLM2-135M) once it is "
-            "trained and evaluated; its exported policy/ stays"
-        },
+    prune_checkpoints: bool = option(
+        True,
+        "delete a run's training checkpoints (about 3 GB for SmolLM2-135M) once it is "
+        "trained and evaluated; its exported policy/ stays",
     )
-    allow_dirty: bool = field(
-        default=False,
-        metadata={
-            "help": "let a publishable study (publish, archive_to or eval.split=test) start or go "
-            "on where it would be refused: uncommitted changes to the code (its own folders do not "
-            "count), runs of this table made on another commit, git missing, or a pre-registration "
-            "not committed as it is; the report then marks every run concerned "
-            "(framework/study/integrity.py)"
-        },
+    allow_dirty: bool = option(
+        False,
+        "let a publishable study (publish, archive_to or eval.split=test) start or go "
+        "on where it would be refused: uncommitted changes to the code (its own folders do not "
+        "count), runs of this table made on another commit, git missing, or a pre-registration "
+        "not committed as it is; the report then marks every run concerned "
+        "(framework/study/integrity.py)",
     )
-    retry_failed: bool = field(
-        default=False, metadata={"help": "run again the runs that crashed last time"}
-    )
-    dry_run: bool = field(default=False, metadata={"help": "print the plan and stop"})
-    report_only: bool = field(
-        default=False,
-        metadata={
-            "help": "write study.md/json from the runs evaluated so far and stop (nothing trains)"
-        },
+    retry_failed: bool = option(False, "run again the runs that crashed last time")
+    dry_run: bool = option(False, "print the plan and stop")
+    report_only: bool = option(
+        False, "write study.md/json from the runs evaluated so far and stop (nothing trains)"
     )
 
-    only_seeds: list[int] = field(
+    only_seeds: list[int] = option(
         default_factory=list,
-        metadata={
-            "help": "with report_only=true: also report these of the study's seeds only (a "
-            "sensitivity analysis), as study_seeds_<s>_<s>.md/.json beside study.md"
-        },
+        help="with report_only=true: also report these of the study's seeds only (a "
+        "sensitivity analysis), as study_seeds_<s>_<s>.md/.json beside study.md",
     )
 
     def problems(self) -> list[Problem]:

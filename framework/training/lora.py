@@ -3,26 +3,26 @@
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from framework.config import Problem, check_range
+from framework.config import Problem, check_range, option
 
 
 @dataclass
 class LoraConfig:
     """Low-rank adapters (Hu et al. 2021) instead of full fine-tuning."""
 
-    enabled: bool = field(default=False, metadata={"help": "train LoRA adapters only"})
-    r: int = field(default=16, metadata={"help": "adapter rank"})
-    alpha: int = field(default=32, metadata={"help": "scaling numerator (scale = alpha / r)"})
+    enabled: bool = option(False, "train LoRA adapters only")
+    r: int = option(16, "adapter rank")
+    alpha: int = option(32, "scaling numerator (scale = alpha / r)")
     dropout: float = 0.0
-    target_modules: list[str] = field(
+    target_modules: list[str] = option(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
-        metadata={"help": "module names that get adapters"},
+        help="module names that get adapters",
     )
 
     def problems(self) -> list[Problem]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -12,41 +12,29 @@ from framework.algorithms.advantages.grpo import GRPOAdvantageConfig, _float_rew
 from framework.algorithms.stats.group import (
     group_mean,
 )
-from framework.config import ComponentConfig, Problem, check, check_range
+from framework.config import ComponentConfig, Problem, check, check_range, option
 from framework.registry.kinds import ADVANTAGES
 from framework.types import AdvantageInputs
 
 
 @dataclass
 class AGRAEAdvantageConfig(ComponentConfig):
-    scale_by_std: bool = field(
-        default=True,
-        metadata={"help": "base advantage is GRPO's (r - mean)/std; false: Dr. GRPO's r - mean"},
+    scale_by_std: bool = option(
+        True, "base advantage is GRPO's (r - mean)/std; false: Dr. GRPO's r - mean"
     )
-    epsilon: float = field(
-        default=1e-6,
-        metadata={"help": "added to the std and to the difficulty weights' denominators"},
+    epsilon: float = option(1e-6, "added to the std and to the difficulty weights' denominators")
+    unbiased_std: bool = option(True, "Bessel-corrected group std (n - 1), as torch.std")
+    correct_threshold: float = option(
+        1.0, "a rollout counts as correct for the batch accuracy when reward >= this"
     )
-    unbiased_std: bool = field(
-        default=True, metadata={"help": "Bessel-corrected group std (n - 1), as torch.std"}
+    positive_alpha: float = option(
+        1.0,
+        "positive advantages are scaled by min(1, batch accuracy / positive_alpha) "
+        "(the paper's code: 1 for math, 0.5 for geo3k and medical)",
     )
-    correct_threshold: float = field(
-        default=1.0,
-        metadata={"help": "a rollout counts as correct for the batch accuracy when reward >= this"},
-    )
-    positive_alpha: float = field(
-        default=1.0,
-        metadata={
-            "help": "positive advantages are scaled by min(1, batch accuracy / positive_alpha) "
-            "(the paper's code: 1 for math, 0.5 for geo3k and medical)"
-        },
-    )
-    suppress_positive: bool = field(
-        default=True, metadata={"help": "scale positive advantages down by the batch accuracy"}
-    )
-    difficulty_curriculum: bool = field(
-        default=True,
-        metadata={"help": "weight groups from easy to hard as the batch accuracy grows"},
+    suppress_positive: bool = option(True, "scale positive advantages down by the batch accuracy")
+    difficulty_curriculum: bool = option(
+        True, "weight groups from easy to hard as the batch accuracy grows"
     )
 
     def problems(self) -> list[Problem]:

@@ -56,14 +56,14 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 from torch import Tensor
 
 from framework.algorithms.advantages.grpo import GRPOAdvantageConfig, grpo_advantage
-from framework.config import Problem, check_choice
+from framework.config import Problem, check_choice, option
 from framework.registry import ADVANTAGES
 from framework.types import AdvantageInputs
 
@@ -82,17 +82,14 @@ class ArenaAdvantageConfig(GRPOAdvantageConfig):
     paper: ClassVar[str] = "ArenaRL: tournament-based relative ranking, arXiv 2601.06487"
     fidelity: ClassVar[str] = "partial"
 
-    judge: str = field(
-        default="rule",
-        metadata={"help": f"one of {ARENA_JUDGES}: answer F1 against gold, or the policy (choice)"},
+    judge: str = option(
+        "rule", f"one of {ARENA_JUDGES}: answer F1 against gold, or the policy (choice)"
     )
-    format: str = field(
-        default="single_elimination",
-        metadata={"help": f"one of {ARENA_FORMATS}: the seeded tournament, or only the anchor"},
+    format: str = option(
+        "single_elimination", f"one of {ARENA_FORMATS}: the seeded tournament, or only the anchor"
     )
-    share_ties: bool = field(
-        default=True,
-        metadata={"help": "rule judge: rollouts of equal F1 share the mean reward of their places"},
+    share_ties: bool = option(
+        True, "rule judge: rollouts of equal F1 share the mean reward of their places"
     )
 
     def problems(self) -> list[Problem]:

@@ -42,14 +42,14 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 from torch import Tensor
 
 from framework.algorithms.stats.group import dense_index, group_center, group_std
-from framework.config import ComponentConfig, Problem, check_range
+from framework.config import ComponentConfig, Problem, check_range, option
 from framework.registry import ADVANTAGES
 from framework.types import AdvantageInputs
 
@@ -60,21 +60,12 @@ class COPOAdvantageConfig(ComponentConfig):
     paper: ClassVar[str] = "COPO: Consistency-Aware Policy Optimization, arXiv 2508.04138"
     fidelity: ClassVar[str] = "partial"
 
-    gamma: float = field(
-        default=5.0,
-        metadata={"help": "gate steepness γ (code k): w = sigmoid(γ (H - ρ)); run_copo.sh: 5"},
+    gamma: float = option(5.0, "gate steepness γ (code k): w = sigmoid(γ (H - ρ)); run_copo.sh: 5")
+    rho: float = option(1.0, "gate threshold ρ (code b), in bits of answer entropy; run_copo.sh: 1")
+    consistency_coef: bool = option(
+        False, "scale the global reward by 1 - λ H (code reward_coef_flg; off in its scripts)"
     )
-    rho: float = field(
-        default=1.0,
-        metadata={"help": "gate threshold ρ (code b), in bits of answer entropy; run_copo.sh: 1"},
-    )
-    consistency_coef: bool = field(
-        default=False,
-        metadata={
-            "help": "scale the global reward by 1 - λ H (code reward_coef_flg; off in its scripts)"
-        },
-    )
-    epsilon: float = field(default=1e-6, metadata={"help": "added to each std before dividing"})
+    epsilon: float = option(1e-6, "added to each std before dividing")
 
     def problems(self) -> list[Problem]:
         out = check_range(self.epsilon, "epsilon", low=0.0, fix="use a small positive epsilon")

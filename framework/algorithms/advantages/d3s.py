@@ -19,7 +19,7 @@ exact; the cross-group variant is not implemented.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -27,7 +27,7 @@ from torch import Tensor
 
 from framework.algorithms.advantages.grpo import GRPOAdvantageConfig, grpo_advantage
 from framework.algorithms.stats.group import dense_index
-from framework.config import Problem, check_range
+from framework.config import Problem, check_range, option
 from framework.registry import ADVANTAGES
 from framework.types import AdvantageInputs
 
@@ -47,12 +47,8 @@ class D3SAdvantageConfig(GRPOAdvantageConfig):
     paper: ClassVar[str] = PAPER
     fidelity: ClassVar[str] = "partial"
 
-    keep: float = field(
-        default=0.5, metadata={"help": "share of each group kept at the start (choice)"}
-    )
-    relax_until: float = field(
-        default=0.5, metadata={"help": "share of training by which everything is kept (choice)"}
-    )
+    keep: float = option(0.5, "share of each group kept at the start (choice)")
+    relax_until: float = option(0.5, "share of training by which everything is kept (choice)")
 
     def problems(self) -> list[Problem]:
         out = check_range(self.keep, "keep", low=0.0, high=1.0, low_inclusive=False)

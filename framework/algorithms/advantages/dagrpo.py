@@ -27,7 +27,7 @@ one the paper's LLM judge corresponds to is not known.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
@@ -38,7 +38,7 @@ from framework.algorithms.advantages.grpo import (
     baseline_is_grpo,
     grpo_advantage,
 )
-from framework.config import Problem, check_range
+from framework.config import Problem, check_range, option
 from framework.config.inert import InertRule
 from framework.registry import ADVANTAGES
 from framework.types import AdvantageInputs
@@ -66,10 +66,7 @@ class DaGRPOAdvantageConfig(GRPOAdvantageConfig):
     )
     fidelity: ClassVar[str] = "reconstructed"
 
-    threshold: float = field(
-        default=0.9,
-        metadata={"help": "mask a wrong rollout this similar to a correct one (choice)"},
-    )
+    threshold: float = option(0.9, "mask a wrong rollout this similar to a correct one (choice)")
 
     #: at threshold >= 1 nothing is masked (dagrpo_inert); below it the texts decide
     screen_inert: ClassVar[InertRule] = dagrpo_inert

@@ -33,7 +33,7 @@ graded rewards (``reward=e_grpo``, ``f1``) or large groups, or with a threshold 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
@@ -44,7 +44,7 @@ from framework.algorithms.advantages.grpo import (
     baseline_is_grpo,
     grpo_advantage,
 )
-from framework.config import Problem, check_range
+from framework.config import Problem, check_range, option
 from framework.config.inert import InertRule, binary_reward, fixed_group_size
 from framework.registry import ADVANTAGES
 from framework.types import AdvantageInputs
@@ -87,13 +87,9 @@ class DPPOAdvantageConfig(GRPOAdvantageConfig):
     )
     fidelity: ClassVar[str] = "reconstructed"
 
-    threshold: float = field(
-        default=0.1, metadata={"help": "low-signal: |A| < threshold * max |A| (choice)"}
-    )
-    keep_prob: float = field(
-        default=0.5, metadata={"help": "q, the keep probability of a low-signal rollout (choice)"}
-    )
-    seed: int = field(default=0, metadata={"help": "seed of the pruning draws (with the batch)"})
+    threshold: float = option(0.1, "low-signal: |A| < threshold * max |A| (choice)")
+    keep_prob: float = option(0.5, "q, the keep probability of a low-signal rollout (choice)")
+    seed: int = option(0, "seed of the pruning draws (with the batch)")
 
     #: binary rewards in groups of G: nothing is pruned below threshold 1 / (G - 1) (dppo_inert)
     screen_inert: ClassVar[InertRule] = dppo_inert

@@ -6,7 +6,7 @@ The steps, states and token layout are :mod:`framework.algorithms.advantages.ste
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -20,22 +20,18 @@ from framework.algorithms.advantages.steps import (
     relative_to_group,
     steps_to_tokens,
 )
-from framework.config import Problem, check
+from framework.config import Problem, check, option
 from framework.registry.kinds import ADVANTAGES
 from framework.types import AdvantageInputs
 
 
 @dataclass
 class GiGPOAdvantageConfig(StepAdvantageConfig):
-    omega: float = field(
-        default=1.0, metadata={"help": "weight of the step-level advantage (paper: 1)"}
-    )
-    episode_stats_per_step: bool = field(
-        default=False,
-        metadata={
-            "help": "count each rollout once per turn in the episode mean and std, as the "
-            "public code does; false: once per rollout (the paper's eq. 3)"
-        },
+    omega: float = option(1.0, "weight of the step-level advantage (paper: 1)")
+    episode_stats_per_step: bool = option(
+        False,
+        "count each rollout once per turn in the episode mean and std, as the "
+        "public code does; false: once per rollout (the paper's eq. 3)",
     )
 
     def problems(self) -> list[Problem]:

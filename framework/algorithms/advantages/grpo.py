@@ -8,14 +8,14 @@ masking happens in the loss.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from framework.algorithms.stats.group import group_center, group_std
-from framework.config import ComponentConfig, Problem, check_range
+from framework.config import ComponentConfig, Problem, check_range, option
 from framework.registry.kinds import ADVANTAGES
 from framework.types import AdvantageInputs
 
@@ -28,14 +28,11 @@ def _float_rewards(inputs: AdvantageInputs) -> Tensor:
 
 @dataclass
 class GRPOAdvantageConfig(ComponentConfig):
-    scale_by_std: bool = field(
-        default=True,
-        metadata={"help": "divide by the group std (GRPO); false gives Dr. GRPO's r - mean"},
+    scale_by_std: bool = option(
+        True, "divide by the group std (GRPO); false gives Dr. GRPO's r - mean"
     )
-    epsilon: float = field(default=1e-6, metadata={"help": "added to the std before dividing"})
-    unbiased_std: bool = field(
-        default=True, metadata={"help": "Bessel-corrected group std (n - 1), as torch.std"}
-    )
+    epsilon: float = option(1e-6, "added to the std before dividing")
+    unbiased_std: bool = option(True, "Bessel-corrected group std (n - 1), as torch.std")
 
     def problems(self) -> list[Problem]:
         return check_range(self.epsilon, "epsilon", low=0.0, fix="use a small positive epsilon")

@@ -29,7 +29,7 @@ sampler and is not implemented: rollouts use the configured temperature.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -37,7 +37,7 @@ from torch import Tensor
 
 from framework.algorithms.advantages.grpo import GRPOAdvantageConfig, grpo_advantage
 from framework.algorithms.stats.group import group_sum
-from framework.config import ComponentConfig, Problem, check_range
+from framework.config import ComponentConfig, Problem, check_range, option
 from framework.registry import ADVANTAGES
 from framework.types import AdvantageInputs
 
@@ -51,10 +51,8 @@ class HAPOAdvantageConfig(ComponentConfig):
     #: (hapo_advantage's docstring): the two differ whenever a rollout is shorter than the width
     fidelity: ClassVar[str] = "partial"
 
-    epsilon: float = field(default=1e-6, metadata={"help": "added to the token-weighted std"})
-    fallback: float = field(
-        default=5.0, metadata={"help": "a group with any |A| >= this falls back to GRPO (code: 5)"}
-    )
+    epsilon: float = option(1e-6, "added to the token-weighted std")
+    fallback: float = option(5.0, "a group with any |A| >= this falls back to GRPO (code: 5)")
 
     def problems(self) -> list[Problem]:
         out = check_range(self.epsilon, "epsilon", low=0.0)

@@ -6,7 +6,7 @@ The steps, states and token layout are :mod:`framework.algorithms.advantages.ste
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -20,34 +20,22 @@ from framework.algorithms.advantages.steps import (
     steps_to_tokens,
 )
 from framework.algorithms.stats.group import group_size
-from framework.config import Problem, check
+from framework.config import Problem, check, option
 from framework.registry.kinds import ADVANTAGES
 from framework.types import AdvantageInputs
 
 
 @dataclass
 class HGPOAdvantageConfig(StepAdvantageConfig):
-    state_key: str = field(
-        default="last_calls",
-        metadata={
-            "help": "the STATE_KEYS entry of one state; levels k > 0 add the k states before it"
-        },
+    state_key: str = option(
+        "last_calls", "the STATE_KEYS entry of one state; levels k > 0 add the k states before it"
     )
-    unbiased_std: bool = field(
-        default=False,
-        metadata={"help": "Bessel-corrected std; false: population std, as the paper's code"},
+    unbiased_std: bool = option(
+        False, "Bessel-corrected std; false: population std, as the paper's code"
     )
-    K: int = field(
-        default=2,
-        metadata={"help": "deepest level: steps that share their last K + 1 states (paper: 2, 4)"},
-    )
-    alpha: float = field(
-        default=1.0, metadata={"help": "level weights w_k ∝ (k + weight_offset)^alpha; 0: uniform"}
-    )
-    weight_offset: int = field(
-        default=1,
-        metadata={"help": "1: w_k ∝ (k + 1)^alpha (METHODS.md); 2: as the public code"},
-    )
+    K: int = option(2, "deepest level: steps that share their last K + 1 states (paper: 2, 4)")
+    alpha: float = option(1.0, "level weights w_k ∝ (k + weight_offset)^alpha; 0: uniform")
+    weight_offset: int = option(1, "1: w_k ∝ (k + 1)^alpha (METHODS.md); 2: as the public code")
 
     def problems(self) -> list[Problem]:
         out = super().problems()

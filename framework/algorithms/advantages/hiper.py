@@ -15,7 +15,7 @@ low-level advantage. ``γ = 1``, ``λ_turn = 1``, ``λ_seg = 0.95`` as in the au
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -23,7 +23,7 @@ from torch import Tensor
 
 from framework.algorithms.advantages.spo import boundary_values
 from framework.algorithms.advantages.turns import turn_token_values
-from framework.config import ComponentConfig, Problem, check_range
+from framework.config import ComponentConfig, Problem, check_range, option
 from framework.registry import ADVANTAGES
 from framework.types import AdvantageInputs
 
@@ -81,9 +81,9 @@ class HiPERAdvantageConfig(ComponentConfig):
     requires: ClassVar[tuple[str, ...]] = ("boundary_values", "switch_flags")
     paper: ClassVar[str] = "HiPER: Hierarchical Plan-Execute RL (HAE), arXiv 2602.16165"
     fidelity: ClassVar[str] = "partial"
-    gamma: float = field(default=1.0, metadata={"help": "discount (authors' code: 1.0)"})
-    lambda_turn: float = field(default=1.0, metadata={"help": "low-level GAE lambda (code: 1.0)"})
-    lambda_seg: float = field(default=0.95, metadata={"help": "segment GAE lambda (code: 0.95)"})
+    gamma: float = option(1.0, "discount (authors' code: 1.0)")
+    lambda_turn: float = option(1.0, "low-level GAE lambda (code: 1.0)")
+    lambda_seg: float = option(0.95, "segment GAE lambda (code: 0.95)")
 
     def problems(self) -> list[Problem]:
         out: list[Problem] = []

@@ -6,7 +6,7 @@ is :mod:`framework.algorithms.advantages.turns`'.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
@@ -19,7 +19,7 @@ from framework.algorithms.advantages.turns import (
     turn_table,
     turn_token_values,
 )
-from framework.config import ComponentConfig, Problem, check_range
+from framework.config import ComponentConfig, Problem, check_range, option
 from framework.registry.kinds import ADVANTAGES
 from framework.types import AdvantageInputs
 
@@ -53,18 +53,11 @@ class IGPOAdvantageConfig(ComponentConfig):
     #: with this config's ``probe_batch_size`` and ``probe_prefix``
     requires: ClassVar[tuple[str, ...]] = ("answer_probs",)
 
-    gamma: float = field(
-        default=1.0,
-        metadata={"help": "turn discount of the cumulative advantage (authors' config: 1.0)"},
-    )
-    epsilon: float = field(default=1e-6, metadata={"help": "added to the group std"})
-    unbiased_std: bool = field(default=True, metadata={"help": "Bessel-corrected group std"})
-    probe_batch_size: int = field(
-        default=8, metadata={"help": "belief probes (prefix + gold answer) per forward pass"}
-    )
-    probe_prefix: str = field(
-        default=PROBE_PREFIX, metadata={"help": "scaffold between a rollout prefix and the answer"}
-    )
+    gamma: float = option(1.0, "turn discount of the cumulative advantage (authors' config: 1.0)")
+    epsilon: float = option(1e-6, "added to the group std")
+    unbiased_std: bool = option(True, "Bessel-corrected group std")
+    probe_batch_size: int = option(8, "belief probes (prefix + gold answer) per forward pass")
+    probe_prefix: str = option(PROBE_PREFIX, "scaffold between a rollout prefix and the answer")
 
     def problems(self) -> list[Problem]:
         out = check_range(self.gamma, "gamma", low=0.0, high=1.0, fix="the paper discounts by <= 1")

@@ -33,14 +33,14 @@ sentence encoder's similarity between the evidence so far and the answer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 from torch import Tensor
 
 from framework.algorithms.advantages.grpo import GRPOAdvantageConfig, grpo_advantage
-from framework.config import Problem, check_range
+from framework.config import Problem, check_range, option
 from framework.registry import ADVANTAGES
 from framework.types import AdvantageInputs
 
@@ -57,11 +57,9 @@ class InfoReasonerConfig(GRPOAdvantageConfig):
     )
     fidelity: ClassVar[str] = "partial"
 
-    weight: float = field(default=0.6, metadata={"help": "w in EM + w IG (the code's 0.6)"})
-    max_context_words: int = field(
-        default=512, metadata={"help": "retrieved text kept for the reader, in words (code: 512)"}
-    )
-    probe_batch_size: int = field(default=8, metadata={"help": "reader prompts per forward pass"})
+    weight: float = option(0.6, "w in EM + w IG (the code's 0.6)")
+    max_context_words: int = option(512, "retrieved text kept for the reader, in words (code: 512)")
+    probe_batch_size: int = option(8, "reader prompts per forward pass")
 
     def problems(self) -> list[Problem]:
         out = check_range(self.weight, "weight", low=0.0)

@@ -6,7 +6,7 @@ Reads ``extras["turn_rewards"]`` (``reward=matchtir``); the turn layout is
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -18,7 +18,7 @@ from framework.algorithms.advantages.turns import (
     turn_table,
     turn_token_values,
 )
-from framework.config import ComponentConfig, Problem, check_range
+from framework.config import ComponentConfig, Problem, check_range, option
 from framework.registry.kinds import ADVANTAGES
 from framework.types import AdvantageInputs
 
@@ -26,11 +26,9 @@ from framework.types import AdvantageInputs
 # -- matchtir ---------------------------------------------------------------------------------------
 @dataclass
 class MatchTIRAdvantageConfig(ComponentConfig):
-    gamma: float = field(
-        default=0.9, metadata={"help": "turn discount of the turn-level return (authors' code 0.9)"}
-    )
-    epsilon: float = field(default=1e-6, metadata={"help": "added to every std"})
-    unbiased_std: bool = field(default=True, metadata={"help": "Bessel-corrected stds"})
+    gamma: float = option(0.9, "turn discount of the turn-level return (authors' code 0.9)")
+    epsilon: float = option(1e-6, "added to every std")
+    unbiased_std: bool = option(True, "Bessel-corrected stds")
 
     def problems(self) -> list[Problem]:
         out = check_range(self.gamma, "gamma", low=0.0, high=1.0, fix="a discount in [0, 1]")

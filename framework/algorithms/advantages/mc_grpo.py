@@ -9,7 +9,7 @@ masked out of the loss (over budget) still count in the group statistics.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -21,23 +21,18 @@ from framework.algorithms.stats.group import (
     group_size,
     group_sum,
 )
-from framework.config import ComponentConfig, Problem, check_range
+from framework.config import ComponentConfig, Problem, check_range, option
 from framework.registry.kinds import ADVANTAGES
 from framework.types import AdvantageInputs
 
 
 @dataclass
 class MCGRPOAdvantageConfig(ComponentConfig):
-    epsilon: float = field(
-        default=1e-3,
-        metadata={"help": "added to the group MAD before dividing (the paper's code: 1e-3)"},
-    )
-    compensate_zeros: bool = field(
-        default=False,
-        metadata={
-            "help": "the public code's extra step: multiply a group's nonzero advantages by "
-            "group size / number of nonzero ones (not in the formula; off by default)"
-        },
+    epsilon: float = option(1e-3, "added to the group MAD before dividing (the paper's code: 1e-3)")
+    compensate_zeros: bool = option(
+        False,
+        "the public code's extra step: multiply a group's nonzero advantages by "
+        "group size / number of nonzero ones (not in the formula; off by default)",
     )
 
     def problems(self) -> list[Problem]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -15,25 +15,20 @@ from framework.algorithms.stats.group import (
     group_size,
     group_sum,
 )
-from framework.config import ComponentConfig, Problem, check, check_range
+from framework.config import ComponentConfig, Problem, check, check_range, option
 from framework.registry.kinds import ADVANTAGES
 from framework.types import AdvantageInputs
 
 
 @dataclass
 class NGRPOAdvantageConfig(ComponentConfig):
-    virtual_reward: float = field(
-        default=1.0,
-        metadata={"help": "reward of the virtual rollout: the task's maximum reward"},
+    virtual_reward: float = option(1.0, "reward of the virtual rollout: the task's maximum reward")
+    num_virtual: int = option(
+        1, "virtual rollouts added to each group's statistics (paper: 1; 0 = GRPO)"
     )
-    num_virtual: int = field(
-        default=1,
-        metadata={"help": "virtual rollouts added to each group's statistics (paper: 1; 0 = GRPO)"},
-    )
-    epsilon: float = field(default=1e-6, metadata={"help": "added to the std before dividing"})
-    unbiased_std: bool = field(
-        default=True,
-        metadata={"help": "Bessel-corrected std over the G + num_virtual values (paper's code)"},
+    epsilon: float = option(1e-6, "added to the std before dividing")
+    unbiased_std: bool = option(
+        True, "Bessel-corrected std over the G + num_virtual values (paper's code)"
     )
 
     def problems(self) -> list[Problem]:

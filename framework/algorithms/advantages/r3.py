@@ -47,7 +47,7 @@ Choices where the paper is silent or does not fit this setting:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -55,7 +55,7 @@ from torch import Tensor
 
 from framework.algorithms.advantages.grpo import GRPOAdvantageConfig
 from framework.algorithms.stats.group import group_center, group_std
-from framework.config import Problem, check_range
+from framework.config import Problem, check_range, option
 from framework.registry import ADVANTAGES
 from framework.types import AdvantageInputs
 
@@ -107,18 +107,10 @@ class R3AdvantageConfig(GRPOAdvantageConfig):
     requires: ClassVar[tuple[str, ...]] = ("entropy_profile",)
     paper: ClassVar[str] = "R3: replay, reflection and ranking rewards, arXiv 2601.19620"
     fidelity: ClassVar[str] = "partial"
-    r_max: float = field(
-        default=0.2, metadata={"help": "choice: R_max, the reward of the best-ranked rollout"}
-    )
-    correct_at: float = field(
-        default=1.0, metadata={"help": "choice: a reward below this is a wrong rollout"}
-    )
-    peak_share: float = field(
-        default=0.2, metadata={"help": "choice: p, the share of a rollout's tokens in E_peak"}
-    )
-    alpha: float = field(
-        default=1.0, metadata={"help": "choice: eq. 3's alpha, the std's scale (1: GRPO)"}
-    )
+    r_max: float = option(0.2, "choice: R_max, the reward of the best-ranked rollout")
+    correct_at: float = option(1.0, "choice: a reward below this is a wrong rollout")
+    peak_share: float = option(0.2, "choice: p, the share of a rollout's tokens in E_peak")
+    alpha: float = option(1.0, "choice: eq. 3's alpha, the std's scale (1: GRPO)")
 
     def problems(self) -> list[Problem]:
         out = super().problems()

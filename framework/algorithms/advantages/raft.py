@@ -5,22 +5,19 @@ Described with the placebo in :mod:`framework.algorithms.advantages.placebo`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from framework.config import ComponentConfig, Problem, check_range
+from framework.config import ComponentConfig, Problem, check_range, option
 from framework.registry.kinds import ADVANTAGES
 from framework.types import AdvantageInputs
 
 
 @dataclass
 class RAFTAdvantageConfig(ComponentConfig):
-    threshold: float = field(
-        default=1.0,
-        metadata={"help": "a rollout is accepted (advantage 1) at this reward or above"},
-    )
+    threshold: float = option(1.0, "a rollout is accepted (advantage 1) at this reward or above")
 
     def problems(self) -> list[Problem]:
         return check_range(self.threshold, "threshold", low=0.0, low_inclusive=False)

@@ -2,25 +2,23 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from framework.algorithms.advantages.grpo import _float_rewards
 from framework.algorithms.stats.group import group_center
-from framework.config import ComponentConfig, Problem, check
+from framework.config import ComponentConfig, Problem, check, option
 from framework.registry.kinds import ADVANTAGES
 from framework.types import AdvantageInputs
 
 
 @dataclass
 class ReinforcePPBaselineConfig(ComponentConfig):
-    epsilon: float = field(default=1e-6, metadata={"help": "added to the batch std"})
-    whiten: bool = field(default=True, metadata={"help": "normalise over the whole batch"})
-    clip: float = field(
-        default=0.0, metadata={"help": "clamp the advantages to [-clip, clip]; 0: no clamp"}
-    )
+    epsilon: float = option(1e-6, "added to the batch std")
+    whiten: bool = option(True, "normalise over the whole batch")
+    clip: float = option(0.0, "clamp the advantages to [-clip, clip]; 0: no clamp")
 
     def problems(self) -> list[Problem]:
         return check(

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -36,7 +36,7 @@ from framework.algorithms.advantages.turns import (
     turn_table,
     turn_token_values,
 )
-from framework.config import Problem, check_range
+from framework.config import Problem, check_range, option
 from framework.registry import ADVANTAGES
 from framework.types import AdvantageInputs
 
@@ -48,15 +48,11 @@ class SPAEAdvantageConfig(GRPOAdvantageConfig):
     paper: ClassVar[str] = "SPAE: Step Potential Advantage Estimation, arXiv 2601.03823"
     fidelity: ClassVar[str] = "partial"
 
-    tau: float = field(default=0.8, metadata={"help": "saturation potential (choice)"})
-    kappa: float = field(default=0.5, metadata={"help": "saturation penalty (choice)"})
-    xi: float = field(default=0.1, metadata={"help": "weight of the potential gain (choice)"})
-    probe_batch_size: int = field(
-        default=8, metadata={"help": "probes (prefix + gold answer) per forward pass"}
-    )
-    probe_prefix: str = field(
-        default=PROBE_PREFIX, metadata={"help": "scaffold between a rollout prefix and the answer"}
-    )
+    tau: float = option(0.8, "saturation potential (choice)")
+    kappa: float = option(0.5, "saturation penalty (choice)")
+    xi: float = option(0.1, "weight of the potential gain (choice)")
+    probe_batch_size: int = option(8, "probes (prefix + gold answer) per forward pass")
+    probe_prefix: str = option(PROBE_PREFIX, "scaffold between a rollout prefix and the answer")
 
     def problems(self) -> list[Problem]:
         out = check_range(self.tau, "tau", low=0.0, high=1.0)

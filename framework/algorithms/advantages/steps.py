@@ -21,13 +21,13 @@ module, at import time) and select it with ``advantage.state_key=<name>``.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from framework.algorithms.advantages.grpo import GRPOAdvantageConfig, _float_rewards, grpo_advantage
-from framework.config import ComponentConfig, Problem, check_choice, check_range
+from framework.config import ComponentConfig, Problem, check_choice, check_range, option
 from framework.types import AdvantageInputs, ToolCall, TurnSpan
 
 #: the state before a step, from the turns that came before it (``[]`` for the first turn)
@@ -165,24 +165,17 @@ def steps_to_tokens(values: Tensor, steps: AgentSteps, inputs: AdvantageInputs) 
 class StepAdvantageConfig(ComponentConfig):
     """Fields shared by the step-level estimators."""
 
-    gamma: float = field(
-        default=0.95, metadata={"help": "discount per turn of the step return (both papers: 0.95)"}
+    gamma: float = option(0.95, "discount per turn of the step return (both papers: 0.95)")
+    state_key: str = option(
+        "calls",
+        "the STATE_KEYS entry that decides which steps share a state: calls, "
+        "last_calls, observations (calls and the observations' text), or a plugin's",
     )
-    state_key: str = field(
-        default="calls",
-        metadata={
-            "help": "the STATE_KEYS entry that decides which steps share a state: calls, "
-            "last_calls, observations (calls and the observations' text), or a plugin's"
-        },
+    scale_by_std: bool = option(
+        True, "divide by the group std (the code's mean_std_norm); false: mean_norm"
     )
-    scale_by_std: bool = field(
-        default=True,
-        metadata={"help": "divide by the group std (the code's mean_std_norm); false: mean_norm"},
-    )
-    unbiased_std: bool = field(
-        default=True, metadata={"help": "Bessel-corrected std (n - 1), as torch.std"}
-    )
-    epsilon: float = field(default=1e-6, metadata={"help": "added to the std before dividing"})
+    unbiased_std: bool = option(True, "Bessel-corrected std (n - 1), as torch.std")
+    epsilon: float = option(1e-6, "added to the std before dividing")
 
     def problems(self) -> list[Problem]:
         out = check_range(

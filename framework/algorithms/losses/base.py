@@ -7,12 +7,12 @@ minimise; its config derives from :class:`PolicyLossConfig`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from framework.algorithms.losses.rollout_correction import CORRECTION_LEVELS, CORRECTION_MODES
 from framework.algorithms.stats.aggregation import AGG_MODES
-from framework.config import ComponentConfig, Problem, check, check_choice, check_range
+from framework.config import ComponentConfig, Problem, check, check_choice, check_range, option
 from framework.config.inert import declared_rule, differing_fields, single_on_policy_step
 from framework.registry import POLICY_LOSSES
 
@@ -56,27 +56,22 @@ class PolicyLossConfig(ComponentConfig):
     #: on policy (its ratio against the pass's own start), the earlier passes' log-probs kept
     stages_per_turn: ClassVar[bool] = False
 
-    agg: str = field(default="seq_mean_token_mean", metadata={"help": f"one of {tuple(AGG_MODES)}"})
-    norm_constant: float | None = field(
-        default=None, metadata={"help": "divisor for agg=token_sum_norm (max response tokens)"}
+    agg: str = option("seq_mean_token_mean", f"one of {tuple(AGG_MODES)}")
+    norm_constant: float | None = option(
+        None, "divisor for agg=token_sum_norm (max response tokens)"
     )
-    rollout_correction: str = field(
-        default="none",
-        metadata={
-            "help": "rollout/trainer log-prob mismatch: none, tis (truncated importance weights "
-            "min(rho, C)) or mis (masked: rho, or 0 where rho > C)"
-        },
+    rollout_correction: str = option(
+        "none",
+        "rollout/trainer log-prob mismatch: none, tis (truncated importance weights "
+        "min(rho, C)) or mis (masked: rho, or 0 where rho > C)",
     )
-    rollout_correction_level: str = field(
-        default="token",
-        metadata={"help": "token (per-token ratio) or sequence (product over the rollout)"},
+    rollout_correction_level: str = option(
+        "token", "token (per-token ratio) or sequence (product over the rollout)"
     )
-    rollout_correction_threshold: float = field(
-        default=2.0,
-        metadata={
-            "help": "C (> 1): weight cap (tis) or mask bound (mis); the mismatch figure "
-            "frac_beyond counts tokens whose ratio is outside [1/C, C]"
-        },
+    rollout_correction_threshold: float = option(
+        2.0,
+        "C (> 1): weight cap (tis) or mask bound (mis); the mismatch figure "
+        "frac_beyond counts tokens whose ratio is outside [1/C, C]",
     )
 
     def problems(self) -> list[Problem]:

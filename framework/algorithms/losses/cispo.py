@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -11,7 +11,7 @@ from framework.algorithms.losses.base import PolicyLossConfig, on_policy_ratio_i
 from framework.algorithms.losses.inputs import _approx_kl
 from framework.algorithms.losses.ppo_clip import _masked_inputs
 from framework.algorithms.stats.aggregation import aggregate, masked_mean
-from framework.config import Problem, check_range
+from framework.config import Problem, check_range, option
 from framework.config.inert import InertRule
 from framework.registry.kinds import POLICY_LOSSES
 from framework.types import LossOutput, PolicyLossInputs
@@ -22,13 +22,10 @@ class CISPOLossConfig(PolicyLossConfig):
     #: on policy the detached weight clip(1) is 1: PPO-clip's gradient (cispo_loss)
     screen_inert: ClassVar[InertRule] = on_policy_ratio_inert
 
-    clip_low: float = field(
-        default=1.0,
-        metadata={"help": "IS weight lower bound is 1 - clip_low (>= 1: no lower bound, MiniMax)"},
+    clip_low: float = option(
+        1.0, "IS weight lower bound is 1 - clip_low (>= 1: no lower bound, MiniMax)"
     )
-    clip_high: float = field(
-        default=0.2, metadata={"help": "IS weight upper bound is 1 + clip_high"}
-    )
+    clip_high: float = option(0.2, "IS weight upper bound is 1 + clip_high")
 
     def problems(self) -> list[Problem]:
         out = check_range(self.clip_low, "clip_low", low=0.0, low_inclusive=False)

@@ -6,7 +6,7 @@ The method, its schedule and its choices: :mod:`framework.algorithms.advantages.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -19,7 +19,7 @@ from framework.algorithms.losses.ppo_clip import (
     _masked_inputs,
     require_entropy,
 )
-from framework.config import Problem, check_range
+from framework.config import Problem, check_range, option
 from framework.registry.kinds import POLICY_LOSSES
 from framework.types import LossOutput, PolicyLossInputs
 
@@ -31,12 +31,8 @@ class D3SLossConfig(ClipLossConfig):
     fidelity: ClassVar[str] = "partial"
     needs_entropy: ClassVar[bool] = True
 
-    token_share: float = field(
-        default=0.5, metadata={"help": "rho, share of tokens kept at the start (choice)"}
-    )
-    relax_until: float = field(
-        default=0.5, metadata={"help": "share of training by which every token is kept (choice)"}
-    )
+    token_share: float = option(0.5, "rho, share of tokens kept at the start (choice)")
+    relax_until: float = option(0.5, "share of training by which every token is kept (choice)")
 
     def problems(self) -> list[Problem]:
         out = check_range(self.token_share, "token_share", low=0.0, high=1.0, low_inclusive=False)

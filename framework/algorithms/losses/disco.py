@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -13,7 +13,7 @@ from framework.algorithms.losses.inputs import _approx_kl, _group_index, _row_ad
 from framework.algorithms.losses.ppo_clip import _masked_inputs
 from framework.algorithms.stats.aggregation import aggregate, masked_mean
 from framework.algorithms.stats.group import group_max, group_sum
-from framework.config import Problem, check_choice, check_range
+from framework.config import Problem, check_choice, check_range, option
 from framework.registry.kinds import POLICY_LOSSES
 from framework.types import LossOutput, PolicyLossInputs
 
@@ -31,25 +31,19 @@ class DisCOLossConfig(PolicyLossConfig):
     needs_groups: ClassVar[bool] = True
     zero_advantage_inert: ClassVar[bool] = False  # the KL constraint covers every trained token
 
-    score: str = field(
-        default="log_l",
-        metadata={
-            "help": "log_l: mean token log-prob; l_ratio: mean token ratio pi/pi_old (the "
-            "authors run it with tau=1)"
-        },
+    score: str = option(
+        "log_l",
+        "log_l: mean token log-prob; l_ratio: mean token ratio pi/pi_old (the "
+        "authors run it with tau=1)",
     )
-    negatives: str = field(
-        default="softmax",
-        metadata={"help": "softmax: DisCO (tau-softmax over wrong rollouts); mean: DisCO-b"},
+    negatives: str = option(
+        "softmax", "softmax: DisCO (tau-softmax over wrong rollouts); mean: DisCO-b"
     )
-    tau: float = field(default=10.0, metadata={"help": "temperature of the softmax over negatives"})
-    delta: float = field(default=1e-4, metadata={"help": "KL budget of the constraint"})
-    beta: float = field(default=1e3, metadata={"help": "squared-hinge penalty weight"})
-    kl_estimator: str = field(
-        default="k1",
-        metadata={
-            "help": "KL(pi_old || pi) per token: k1 = log pi_old - log pi; k3 = rho - 1 - log rho"
-        },
+    tau: float = option(10.0, "temperature of the softmax over negatives")
+    delta: float = option(1e-4, "KL budget of the constraint")
+    beta: float = option(1e3, "squared-hinge penalty weight")
+    kl_estimator: str = option(
+        "k1", "KL(pi_old || pi) per token: k1 = log pi_old - log pi; k3 = rho - 1 - log rho"
     )
 
     def problems(self) -> list[Problem]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -13,7 +13,7 @@ from framework.algorithms.losses.inputs import _approx_kl, _group_index, _row_ad
 from framework.algorithms.losses.ppo_clip import ClipLossConfig, _clipped_objective, _masked_inputs
 from framework.algorithms.stats.aggregation import masked_mean
 from framework.algorithms.stats.group import group_mean
-from framework.config import Problem, check, check_range
+from framework.config import Problem, check, check_range, option
 from framework.config.inert import InertRule
 from framework.registry.kinds import POLICY_LOSSES
 from framework.types import LossOutput, PolicyLossInputs
@@ -26,16 +26,13 @@ class ETRLossConfig(ClipLossConfig):
     #: whole-group micro-batches (on_policy_ratio_inert says so)
     screen_inert: ClassVar[InertRule] = on_policy_ratio_inert
 
-    advantage_elasticity: float = field(
-        default=0.25,
-        metadata={"help": "alpha: the clip range grows by the factor 1 + alpha * tanh(|A|)"},
+    advantage_elasticity: float = option(
+        0.25, "alpha: the clip range grows by the factor 1 + alpha * tanh(|A|)"
     )
-    variance_elasticity: float = field(
-        default=0.25,
-        metadata={
-            "help": "kappa: the clip range grows by the factor 1 + kappa * 4 p(1-p), p the "
-            "group's share of positive advantages"
-        },
+    variance_elasticity: float = option(
+        0.25,
+        "kappa: the clip range grows by the factor 1 + kappa * 4 p(1-p), p the "
+        "group's share of positive advantages",
     )
 
     def problems(self) -> list[Problem]:

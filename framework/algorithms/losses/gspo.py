@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -10,6 +10,7 @@ import torch
 from framework.algorithms.losses.base import on_policy_ratio_inert
 from framework.algorithms.losses.ppo_clip import ClipLossConfig, _clipped_objective, _masked_inputs
 from framework.algorithms.stats.aggregation import masked_mean
+from framework.config import option
 from framework.config.inert import InertRule
 from framework.registry.kinds import POLICY_LOSSES
 from framework.types import LossOutput, PolicyLossInputs
@@ -20,8 +21,8 @@ class GSPOLossConfig(ClipLossConfig):
     #: on policy the sequence ratio is 1 and the gradient is PPO-clip's (gspo_loss)
     screen_inert: ClassVar[InertRule] = on_policy_ratio_inert
 
-    clip_low: float = field(default=3e-4, metadata={"help": "sequence ratio lower bound 1 - x"})
-    clip_high: float = field(default=4e-4, metadata={"help": "sequence ratio upper bound 1 + x"})
+    clip_low: float = option(3e-4, "sequence ratio lower bound 1 - x")
+    clip_high: float = option(4e-4, "sequence ratio upper bound 1 + x")
 
 
 @POLICY_LOSSES.register("gspo", config=GSPOLossConfig)

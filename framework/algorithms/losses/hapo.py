@@ -5,7 +5,7 @@ The method, its formulas and its readings: :mod:`framework.algorithms.advantages
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -19,7 +19,7 @@ from framework.algorithms.losses.ppo_clip import (
     require_entropy,
 )
 from framework.algorithms.stats.aggregation import aggregate, masked_mean
-from framework.config import Problem, check_range
+from framework.config import Problem, check_range, option
 from framework.registry.kinds import POLICY_LOSSES
 from framework.types import LossOutput, PolicyLossInputs
 
@@ -30,15 +30,11 @@ class HAPOLossConfig(ClipLossConfig):
     fidelity: ClassVar[str] = "partial"
     needs_entropy: ClassVar[bool] = True
 
-    clip_high: float = field(
-        default=0.2, metadata={"help": "ratio upper bound is 1 + clip_high (paper base: 0.2)"}
-    )
-    alpha: float = field(default=1.0, metadata={"help": "clip adaptation by entropy (code: 1)"})
-    beta: float = field(default=1.0, metadata={"help": "advantage redistribution (code: 1)"})
-    pivot: float = field(default=0.8, metadata={"help": "entropy quantile of ĥ = 0 (code: 0.8)"})
-    dual_clip: float = field(
-        default=10.0, metadata={"help": "PPO dual clip c for negative advantages; 0 disables"}
-    )
+    clip_high: float = option(0.2, "ratio upper bound is 1 + clip_high (paper base: 0.2)")
+    alpha: float = option(1.0, "clip adaptation by entropy (code: 1)")
+    beta: float = option(1.0, "advantage redistribution (code: 1)")
+    pivot: float = option(0.8, "entropy quantile of ĥ = 0 (code: 0.8)")
+    dual_clip: float = option(10.0, "PPO dual clip c for negative advantages; 0 disables")
 
     def problems(self) -> list[Problem]:
         out = check_range(self.alpha, "alpha", low=0.0)

@@ -9,11 +9,11 @@ default as in verl), since it grows as ``exp(log r)``: see :func:`kl_k3`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from torch import Tensor
 
-from framework.config import ComponentConfig, Problem, check_range
+from framework.config import ComponentConfig, Problem, check_range, option
 from framework.registry.kinds import KL_ESTIMATORS
 
 #: log r is clamped to this magnitude so k3's exp cannot overflow on tokens the reference rejects.
@@ -24,10 +24,7 @@ K3_CAP = 10.0
 
 @dataclass
 class KLConfig(ComponentConfig):
-    coef: float = field(
-        default=0.0,
-        metadata={"help": "weight of the KL term in the loss; 0 skips the reference model"},
-    )
+    coef: float = option(0.0, "weight of the KL term in the loss; 0 skips the reference model")
 
     def problems(self) -> list[Problem]:
         return check_range(self.coef, "coef", low=0.0, fix="use kl.coef=0 to disable the term")
@@ -39,11 +36,8 @@ KL_ESTIMATORS.declare_config_base(KLConfig)
 
 @dataclass
 class K3Config(KLConfig):
-    cap: float = field(
-        default=K3_CAP,
-        metadata={
-            "help": "k3 per token is clamped to at most this (no gradient beyond it); 0 = no cap"
-        },
+    cap: float = option(
+        K3_CAP, "k3 per token is clamped to at most this (no gradient beyond it); 0 = no cap"
     )
 
     def problems(self) -> list[Problem]:

@@ -13,15 +13,19 @@ framework's default ``seq_mean_token_mean``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 from torch import Tensor
 
-from framework.algorithms.losses.ppo_clip import ClipLossConfig, _masked_inputs, ppo_clip_loss
-from framework.algorithms.stats.aggregation import aggregate, masked_mean
-from framework.config import Problem, check_choice, check_range
+from framework.algorithms.losses.ppo_clip import (
+    ClipLossConfig,
+    _masked_inputs,
+    ppo_clip_loss,
+    with_penalty_term,
+)
+from framework.config import Problem, check_choice, check_range, option
 from framework.registry.kinds import POLICY_LOSSES
 from framework.types import LossOutput, PolicyLossInputs
 
@@ -41,11 +45,8 @@ class LLDSLossConfig(ClipLossConfig):
     #: a rollout with advantage 0 is in the preserving set (A >= 0): it cannot be skipped
     zero_advantage_inert: ClassVar[bool] = False
 
-    coef: float = field(default=0.2, metadata={"help": "lambda, the term's weight (paper: 0.2)"})
-    gate: str = field(
-        default="action",
-        metadata={"help": f"one of {LLDS_GATES}: the paper's A-gate (per turn) or R-gate"},
-    )
+    coef: float = option(0.2, "lambda, the term's weight (paper: 0.2)")
+    gate: str = option("action", f"one of {LLDS_GATES}: the paper's A-gate (per turn) or R-gate")
 
     def problems(self) -> list[Problem]:
         out = check_range(self.coef, "coef", low=0.0)
@@ -107,8 +108,4 @@ def llds_loss(inputs: PolicyLossInputs, *, cfg: LLDSLossConfig) -> LossOutput:
     out = ppo_clip_loss(inputs, cfg=cfg)
     mask, lp, old, adv = _masked_inputs(inputs)
     penalty = llds_penalty(lp, old, adv, mask, cfg.gate)
-    term = aggregate(penalty, mask, cfg.agg, cfg.norm_constant)
-    with torch.no_grad():
-        out.metrics["llds_term"] = term.detach()
-        out.metrics["llds_token_frac"] = masked_mean((penalty > 0).float(), mask)
-    return LossOutput(out.loss + cfg.coef * term, out.metrics)
+    return with_penalty_term(out, penalty, penalty > 0, mask, cfg, cfg.coef, "llds")

@@ -20,26 +20,22 @@ so the trainer keeps every group in one micro-batch).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from framework.algorithms.losses.inputs import _approx_kl
 from framework.algorithms.losses.ppo_clip import ClipLossConfig, _clipped_objective, _masked_inputs
 from framework.algorithms.stats.aggregation import masked_mean
-from framework.config import Problem, check_range
+from framework.config import Problem, check_range, option
 from framework.registry.kinds import POLICY_LOSSES
 from framework.types import LossOutput, PolicyLossInputs
 
 
 @dataclass
 class NSRLossConfig(ClipLossConfig):
-    positive_weight: float = field(
-        default=0.0,
-        metadata={
-            "help": "lambda: weight of positive-advantage tokens; 0 = NSR, 0.1 = the paper's "
-            "W-REINFORCE"
-        },
+    positive_weight: float = option(
+        0.0, "lambda: weight of positive-advantage tokens; 0 = NSR, 0.1 = the paper's W-REINFORCE"
     )
 
     def problems(self) -> list[Problem]:

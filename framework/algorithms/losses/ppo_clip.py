@@ -7,7 +7,7 @@ padding, dropped rollouts) neither change the loss nor receive gradient.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -15,7 +15,7 @@ from torch import Tensor
 
 from framework.algorithms.losses.base import PolicyLossConfig, on_policy_ratio_inert
 from framework.algorithms.stats.aggregation import aggregate, masked_mean
-from framework.config import Problem, check_range
+from framework.config import Problem, check_range, option
 from framework.config.inert import InertRule
 from framework.registry.kinds import POLICY_LOSSES
 from framework.types import LossOutput, PolicyLossInputs
@@ -30,16 +30,12 @@ class ClipLossConfig(PolicyLossConfig):
     #: that changes the objective declares its own rule or none)
     screen_inert: ClassVar[InertRule] = on_policy_ratio_inert
 
-    clip_low: float = field(default=0.2, metadata={"help": "ratio lower bound is 1 - clip_low"})
-    clip_high: float = field(
-        default=0.28, metadata={"help": "ratio upper bound is 1 + clip_high (clip-higher, DAPO)"}
-    )
-    dual_clip: float = field(
-        default=0.0,
-        metadata={
-            "help": "dual clip c (> 1; Ye et al. 2020): where A < 0 a token's loss is at most "
-            "-c A (no gradient beyond it); 0 = off"
-        },
+    clip_low: float = option(0.2, "ratio lower bound is 1 - clip_low")
+    clip_high: float = option(0.28, "ratio upper bound is 1 + clip_high (clip-higher, DAPO)")
+    dual_clip: float = option(
+        0.0,
+        "dual clip c (> 1; Ye et al. 2020): where A < 0 a token's loss is at most "
+        "-c A (no gradient beyond it); 0 = off",
     )
 
     def problems(self) -> list[Problem]:
@@ -170,3 +166,31 @@ def ppo_clip_loss(inputs: PolicyLossInputs, *, cfg: ClipLossConfig) -> LossOutpu
     with torch.no_grad():
         out.metrics["approx_kl"] = masked_mean(log_ratio.exp() - 1.0 - log_ratio, mask)
     return out
+
+
+def with_penalty_term(
+    out: LossOutput,
+    penalty: Tensor,
+    held: Tensor,
+    mask: Tensor,
+    cfg: ClipLossConfig,
+    coef: float,
+    name: str,
+) -> LossOutput:
+    """PPO-clip's ``out`` plus ``coef`` times a token penalty reduced like the loss (``cfg.agg``).
+
+    Args:
+        out: :func:`ppo_clip_loss` of the batch.
+        penalty: ``[N, L]`` the penalty per token, 0 where it does not act.
+        held: ``[N, L]`` bool, the tokens it acts on (for the metric).
+        mask: ``[N, L]`` the trained tokens.
+        cfg: the loss's config (its ``agg`` and ``norm_constant``).
+        coef: the term's weight.
+        name: metric prefix: ``<name>_term`` (the reduced term before ``coef``) and
+            ``<name>_token_frac`` (share of trained tokens in ``held``) join ``out.metrics``.
+    """
+    term = aggregate(penalty, mask, cfg.agg, cfg.norm_constant)
+    with torch.no_grad():
+        out.metrics[f"{name}_term"] = term.detach()
+        out.metrics[f"{name}_token_frac"] = masked_mean(held.float(), mask)
+    return LossOutput(out.loss + coef * term, out.metrics)

@@ -5,15 +5,19 @@ Acts off-policy only, as LLDS (:mod:`framework.algorithms.losses.llds` says why)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 from torch import Tensor
 
-from framework.algorithms.losses.ppo_clip import ClipLossConfig, _masked_inputs, ppo_clip_loss
-from framework.algorithms.stats.aggregation import aggregate, masked_mean
-from framework.config import Problem, check_range
+from framework.algorithms.losses.ppo_clip import (
+    ClipLossConfig,
+    _masked_inputs,
+    ppo_clip_loss,
+    with_penalty_term,
+)
+from framework.config import Problem, check_range, option
 from framework.registry.kinds import POLICY_LOSSES
 from framework.types import LossOutput, PolicyLossInputs
 
@@ -29,14 +33,9 @@ class SAPOSearchLossConfig(ClipLossConfig):
     #: token is, and the term's value is 0 there but its gradient is not (see sapo_search_loss)
     acts_off_policy_only: ClassVar[bool] = True
 
-    coef: float = field(
-        default=0.1, metadata={"help": "gamma, the drift penalty's weight (paper: 0.1)"}
-    )
-    threshold: float = field(
-        default=1.0,
-        metadata={
-            "help": "tau: a token of a positive rollout is held when its ratio < tau (paper: 1.0)"
-        },
+    coef: float = option(0.1, "gamma, the drift penalty's weight (paper: 0.1)")
+    threshold: float = option(
+        1.0, "tau: a token of a positive rollout is held when its ratio < tau (paper: 1.0)"
     )
 
     def problems(self) -> list[Problem]:
@@ -105,8 +104,4 @@ def sapo_search_loss(inputs: PolicyLossInputs, *, cfg: SAPOSearchLossConfig) -> 
     mask, lp, old, adv = _masked_inputs(inputs)
     log_ratio = lp - old
     held = drift_mask(log_ratio, adv, mask, cfg.threshold)
-    term = aggregate(drift_penalty(log_ratio, held), mask, cfg.agg, cfg.norm_constant)
-    with torch.no_grad():
-        out.metrics["sapo_term"] = term.detach()
-        out.metrics["sapo_token_frac"] = masked_mean(held.float(), mask)
-    return LossOutput(out.loss + cfg.coef * term, out.metrics)
+    return with_penalty_term(out, drift_penalty(log_ratio, held), held, mask, cfg, cfg.coef, "sapo")

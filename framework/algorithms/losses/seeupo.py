@@ -42,7 +42,7 @@ What is ours, hence "partial" (the paper's method section was not read here):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -51,7 +51,7 @@ from torch import Tensor
 from framework.algorithms.losses.gspo import GSPOLossConfig
 from framework.algorithms.losses.ppo_clip import _clipped_objective, _masked_inputs
 from framework.algorithms.stats.aggregation import masked_mean
-from framework.config import Problem, check, check_range
+from framework.config import Problem, check, check_range, option
 from framework.registry.kinds import POLICY_LOSSES
 from framework.types import LossOutput, PolicyLossInputs
 
@@ -64,8 +64,8 @@ class SeeUPOLossConfig(GSPOLossConfig):
     fidelity: ClassVar[str] = "partial"
     stages_per_turn: ClassVar[bool] = True
 
-    correction_clip: float = field(
-        default=0.2, metadata={"help": "c: each turn's ratio and the running factor in [1-c, 1+c]"}
+    correction_clip: float = option(
+        0.2, "c: each turn's ratio and the running factor in [1-c, 1+c]"
     )
 
     def problems(self) -> list[Problem]:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from framework.config import ComponentConfig, Problem, check_choice, check_range
+from framework.config import ComponentConfig, Problem, check_choice, check_range, option
 from framework.registry.kinds import REWARDS
 from framework.rewards.common import answer_scores, valid_mask
 from framework.rewards.text import ANSWER_METRICS
@@ -18,21 +18,11 @@ NAME = "length_penalized_outcome"
 
 @dataclass
 class LengthPenalizedOutcomeConfig(ComponentConfig):
-    metric: str = field(
-        default="em",
-        metadata={"help": f"answer score as in reward=outcome: one of {tuple(ANSWER_METRICS)}"},
-    )
-    max_chars: int = field(
-        default=2000,
-        metadata={"help": "completion length in characters that is free of penalty"},
-    )
-    penalty: float = field(
-        default=0.1,
-        metadata={"help": "reward subtracted per 1000 characters beyond max_chars"},
-    )
-    max_penalty: float = field(
-        default=1.0,
-        metadata={"help": "cap on the subtracted penalty, so rewards stay >= -max_penalty"},
+    metric: str = option("em", f"answer score as in reward=outcome: one of {tuple(ANSWER_METRICS)}")
+    max_chars: int = option(2000, "completion length in characters that is free of penalty")
+    penalty: float = option(0.1, "reward subtracted per 1000 characters beyond max_chars")
+    max_penalty: float = option(
+        1.0, "cap on the subtracted penalty, so rewards stay >= -max_penalty"
     )
 
     def problems(self) -> list[Problem]:
