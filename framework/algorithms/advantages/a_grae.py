@@ -12,18 +12,16 @@ from framework.algorithms.advantages.grpo import GRPOAdvantageConfig, _float_rew
 from framework.algorithms.stats.group import (
     group_mean,
 )
-from framework.config import ComponentConfig, Problem, check, check_range, option
+from framework.config import Problem, check, check_range, option
 from framework.registry.kinds import ADVANTAGES
 from framework.types import AdvantageInputs
 
 
 @dataclass
-class AGRAEAdvantageConfig(ComponentConfig):
-    scale_by_std: bool = option(
-        True, "base advantage is GRPO's (r - mean)/std; false: Dr. GRPO's r - mean"
-    )
+class AGRAEAdvantageConfig(GRPOAdvantageConfig):
+    """GRPO's fields (the base advantage) and the reweighting's."""
+
     epsilon: float = option(1e-6, "added to the std and to the difficulty weights' denominators")
-    unbiased_std: bool = option(True, "Bessel-corrected group std (n - 1), as torch.std")
     correct_threshold: float = option(
         1.0, "a rollout counts as correct for the batch accuracy when reward >= this"
     )
@@ -106,13 +104,7 @@ def a_grae_advantage(inputs: AdvantageInputs, *, cfg: AGRAEAdvantageConfig) -> T
         ``[N]`` advantages, each of the sign of (or 0 with) GRPO's.
     """
     r = _float_rewards(inputs)
-    base_cfg = GRPOAdvantageConfig(
-        name="grpo",
-        scale_by_std=cfg.scale_by_std,
-        epsilon=cfg.epsilon,
-        unbiased_std=cfg.unbiased_std,
-    )
-    adv = grpo_advantage(inputs, cfg=base_cfg)
+    adv = grpo_advantage(inputs, cfg=cfg)
     if r.numel() == 0:
         return adv
     acc = (r >= cfg.correct_threshold).to(r).mean()
