@@ -27,7 +27,7 @@ from torch import Tensor
 
 from framework.algorithms.advantages.grpo import GRPOAdvantageConfig, grpo_advantage
 from framework.algorithms.stats.group import dense_index
-from framework.config import Problem, check_range, option
+from framework.config import ComponentConfig, Problem, check_range, option
 from framework.registry import ADVANTAGES
 from framework.types import AdvantageInputs
 
@@ -42,17 +42,28 @@ def relaxed(share: float, progress: float, until: float) -> float:
 
 
 @dataclass
-class D3SAdvantageConfig(GRPOAdvantageConfig):
+class D3SScheduleConfig(ComponentConfig):
+    """What D3S's two levels (this estimator and ``loss=d3s``) share: a kept share that rises to 1
+    by ``relax_until`` of training (:func:`relaxed`), read from the ``training_progress`` input.
+    Listed first among a level's bases, so its class attributes win over the other base's."""
+
     requires: ClassVar[tuple[str, ...]] = ("training_progress",)
     paper: ClassVar[str] = PAPER
     fidelity: ClassVar[str] = "partial"
 
-    keep: float = option(0.5, "share of each group kept at the start (choice)")
     relax_until: float = option(0.5, "share of training by which everything is kept (choice)")
 
     def problems(self) -> list[Problem]:
+        out = check_range(self.relax_until, "relax_until", low=0.0, high=1.0)
+        return out + super().problems()
+
+
+@dataclass
+class D3SAdvantageConfig(D3SScheduleConfig, GRPOAdvantageConfig):
+    keep: float = option(0.5, "share of each group kept at the start (choice)")
+
+    def problems(self) -> list[Problem]:
         out = check_range(self.keep, "keep", low=0.0, high=1.0, low_inclusive=False)
-        out += check_range(self.relax_until, "relax_until", low=0.0, high=1.0)
         return out + super().problems()
 
 

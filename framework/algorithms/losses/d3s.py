@@ -12,7 +12,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from framework.algorithms.advantages.d3s import PAPER, relaxed
+from framework.algorithms.advantages.d3s import D3SScheduleConfig, relaxed
 from framework.algorithms.losses.ppo_clip import (
     ClipLossConfig,
     _clipped_objective,
@@ -25,18 +25,13 @@ from framework.types import LossOutput, PolicyLossInputs
 
 
 @dataclass
-class D3SLossConfig(ClipLossConfig):
-    requires: ClassVar[tuple[str, ...]] = ("training_progress",)
-    paper: ClassVar[str] = PAPER
-    fidelity: ClassVar[str] = "partial"
+class D3SLossConfig(D3SScheduleConfig, ClipLossConfig):
     needs_entropy: ClassVar[bool] = True
 
     token_share: float = option(0.5, "rho, share of tokens kept at the start (choice)")
-    relax_until: float = option(0.5, "share of training by which every token is kept (choice)")
 
     def problems(self) -> list[Problem]:
         out = check_range(self.token_share, "token_share", low=0.0, high=1.0, low_inclusive=False)
-        out += check_range(self.relax_until, "relax_until", low=0.0, high=1.0)
         return out + super().problems()
 
 
