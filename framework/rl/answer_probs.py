@@ -23,6 +23,7 @@ the answer's positions.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -53,16 +54,37 @@ def probe_prefix_ends(trajectory: Trajectory) -> list[int]:
     return ends[: len(trajectory.turns)]
 
 
+@dataclass(frozen=True)
+class BeliefProbes:
+    """How the belief probes are built and batched.
+
+    Args:
+        tokenizer: encodes the scaffold and the answer.
+        pad_id: padding id of the packed probes.
+        batch_size: probes per forward pass.
+        prefix: scaffold between the rollout prefix and the answer.
+    """
+
+    tokenizer: Tokenizer
+    pad_id: int
+    batch_size: int = 8
+    prefix: str = PROBE_PREFIX
+
+    @classmethod
+    def of_step(
+        cls, ctx: InputContext, cfg: IGPOAdvantageConfig | SPAEAdvantageConfig
+    ) -> BeliefProbes:
+        """The probes of the step ``ctx`` with the requiring config's ``probe_batch_size`` and
+        ``probe_prefix``."""
+        return cls(ctx.tokenizer, ctx.pad_id, cfg.probe_batch_size, cfg.probe_prefix)
+
+
 @torch.no_grad()
 def answer_probs(
     policy: torch.nn.Module,
     trajectories: Sequence[Trajectory],
     items: Sequence[QAItem],
-    tokenizer: Tokenizer,
-    *,
-    pad_id: int,
-    batch_size: int = 8,
-    prefix: str = PROBE_PREFIX,
+    probes: BeliefProbes,
 ) -> Tensor:
     """``[N, T]`` float: ``p_k`` of rollout ``i`` in column ``k``, the policy's probability of its
     question's first gold answer before its turn ``k`` (:func:`probe_prefix_ends`).
@@ -72,19 +94,14 @@ def answer_probs(
             mode; no gradient is taken).
         trajectories: the ``N`` rollouts; ``items[t.group]`` is each one's question.
         items: the questions (``golden_answers[0]`` is the probed answer).
-        tokenizer: encodes the scaffold and the answer.
-        pad_id: padding id of the packed probes.
-        batch_size: probes per forward pass.
-        prefix: scaffold between the rollout prefix and the answer.
+        probes: the tokenizer, padding, batch size and scaffold of the probes.
 
     Returns:
         ``[N, T]`` with ``T`` the most turns of any rollout (at least 1); 0 past a rollout's turns.
     """
     width = max([len(t.turns) for t in trajectories] + [1])
     out = torch.zeros((len(trajectories), width))
-    for (i, k), logp, _ in gold_probes(
-        policy, trajectories, items, tokenizer, pad_id=pad_id, batch_size=batch_size, prefix=prefix
-    ):
+    for (i, k), logp, _ in gold_probes(policy, trajectories, items, probes):
         out[i, k] = float(logp.float().mean().exp())
     return out
 
@@ -94,26 +111,27 @@ def gold_probes(
     policy: torch.nn.Module,
     trajectories: Sequence[Trajectory],
     items: Sequence[QAItem],
-    tokenizer: Tokenizer,
+    probes: BeliefProbes,
     *,
-    pad_id: int,
-    batch_size: int = 8,
-    prefix: str = PROBE_PREFIX,
     entropy: bool = False,
 ) -> Iterator[tuple[tuple[int, int], Tensor, Tensor | None]]:
     """Every belief probe of the rollouts (:func:`probe_prefix_ends`): ``((i, k), log-probs of the
     gold answer's tokens [a], their next-token entropies [a] or None)``, teacher-forced behind the
-    scaffold ``prefix`` under ``policy`` (no gradient), ``batch_size`` probes per forward pass."""
-    probes: list[Trajectory] = []
+    scaffold ``probes.prefix`` under ``policy`` (no gradient), ``probes.batch_size`` probes per
+    forward pass."""
+    tokenizer, batch_size = probes.tokenizer, probes.batch_size
+    rows: list[Trajectory] = []
     where: list[tuple[int, int]] = []
-    head = _encode(tokenizer, prefix)
+    head = _encode(tokenizer, probes.prefix)
     for i, t in enumerate(trajectories):
         answer = _encode(tokenizer, items[t.group].golden_answers[0])
         for k, end in enumerate(probe_prefix_ends(t)):
             context = t.token_ids[:end] + head
-            probes.append(scoring_row(context, answer, question=t.question, group=t.group))
+            rows.append(scoring_row(context, answer, question=t.question, group=t.group))
             where.append((i, k))
-    for chunk in teacher_forced(policy, probes, pad_id, batch_size=batch_size, entropy=entropy):
+    for chunk in teacher_forced(
+        policy, rows, probes.pad_id, batch_size=batch_size, entropy=entropy
+    ):
         logp, ent = chunk.logprobs, chunk.entropy  # [n, R], 0 off the answer
         on_answer = chunk.batch.loss_mask.bool()  # [n, R]
         for row, key in enumerate(where[chunk.start : chunk.start + batch_size]):
@@ -126,15 +144,7 @@ def answer_probs_input(ctx: InputContext, *, cfg: IGPOAdvantageConfig) -> Tensor
     """The ``answer_probs`` input (IGPO's ``requires``): :func:`answer_probs` of the step's
     rollouts under the pre-update policy, with the requiring config's ``probe_batch_size`` and
     ``probe_prefix``."""
-    return answer_probs(
-        ctx.policy,
-        ctx.trajectories,
-        ctx.items,
-        ctx.tokenizer,
-        pad_id=ctx.pad_id,
-        batch_size=cfg.probe_batch_size,
-        prefix=cfg.probe_prefix,
-    )
+    return answer_probs(ctx.policy, ctx.trajectories, ctx.items, BeliefProbes.of_step(ctx, cfg))
 
 
 def _encode(tokenizer: Tokenizer, text: str) -> list[int]:
@@ -153,16 +163,7 @@ def gold_potential_input(ctx: InputContext, *, cfg: SPAEAdvantageConfig) -> Tens
     ``probe_prefix``."""
     trajs = ctx.trajectories
     out = torch.zeros((len(trajs), max([len(t.turns) for t in trajs] + [1])))
-    probes = gold_probes(
-        ctx.policy,
-        trajs,
-        ctx.items,
-        ctx.tokenizer,
-        pad_id=ctx.pad_id,
-        batch_size=cfg.probe_batch_size,
-        prefix=cfg.probe_prefix,
-        entropy=True,
-    )
+    probes = gold_probes(ctx.policy, trajs, ctx.items, BeliefProbes.of_step(ctx, cfg), entropy=True)
     for (i, k), logp, ent in probes:
         assert ent is not None  # asked for
         acc = probe_accuracy([logp.float().exp().tolist()])

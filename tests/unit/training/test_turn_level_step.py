@@ -11,7 +11,7 @@ from torch.testing import assert_close
 from framework.algorithms.advantages.turns import PROBE_PREFIX
 from framework.cli.app import load_config
 from framework.data.schema import QAItem
-from framework.rl.answer_probs import answer_probs, probe_prefix_ends
+from framework.rl.answer_probs import BeliefProbes, answer_probs, probe_prefix_ends
 from framework.rl.step import StepParts, rl_step
 from framework.rl.update import loss_spec
 from framework.training.schedule import optimizer_and_schedule
@@ -83,7 +83,7 @@ def test_answer_probs_match_a_direct_forward_pass(tiny_policy):
         QAItem("a", "capital of France?", ("Paris",), None, 1, None, "t"),
         QAItem("b", "capital of Germany?", ("Berlin",), None, 1, None, "t"),
     ]
-    got = answer_probs(model, trajs, items, tok, pad_id=tok.pad_token_id, batch_size=3)
+    got = answer_probs(model, trajs, items, BeliefProbes(tok, tok.pad_token_id, batch_size=3))
     assert got.shape == (2, 3)
     # rollout 0 has 3 turns: probes before turn 0 (the prompt) and after turns 0 and 1 (each
     # after its tool response); rollout 1 has one turn: one probe, the rest of its row is 0
@@ -100,7 +100,7 @@ def test_answer_probs_match_a_direct_forward_pass(tiny_policy):
     assert float(got[1, 0]) == pytest.approx(want, rel=1e-4, abs=1e-7)
     assert got[1, 1:].eq(0).all()
     # padding and batching do not change a probe
-    one = answer_probs(model, trajs, items, tok, pad_id=tok.pad_token_id, batch_size=1)
+    one = answer_probs(model, trajs, items, BeliefProbes(tok, tok.pad_token_id, batch_size=1))
     assert_close(one, got, rtol=1e-4, atol=1e-7)
 
 
@@ -163,7 +163,7 @@ def test_igpo_step_probes_the_policy_before_the_update():
     assert cfg.reward.name == "outcome" and cfg.reward.metric == "f1"
     probs = result.batch.extras["answer_probs"]
     # the step's probes are the pre-update policy's (tiny_lm() is seeded: a fresh one is a copy)
-    want = answer_probs(tiny_lm(), result.trajectories, [ITEM], TOK, pad_id=EOS)
+    want = answer_probs(tiny_lm(), result.trajectories, [ITEM], BeliefProbes(TOK, EOS))
     assert_close(probs, want)
     assert probs.shape == (2, 2) and probs[1, 1] == 0 and (probs[:, 0] > 0).all()
     # rollout 0: [p1 - p0, outcome 1]; rollout 1: [outcome 0]; z-normalised over the three turns
