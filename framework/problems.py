@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 
@@ -85,6 +86,13 @@ def check_range(
     else:
         expected = f"a number {'<=' if high_inclusive else '<'} {high}"
     return [Problem(path, value, expected, fix or f"set {path} inside that range")]
+
+
+def check_folder(value: str | None, path: str, marker: str, kind: str, fix: str) -> list[Problem]:
+    """Problems for a ``value`` that is not a folder holding the file ``marker`` (``~`` expanded);
+    ``kind`` names the folder wanted (``"a tokenizer folder"``)."""
+    ok = value is not None and (Path(value).expanduser() / marker).is_file()
+    return check(ok, path, value, f"{kind} (with {marker})", fix)
 
 
 def check_choice(value: Any, path: str, choices: Iterable[Any]) -> list[Problem]:

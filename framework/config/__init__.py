@@ -1,6 +1,13 @@
 """Typed configuration: component base class, problems and validation."""
 
-from framework.problems import ConfigError, Problem, check, check_choice, check_range
+from framework.problems import (
+    ConfigError,
+    Problem,
+    check,
+    check_choice,
+    check_folder,
+    check_range,
+)
 from framework.types import ComponentConfig, option
 
 __all__ = [
@@ -9,6 +16,7 @@ __all__ = [
     "Problem",
     "check",
     "check_choice",
+    "check_folder",
     "check_range",
     "option",
 ]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from framework.config import Problem, check, check_choice, check_range, option
+from framework.config import Problem, check_choice, check_folder, check_range, option
 from framework.paths import package_dir
 from framework.retrieval.types import RetrievalError
 from framework.training.precision import native_bf16_on
@@ -44,12 +44,11 @@ class EncoderConfig:
         if self.max_length is not None:
             out += check_range(self.max_length, "max_length", low=1)
         if self.path is not None:
-            ok = (Path(self.path).expanduser() / "modules.json").is_file()
-            out += check(
-                ok,
-                "path",
+            out += check_folder(
                 self.path,
-                "a sentence-transformers folder (with modules.json)",
+                "path",
+                "modules.json",
+                "a sentence-transformers folder",
                 "point retriever.encoder.path at a local model folder",
             )
         return out

