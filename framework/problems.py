@@ -7,10 +7,12 @@ without reading code.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -101,3 +103,15 @@ def check_choice(value: Any, path: str, choices: Iterable[Any]) -> list[Problem]
     if value in options:
         return []
     return [Problem(path, value, f"one of {options}", f"set {path} to one of {options}")]
+
+
+def table_entry(table: Mapping[str, T], key: object, where: str) -> T:
+    """The entry of ``table`` named ``key``; ``where`` is the config path named in the error.
+
+    Raises:
+        ValueError: ``key`` is not one of the table's names.
+    """
+    found = table.get(key) if isinstance(key, str) else None
+    if found is None:
+        raise ValueError(f"[{where}] got {key!r}; expected one of {list(table)}. Fix: pick one.")
+    return found

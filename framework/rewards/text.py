@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from framework.problems import table_entry
+
 _ANSWER_OPEN, _ANSWER_CLOSE = "<answer>", "</answer>"
 _THINK = re.compile(r"<think>(.*?)(?:</think>|$)", re.DOTALL)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -109,12 +111,7 @@ def answer_metric(name: str, where: str) -> AnswerMetric:
     Raises:
         ValueError: ``name`` is not in :data:`ANSWER_METRICS`.
     """
-    found = ANSWER_METRICS.get(name) if isinstance(name, str) else None
-    if found is None:
-        raise ValueError(
-            f"[{where}] got {name!r}; expected one of {list(ANSWER_METRICS)}. Fix: pick one."
-        )
-    return found
+    return table_entry(ANSWER_METRICS, name, where)
 
 
 @runtime_checkable

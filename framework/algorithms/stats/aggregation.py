@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from framework.problems import table_entry
+
 
 @dataclass(frozen=True)
 class Aggregation:
@@ -74,12 +76,7 @@ def aggregation(mode: str) -> Aggregation:
     Raises:
         ValueError: ``mode`` is not in :data:`AGG_MODES`.
     """
-    found = AGG_MODES.get(mode) if isinstance(mode, str) else None
-    if found is None:
-        raise ValueError(
-            f"[loss.agg] got {mode!r}; expected one of {list(AGG_MODES)}. Fix: pick one."
-        )
-    return found
+    return table_entry(AGG_MODES, mode, "loss.agg")
 
 
 def aggregate(
