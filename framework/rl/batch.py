@@ -455,3 +455,20 @@ def check_advantages(advantages: Tensor, inputs: AdvantageInputs, name: str) -> 
             "per rollout, or one per response token in the layout of inputs.token_mask."
         )
     return advantages.float()
+
+
+class BatchView:
+    """The rollouts and questions of ``self.batch``, for a record that holds a step's
+    :class:`RolloutBatch` (what an input provider reads, what a step returns)."""
+
+    batch: RolloutBatch
+
+    @property
+    def trajectories(self) -> list[Trajectory]:
+        """The ``N`` rollouts, grouped (``items[t.group]`` is a rollout's question)."""
+        return self.batch.trajectories
+
+    @property
+    def items(self) -> list[QAItem]:
+        """The question of each group; a rollout's ``group`` indexes them."""
+        return self.batch.items

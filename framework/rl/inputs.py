@@ -23,17 +23,15 @@ returned (a :class:`~framework.types.RewardOutput` extra of the same name) is no
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import torch
 
 from framework.config import ComponentConfig, Problem
-from framework.data.schema import QAItem
 from framework.registry import AUGMENTERS, INPUT_PROVIDERS
 from framework.registry.protocols import Tokenizer
-from framework.rl.batch import RolloutBatch
-from framework.types import Trajectory
+from framework.rl.batch import BatchView, RolloutBatch
 
 #: the config sections whose components' ``requires`` the step meets: the advantage estimator (in
 #: ``AdvantageInputs.extras``) and the policy loss (in ``PolicyLossInputs.extras``, per
@@ -49,7 +47,7 @@ class MissingInputProvider(LookupError):
 
 
 @dataclass
-class InputContext:
+class InputContext(BatchView):
     """What an input provider may read.
 
     Attributes:
@@ -70,16 +68,6 @@ class InputContext:
     def pad_id(self) -> int:
         """The tokenizer's padding id."""
         return self.batch.pad_id
-
-    @property
-    def trajectories(self) -> Sequence[Trajectory]:
-        """The step's trained rollouts, grouped by question."""
-        return self.batch.trajectories
-
-    @property
-    def items(self) -> Sequence[QAItem]:
-        """The step's questions; a rollout's ``group`` indexes them."""
-        return self.batch.items
 
 
 def required_inputs(

@@ -22,7 +22,7 @@ from framework.data.schema import QAItem
 from framework.registry import ADVANTAGES, AUGMENTERS
 from framework.registry.protocols import Augmenter, BoundAdvantageFn, RolloutBackend
 from framework.rl.augment import AugmentContext
-from framework.rl.batch import PlanOptions, RolloutBatch, per_rollout
+from framework.rl.batch import BatchView, PlanOptions, RolloutBatch, per_rollout
 from framework.rl.config import OptimConfig, TrainConfig
 from framework.rl.drawn import Drawn
 from framework.rl.inputs import REQUIRING_SECTIONS, InputContext, provide_inputs
@@ -159,7 +159,7 @@ class StepRecord(TrajectoryRecord):
 
 
 @dataclass
-class StepResult:
+class StepResult(BatchView):
     """What one step did.
 
     Attributes:
@@ -172,16 +172,6 @@ class StepResult:
     batch: RolloutBatch
     advantages: Tensor
     figures: dict[str, float]
-
-    @property
-    def trajectories(self) -> list[Trajectory]:
-        """The ``N`` rollouts, grouped (``items[t.group]`` is a rollout's question)."""
-        return self.batch.trajectories
-
-    @property
-    def items(self) -> list[QAItem]:
-        """The question of each group."""
-        return self.batch.items
 
     @property
     def scores(self) -> Scores:
