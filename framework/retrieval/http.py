@@ -2,6 +2,8 @@
 
 It speaks Search-R1's ``POST /retrieve`` API, so it works against ``seekrl-serve`` and against
 Search-R1's own ``retrieval_server.py``; document lookup (``POST /document``) needs ``seekrl-serve``.
+``retriever.url`` is the server's base URL; the endpoint URL Search-R1's scripts take
+(``http://127.0.0.1:8000/retrieve``) is accepted too and read as its base (:func:`server_base`).
 Connection errors, timeouts and 5xx answers are retried with exponential backoff; 4xx answers are
 not (400 becomes :class:`QueryError`, 404 from ``/document`` :class:`DocumentNotFound`). A server
 that stays unreachable or silent after the retries raises :class:`RetrieverUnavailable`.
@@ -14,7 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit, urlunsplit
 
 import httpx
 
@@ -34,6 +36,78 @@ from framework.types import Document, Hit
 
 _SECTION = "retriever.http"
 _START_FIX = "start one with `seekrl-serve` or set retriever.url"
+#: the search endpoint, the one route Search-R1's server has
+RETRIEVE = "/retrieve"
+#: the other routes of ``seekrl-serve``: a URL ending in one is not a base URL
+_OTHER_ROUTES = ("/document", "/health")
+_URL_EXPECTED = (
+    "an http:// or https:// URL of the retrieval server, e.g. http://127.0.0.1:8000 (or its "
+    "search endpoint, http://127.0.0.1:8000/retrieve)"
+)
+
+
+def server_base(url: str) -> str:
+    """The base URL of the server ``url`` names: trailing slashes and a final ``/retrieve`` (the
+    endpoint URL Search-R1's ``retrieval_server.py`` users paste) dropped, so the client posts to
+    ``<base>/retrieve`` and never to ``/retrieve/retrieve``; a path before it (a server behind a
+    proxy at ``/search``) is kept. ``url`` must pass :func:`url_problems`.
+
+    Example: ``http://127.0.0.1:8000/retrieve/`` and ``http://127.0.0.1:8000/`` both give
+    ``http://127.0.0.1:8000``."""
+    parts = urlsplit(url.strip())
+    path = parts.path.rstrip("/")
+    path = path.removesuffix(RETRIEVE).rstrip("/")
+    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+def url_problems(url: object, where: str = "url") -> list[Problem]:
+    """What is wrong with ``url`` as ``retriever.url`` (every problem found, or none): not text,
+    not http(s), no host, a port that is not a number, a query or fragment, or the URL of another
+    route (``/document``, ``/health``)."""
+    if not isinstance(url, str) or not url.strip():
+        return [Problem(where, url, _URL_EXPECTED, f"set {where} to the server's address")]
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return [
+            Problem(
+                where,
+                url,
+                _URL_EXPECTED,
+                f"write {where} as http://HOST:PORT, the address seekrl-serve prints "
+                "(a URL without http:// is read as a path, not a host)",
+            )
+        ]
+    out = check(
+        _port_ok(parts),
+        where,
+        url,
+        "a port that is a number from 1 to 65535",
+        f"fix the port in {where} (http://127.0.0.1:8000)",
+    )
+    out += check(
+        not parts.query and not parts.fragment and not any(c.isspace() for c in url.strip()),
+        where,
+        url,
+        "a URL without spaces, ?query or #fragment (the client sends its queries as JSON)",
+        f"drop the spaces and everything from a ? or # in {where}",
+    )
+    route = next((r for r in _OTHER_ROUTES if parts.path.rstrip("/").endswith(r)), None)
+    out += check(
+        route is None,
+        where,
+        url,
+        f"the server's base URL (or its {RETRIEVE} endpoint), not its {route} route",
+        f"drop {route} from {where}",
+    )
+    return out
+
+
+def _port_ok(parts: SplitResult) -> bool:
+    try:
+        port = parts.port
+    except ValueError:  # not a number, or out of range
+        return False
+    return port is None or port > 0
 
 
 @dataclass
@@ -41,7 +115,9 @@ class HttpRetrieverConfig(RetrieverConfigBase):
     local: ClassVar[bool] = False  # the client of a retrieval server
 
     url: str = option(
-        "http://127.0.0.1:8000", "base URL of the retrieval server (seekrl-serve or Search-R1's)"
+        "http://127.0.0.1:8000",
+        "base URL of the retrieval server (seekrl-serve or Search-R1's); its /retrieve endpoint "
+        "URL is read as the same server",
     )
     timeout_s: float = option(30.0, "seconds to connect, and to wait for each answer")
     retries: int = option(3, "attempts per request, the first included (1: never retry)")
@@ -49,14 +125,7 @@ class HttpRetrieverConfig(RetrieverConfigBase):
     pool_size: int = option(8, "connections kept open to the server")
 
     def problems(self) -> list[Problem]:
-        parts = urlsplit(self.url) if isinstance(self.url, str) else None
-        out = check(
-            parts is not None and parts.scheme in ("http", "https") and bool(parts.hostname),
-            "url",
-            self.url,
-            "an http:// or https:// URL with a host, e.g. http://127.0.0.1:8000",
-            "set url to the address seekrl-serve printed",
-        )
+        out = url_problems(self.url)
         out += check_range(self.timeout_s, "timeout_s", low=0, low_inclusive=False)
         out += check_range(self.retries, "retries", low=1, fix="set retries to 1 or more")
         out += check_range(self.backoff_s, "backoff_s", low=0)
@@ -119,7 +188,7 @@ class HttpRetriever(ClosedOnExit):
         if problems:
             raise ConfigError([p.under("retriever") for p in problems])
         self.cfg = cfg
-        self.base_url = cfg.url.rstrip("/")
+        self.base_url = server_base(cfg.url)
         self._client = httpx.Client(
             timeout=httpx.Timeout(cfg.timeout_s),
             limits=httpx.Limits(
@@ -127,7 +196,7 @@ class HttpRetriever(ClosedOnExit):
             ),
             headers={"User-Agent": "seekrl-http-retriever"},
             # a proxy from the environment must not capture requests to this machine
-            trust_env=not _is_loopback(urlsplit(cfg.url).hostname),
+            trust_env=not _is_loopback(urlsplit(self.base_url).hostname),
             transport=transport,
         )
 
@@ -140,11 +209,11 @@ class HttpRetriever(ClosedOnExit):
             RetrievalError: the server is unreachable, failed, or answered in an unknown format.
         """
         queries = check_request(queries, k, self.cfg.limits)
-        body = self._post("/retrieve", {"queries": queries, "topk": k, "return_scores": True})
+        body = self._post(RETRIEVE, {"queries": queries, "topk": k, "return_scores": True})
         result = body.get("result")
         if not isinstance(result, list) or len(result) != len(queries):
             got = f"{len(result)} result lists" if isinstance(result, list) else repr(result)[:80]
-            raise self._bad_answer("/retrieve", f"{got} for {len(queries)} queries")
+            raise self._bad_answer(RETRIEVE, f"{got} for {len(queries)} queries")
         return [[self._hit(item) for item in hits] for hits in self._lists(result)]
 
     def document(self, *, doc_id: str | None = None, title: str | None = None) -> Document:
@@ -270,7 +339,7 @@ class HttpRetriever(ClosedOnExit):
     def _lists(self, result: list[Any]) -> list[list[Any]]:
         for hits in result:
             if not isinstance(hits, list):
-                raise self._bad_answer("/retrieve", f"a result entry {repr(hits)[:80]}")
+                raise self._bad_answer(RETRIEVE, f"a result entry {repr(hits)[:80]}")
         return result
 
     def _hit(self, item: Any) -> Hit:
@@ -280,7 +349,7 @@ class HttpRetriever(ClosedOnExit):
         else:
             doc, score = item, item.get("score") if isinstance(item, dict) else None
         if not isinstance(doc, dict) or not ("contents" in doc or {"title", "text"} <= doc.keys()):
-            raise self._bad_answer("/retrieve", f"a passage {repr(item)[:80]}")
+            raise self._bad_answer(RETRIEVE, f"a passage {repr(item)[:80]}")
         passage_id = str(doc.get("passage_id", doc.get("id", "")))
         if "title" in doc and "text" in doc:
             title, text = str(doc["title"]), str(doc["text"])
@@ -289,6 +358,6 @@ class HttpRetriever(ClosedOnExit):
         try:
             value = float(score) if score is not None else 0.0
         except (TypeError, ValueError):
-            raise self._bad_answer("/retrieve", f"a score {score!r}") from None
+            raise self._bad_answer(RETRIEVE, f"a score {score!r}") from None
         doc_id = str(doc["doc_id"]) if "doc_id" in doc else _doc_id_of(passage_id)
         return Hit(passage_id=passage_id, doc_id=doc_id, title=title, text=text, score=value)

@@ -12,7 +12,7 @@ import pytest
 from framework.config import ConfigError
 from framework.registry import BUILTIN_MODULES, RETRIEVERS
 from framework.registry.protocols import Retriever
-from framework.retrieval.http import HttpRetriever, HttpRetrieverConfig
+from framework.retrieval.http import HttpRetriever, HttpRetrieverConfig, server_base
 from framework.retrieval.types import DocumentNotFound, QueryError, QueryLimits, RetrievalError
 from framework.types import Document, Hit
 from tests.unit.retrieval.server_fakes import EXPLODE, running_server
@@ -176,6 +176,29 @@ def test_request_body_is_search_r1s():
     assert seen[0].url.path == "/retrieve"
 
 
+@pytest.mark.parametrize(
+    ("url", "posted"),
+    [
+        ("http://127.0.0.1:9", "http://127.0.0.1:9/retrieve"),
+        ("http://127.0.0.1:9/", "http://127.0.0.1:9/retrieve"),
+        # what Search-R1's users paste (its retrieval_server.py's endpoint), with or without a /
+        ("http://127.0.0.1:9/retrieve", "http://127.0.0.1:9/retrieve"),
+        ("http://127.0.0.1:9/retrieve/", "http://127.0.0.1:9/retrieve"),
+        # a server behind a proxy keeps its path prefix
+        ("https://search.example/api/retrieve", "https://search.example/api/retrieve"),
+        ("  http://127.0.0.1:9/api/  ", "http://127.0.0.1:9/api/retrieve"),
+    ],
+)
+def test_an_endpoint_url_is_read_as_its_server(url, posted):
+    """A pasted ``.../retrieve`` URL posts to ``/retrieve``, never to ``/retrieve/retrieve``."""
+    transport, seen = counting(lambda req, n: httpx.Response(200, json=OK))
+    cfg = HttpRetrieverConfig(name="http", url=url, backoff_s=0.0)
+    with HttpRetriever(cfg=cfg, transport=transport) as r:
+        r.search(["q"], 1)
+    assert str(seen[0].url) == posted
+    assert r.base_url == server_base(url) == posted.removesuffix("/retrieve")
+
+
 def test_parses_plain_search_r1_servers():
     """Only ``id`` and ``contents`` (Search-R1's corpus rows), with or without scores."""
     bare = {"result": [[{"id": "12#3", "contents": '"A title"\nline one\nline two'}]]}
@@ -228,6 +251,12 @@ def test_default_config_is_valid():
         ({"url": "127.0.0.1:8000"}, "url"),
         ({"url": "ftp://host"}, "url"),
         ({"url": "http://"}, "url"),
+        ({"url": ""}, "url"),
+        ({"url": "localhost:8000/retrieve"}, "url"),
+        ({"url": "http://127.0.0.1:80x0/retrieve"}, "url"),
+        ({"url": "http://127.0.0.1:8000/retrieve?topk=3"}, "url"),
+        ({"url": "http://127.0.0.1:8000/health"}, "url"),
+        ({"url": "http://127.0.0.1:8000/document/"}, "url"),
         ({"timeout_s": 0}, "timeout_s"),
         ({"retries": 0}, "retries"),
         ({"backoff_s": -1}, "backoff_s"),
@@ -241,6 +270,17 @@ def test_config_problems(change, path):
     assert str(problems[0]).startswith(f"[{path}] got ")
     with pytest.raises(ConfigError, match=rf"\[retriever\.{path}\]"):
         HttpRetriever(cfg=cfg)
+
+
+def test_a_malformed_url_says_what_to_write():
+    cfg = dataclasses.replace(HttpRetrieverConfig(name="http"), url="127.0.0.1:8000/retrieve")
+    with pytest.raises(ConfigError) as err:
+        HttpRetriever(cfg=cfg)
+    message = str(err.value)
+    assert "[retriever.url] got '127.0.0.1:8000/retrieve'; expected an http:// or https:// URL" in (
+        message
+    )
+    assert "Fix: write retriever.url as http://HOST:PORT" in message
 
 
 def test_registered_as_http():
