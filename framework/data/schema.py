@@ -14,7 +14,11 @@ A question is a :class:`QAItem`. On disk it is a row in the layout of Search-R1'
 so our files load in tools that expect that layout, and the files users convert with Search-R1's
 scripts (NQ, TriviaQA, PopQA, HotpotQA, 2Wiki, MuSiQue, Bamboogle) load here. Our ``prompt`` holds the
 plain question (the rollout engine adds its own instructions); when a foreign row has no ``question``
-it is taken from ``extra_info.question``, else from the last user message of ``prompt``.
+it is taken from ``extra_info.question``, else from the last user message of ``prompt``. Search-R1's
+``prompt`` is its instruction followed by ``Question: <question>\\n`` (``make_prefix``): the question
+is then the text after the last :data:`QUESTION_MARKER`, and :func:`read_dataset` logs one warning
+per file saying so; a prompt with instruction tags (``<answer>``, ``<search>``...) and no marker is
+refused, so an instruction never becomes a question unnoticed (:meth:`QAItem.from_row`).
 
 ``entities`` lists, per ground-truth entity, its surface form followed by its aliases; the E-GRPO
 reward needs them and :func:`require_entities` says so before training starts.
@@ -28,8 +32,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import os
+import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -60,7 +66,13 @@ ENTITY_FIX = (
     '([["surface form", "alias", ...], ...]) to every row, or choose reward=outcome'
 )
 
+QUESTION_MARKER = "Question: "
+"""What precedes the question at the end of Search-R1's instruction prompt (``make_prefix`` in its
+``scripts/data_process/nq_search.py`` and ``qa_search_test_merge.py``)."""
+_TAG = re.compile(r"</?[A-Za-z_][\w-]*>")
+
 PathLike = str | os.PathLike
+log = logging.getLogger(__name__)
 
 
 class DatasetError(ValueError):
@@ -285,27 +297,53 @@ class QAItem:
         }
 
     @classmethod
-    def from_row(cls, row: Any, *, source: PathLike, index: int, line: int | None = None) -> QAItem:
+    def from_row(
+        cls,
+        row: Any,
+        *,
+        source: PathLike,
+        index: int,
+        line: int | None = None,
+        cut_rows: list[int] | None = None,
+    ) -> QAItem:
         """Read one of our rows or a Search-R1 row.
+
+        The question is ``question``, else ``extra_info.question``, else taken from the last user
+        message of ``prompt``, where an instruction must never become the question (the rollout
+        would wrap it in its own instructions; issue 76): a message holding ``Question: `` (Search-R1's
+        instruction, then ``Question: <question>\\n``) gives the text after the last marker, with a
+        logged warning; a message holding a tag (``<answer>``, ``<search>``, ...: an
+        instruction's, not a question's) and no marker is refused; any other message is the
+        question itself (our own files' ``prompt``).
 
         Args:
             row: the row as a dict (numpy arrays from a pandas-read parquet are accepted).
             source: the file it came from, for messages (and the ``data_source`` fallback).
             index: its 0-based row number (and the ``id`` fallback ``<data_source>-<index>``).
             line: its 1-based line number in a JSONL file, for messages.
+            cut_rows: where a row whose question was cut from its instruction prompt (no
+                ``question`` column, a ``Question: `` marker) notes its ``index``, for the
+                caller to warn once for a file (:func:`read_dataset`); None: this call logs the
+                warning itself.
 
         Raises:
-            DatasetError: a malformed row, naming ``source`` and the row.
+            DatasetError: a malformed row, naming ``source`` and the row; a row without a
+                ``question`` whose prompt is an instruction with no ``Question: `` marker.
         """
         source = str(source)
         where = f"{source} row {index}" + ("" if line is None else f" (line {line})")
         try:
-            return cls._from_row(row, source, index)
+            item, cut = cls._from_row(row, source, index)
         except _Bad as bad:
             raise DatasetError(bad.message(where), source=source, row=index) from None
+        if cut and cut_rows is not None:
+            cut_rows.append(index)
+        elif cut:
+            warn_cut_questions(source, [index], item.question, 1)
+        return item
 
     @classmethod
-    def _from_row(cls, row: Any, source: str, index: int) -> QAItem:
+    def _from_row(cls, row: Any, source: str, index: int) -> tuple[QAItem, bool]:
         if not isinstance(row, Mapping):
             raise _Bad(
                 f"a row of type {type(row).__name__} ({_short(row)})",
@@ -335,9 +373,10 @@ class QAItem:
                 return info[key], f"extra_info.{key}"
             return row.get(key), key
 
-        return cls(
+        question, cut = _question_of(row, info)
+        item = cls(
             id=row_id,
-            question=_question_of(row, info),
+            question=question,
             golden_answers=_answers(*_answers_of(row)),
             entities=_entities(*pick("entities")),
             hops=_hops(*pick("hops")),
@@ -345,6 +384,7 @@ class QAItem:
             data_source=data_source,
             extra={k: v for k, v in info.items() if k not in RESERVED_EXTRA and v is not None},
         )
+        return item, cut
 
 
 #: the QAItem fields given to components as columns, and the column each becomes: every field of
@@ -383,8 +423,9 @@ def _column_value(value: Any) -> Any:
     return [_column_value(v) for v in value] if isinstance(value, tuple) else value
 
 
-def _question_of(row: dict[str, Any], info: dict[str, Any]) -> str:
-    """``question``, else ``extra_info.question``, else the last user message of ``prompt``."""
+def _question_of(row: dict[str, Any], info: dict[str, Any]) -> tuple[str, bool]:
+    """``question``, else ``extra_info.question``, else the question in the last user message of
+    ``prompt`` (:meth:`QAItem.from_row`); and whether it was cut from an instruction."""
     blank = False
     for name, value in (
         ("question", row.get("question")),
@@ -395,16 +436,75 @@ def _question_of(row: dict[str, Any], info: dict[str, Any]) -> str:
         if not isinstance(value, str):
             raise _Bad(f"{name} {_kind(value)}", "text", f"write {name} as a string")
         if value.strip():
-            return value
+            return value, False
         blank = True
     prompt = _prompt_text(row.get("prompt"))
     if prompt is not None and prompt.strip():
-        return prompt
+        return _question_in_prompt(prompt)
     got = "an empty question" if blank or prompt is not None else "no question"
     raise _Bad(
         f"{got} (no 'question', extra_info.question or user prompt)",
         "text",
         "add a non-blank 'question' column (or a user message in 'prompt') or drop the row",
+    )
+
+
+def _question_in_prompt(text: str) -> tuple[str, bool]:
+    """The question in the user message ``text`` of a row without a ``question`` column, and
+    whether it was cut out of an instruction.
+
+    The choice (issue 76): an instruction must never become the question, which the rollout would
+    then wrap in its own instructions. So:
+
+    * ``text`` holding :data:`QUESTION_MARKER` (Search-R1's prompt, its instruction then
+      ``Question: <question>\\n``): the text after the last marker, stripped; cut (the reader warns).
+    * ``text`` holding a tag (``<answer>``, ``<search>``, ``<think>``...: an instruction's, which a
+      question does not hold) and no marker: refused, there is no telling where the question is.
+    * anything else: ``text`` itself, a plain question (our own files' ``prompt``).
+
+    Example: ``"Answer the given question. ... <answer> Beijing </answer>. Question: Who wrote
+    Hamlet?\\n"`` gives ``("Who wrote Hamlet?", True)``.
+
+    Raises:
+        _Bad: an instruction without the marker, or nothing after the marker (the caller adds the
+            file and row).
+    """
+    _, marker, tail = text.rpartition(QUESTION_MARKER)
+    if marker:
+        if not tail.strip():
+            raise _Bad(
+                f"a prompt ending in {QUESTION_MARKER!r} with no question after it "
+                f"({_short(text)})",
+                "the question after the marker",
+                "add a 'question' column, or drop the row",
+            )
+        return tail.strip(), True
+    if _TAG.search(text):
+        raise _Bad(
+            f"no 'question' column and a prompt that reads as an instruction ({_short(text)})",
+            f"the plain question in a 'question' column (or extra_info.question), or a prompt "
+            f"ending in {QUESTION_MARKER!r}<question> as Search-R1's does",
+            "add a 'question' column with the bare question (Search-R1's data scripts keep "
+            "theirs: export again without dropping it)",
+        )
+    return text, False
+
+
+def warn_cut_questions(source: str, rows: Sequence[int], example: str, total: int) -> None:
+    """Log that the questions of ``rows`` (0-based, of ``total`` rows) in ``source`` were cut from
+    their instruction prompts (:meth:`QAItem.from_row`); ``example`` is the first of them."""
+    if not rows:
+        return
+    log.warning(
+        "[dataset] %s: %d of %d rows have no 'question' column; took each question from the text "
+        "after the last %r of its prompt (Search-R1's instruction prefix), e.g. row %d: %r. "
+        "Fix: add a 'question' column with the bare question to silence this.",
+        source,
+        len(rows),
+        total,
+        QUESTION_MARKER,
+        rows[0],
+        example,
     )
 
 
@@ -631,13 +731,18 @@ def write_split(items: Iterable[QAItem], directory: PathLike, split: str) -> tup
 def read_dataset(path: PathLike) -> list[QAItem]:
     """The questions of a ``.jsonl`` / ``.json`` (JSON lines, or one JSON array) or ``.parquet`` file.
 
+    Rows without a ``question`` whose question was cut from Search-R1's instruction prompt
+    (:meth:`QAItem.from_row`) are reported in one logged warning for the file.
+
     Raises:
         DatasetError: a missing file, an unknown suffix, an unreadable file, a line that is not
-            JSON, a malformed row, or no rows at all; naming the file and line / row.
+            JSON, a malformed row (an instruction prompt without ``Question: `` and no
+            ``question`` column among them), or no rows at all; naming the file and line / row.
     """
     source = str(path)
     path = Path(path)
     suffix = path.suffix.lower()
+    cut: list[int] = []
     if not path.exists():
         raise DatasetError(
             _message(
@@ -650,12 +755,12 @@ def read_dataset(path: PathLike) -> list[QAItem]:
         )
     if suffix in PARQUET_SUFFIXES:
         items = [
-            QAItem.from_row(row, source=source, index=i)
+            QAItem.from_row(row, source=source, index=i, cut_rows=cut)
             for i, row in enumerate(_parquet_rows(path, source))
         ]
     elif suffix in JSONL_SUFFIXES:
         try:
-            items = _read_json(path, source)
+            items = _read_json(path, source, cut)
         except OSError as exc:
             raise DatasetError(
                 _message(
@@ -684,6 +789,8 @@ def read_dataset(path: PathLike) -> list[QAItem]:
             ),
             source=source,
         )
+    if cut:
+        warn_cut_questions(source, cut, items[cut[0]].question, len(items))
     return items
 
 
@@ -704,7 +811,7 @@ def _parquet_rows(path: Path, source: str) -> Iterable[dict[str, Any]]:
         yield from batch.to_pylist()
 
 
-def _read_json(path: Path, source: str) -> list[QAItem]:
+def _read_json(path: Path, source: str, cut: list[int]) -> list[QAItem]:
     with path.open("rb") as fh:
         head = fh.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
     if path.suffix.lower() == ".json" and head.startswith(b"["):
@@ -720,7 +827,9 @@ def _read_json(path: Path, source: str) -> list[QAItem]:
                 ),
                 source=source,
             ) from None
-        return [QAItem.from_row(row, source=source, index=i) for i, row in enumerate(rows)]
+        return [
+            QAItem.from_row(row, source=source, index=i, cut_rows=cut) for i, row in enumerate(rows)
+        ]
 
     items: list[QAItem] = []
     with path.open("rb") as fh:
@@ -754,7 +863,9 @@ def _read_json(path: Path, source: str) -> list[QAItem]:
                     source=source,
                     row=len(items),
                 ) from None
-            items.append(QAItem.from_row(row, source=source, index=len(items), line=lineno))
+            items.append(
+                QAItem.from_row(row, source=source, index=len(items), line=lineno, cut_rows=cut)
+            )
     return items
 
 

@@ -364,3 +364,98 @@ def test_require_entities() -> None:
     assert err.value.row == 2
     with pytest.raises(DatasetError, match=r"entities is an empty list.*because eval needs them"):
         require_entities([ITEMS[3]], "t.jsonl", why="eval needs them")
+
+
+# --- rows without a question column: the question in an instruction prompt (issue 76) ---------------
+
+#: Search-R1's instruction (scripts/data_process/qa_search_test_merge.py, make_prefix, base template)
+SEARCH_R1_INSTRUCTION = (
+    "Answer the given question. You must conduct reasoning inside <think> and </think> first every "
+    "time you get new information. After reasoning, if you find you lack some knowledge, you can "
+    "call a search engine by <search> query </search> and it will return the top searched results "
+    "between <information> and </information>. You can search as many times as your want. If you "
+    "find no further external knowledge needed, you can directly provide the answer inside <answer> "
+    "and </answer>, without detailed illustrations. For example, <answer> Beijing </answer>. "
+    "Question: {question}\n"
+)
+
+
+def prompt_only_row(source: str, idx: int, question: str, answers: list[str]) -> dict:
+    """A Search-R1 row with its prompt but without the question columns it was made from."""
+    content = SEARCH_R1_INSTRUCTION.format(question=question)
+    return {
+        "data_source": source,
+        "prompt": [{"role": "user", "content": content}],
+        "ability": "fact-reasoning",
+        "reward_model": {"style": "rule", "ground_truth": {"target": answers}},
+        "extra_info": {"split": "test", "index": idx},
+    }
+
+
+def test_a_prompt_only_parquet_gives_the_question_after_the_marker_with_one_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    rows = [
+        prompt_only_row("nq", 0, "who wrote hamlet?", ["Shakespeare"]),
+        prompt_only_row("triviaqa", 0, "Question: a trick with the marker twice?", ["yes"]),
+    ]
+    path = tmp_path / "test.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    with caplog.at_level("WARNING", logger="framework.data.schema"):
+        a, b = read_dataset(path)
+    assert (a.question, a.data_source, a.golden_answers) == (
+        "who wrote hamlet?",
+        "nq",
+        ("Shakespeare",),
+    )
+    # the last marker: the instruction's text never reaches the question
+    assert b.question == "a trick with the marker twice?"
+    [warning] = [r for r in caplog.records if r.levelname == "WARNING"]
+    message = warning.getMessage()
+    assert f"[dataset] {path}: 2 of 2 rows have no 'question' column" in message
+    assert "after the last 'Question: '" in message and "e.g. row 0: 'who wrote hamlet?'" in message
+    assert "Fix: add a 'question' column" in message
+
+
+def test_one_row_read_alone_warns_itself(caplog: pytest.LogCaptureFixture) -> None:
+    row = prompt_only_row("nq", 3, "who wrote hamlet?", ["Shakespeare"])
+    with caplog.at_level("WARNING", logger="framework.data.schema"):
+        item = QAItem.from_row(row, source="x.jsonl", index=3)
+    assert item.question == "who wrote hamlet?" and item.id == "nq-3"
+    assert "[dataset] x.jsonl: 1 of 1 rows" in caplog.text and "e.g. row 3" in caplog.text
+    cut: list[int] = []
+    caplog.clear()
+    QAItem.from_row(row, source="x.jsonl", index=3, cut_rows=cut)
+    assert cut == [3] and caplog.text == ""  # the caller warns once for its file
+
+
+def test_an_instruction_prompt_without_the_marker_is_refused(tmp_path: Path) -> None:
+    content = SEARCH_R1_INSTRUCTION.replace("Question: {question}\n", "Who wrote Hamlet?")
+    row = {
+        **prompt_only_row("nq", 0, "unused", ["a"]),
+        "prompt": [{"role": "user", "content": content}],
+    }
+    path = tmp_path / "nq.jsonl"
+    path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    with pytest.raises(DatasetError) as err:
+        read_dataset(path)
+    message = str(err.value)
+    assert message.startswith(f"[dataset] {path} row 0 (line 1): got no 'question' column and a ")
+    assert "prompt that reads as an instruction ('Answer the given question." in message
+    assert "Fix: add a 'question' column with the bare question" in message
+
+
+def test_a_plain_prompt_is_the_question_without_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    row = {"prompt": [{"role": "user", "content": "Who wrote Hamlet?"}], "golden_answers": ["S"]}
+    with caplog.at_level("WARNING", logger="framework.data.schema"):
+        item = QAItem.from_row(row, source="nq.jsonl", index=0)
+    assert item.question == "Who wrote Hamlet?" and caplog.text == ""
+    # a question column wins over any prompt, instruction or not
+    full = {**prompt_only_row("nq", 0, "who?", ["S"]), "question": "Who wrote Hamlet?"}
+    assert QAItem.from_row(full, source="nq.jsonl", index=0).question == "Who wrote Hamlet?"
+
+
+def test_a_marker_with_nothing_after_it_is_refused() -> None:
+    row = prompt_only_row("nq", 0, "  ", ["a"])
+    with pytest.raises(DatasetError, match=r"row 0: got a prompt ending in 'Question: ' with no"):
+        QAItem.from_row(row, source="nq.jsonl", index=0)
