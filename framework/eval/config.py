@@ -31,12 +31,16 @@ class EvalConfig:
     split: str = option(
         "validation",
         "split of the configured dataset: validation for choices; test only for a "
-        "pre-registered study (docs/study.md, Protocol)",
+        "pre-registered study (docs/study.md, Protocol); not evaluated when files= names any",
     )
     files: list[str] = option(
-        default_factory=list, help="more datasets (Search-R1 JSONL or parquet), reported separately"
+        default_factory=list,
+        help="datasets (Search-R1 JSONL or parquet) to evaluate instead of the configured "
+        "dataset's split, each reported separately and per data_source",
     )
-    questions: int = option(64, "questions per dataset (0 = all)")
+    questions: int = option(
+        64, "questions per dataset, per data_source in a file with several (0 = all)"
+    )
     samples_per_question: int = option(3, "k for Pass@k and pass^k")
     batch_questions: int = option(
         16,

@@ -221,6 +221,7 @@ def question_rows(
             EvalRecord(
                 dataset=dataset,
                 question_id=item.id,
+                data_source=item.data_source,
                 answer_key=answer_key(item),
                 hops=item.hops,
                 sample=i,

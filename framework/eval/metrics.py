@@ -7,6 +7,8 @@
   ``k`` drawn samples are correct (consistency rather than coverage).
 * Pass@1 is the mean over samples; its 95% confidence interval treats questions as the unit
   (per-question accuracy, normal approximation with the sample standard deviation).
+* A macro average over sources (Search-R1's "Avg." column) is the unweighted mean of the sources'
+  means; its interval treats the sources as independent samples (:func:`macro_mean_ci`).
 """
 
 from __future__ import annotations
@@ -63,6 +65,30 @@ def mean_ci(values: Sequence[float], z: float = 1.96) -> Estimate:
     if all(0.0 <= v <= 1.0 for v in values):
         lo, hi = max(0.0, lo), min(1.0, hi)
     return Estimate(m, lo, hi, n)
+
+
+def macro_mean_ci(groups: Sequence[Sequence[float]], z: float = 1.96) -> Estimate:
+    """The unweighted mean of the groups' means and its normal-approximation 95% interval.
+
+    With ``G`` groups of means ``m_g``, sample standard deviations ``s_g`` and sizes ``n_g`` drawn
+    independently, the macro mean ``M = sum(m_g) / G`` has standard error
+    ``sqrt(sum(s_g**2 / n_g)) / G``; a group of one value adds no variance (as :func:`mean_ci`
+    gives it a zero-width interval). Clipped to [0, 1] when every value is a rate. ``n`` is the
+    number of groups; no groups (or an empty one) give NaN.
+    """
+    if not groups or not all(groups):
+        return Estimate(float("nan"), float("nan"), float("nan"), len(groups))
+    means = [sum(g) / len(g) for g in groups]
+    variance = 0.0
+    for g, m in zip(groups, means, strict=True):
+        if len(g) > 1:
+            variance += sum((v - m) ** 2 for v in g) / (len(g) - 1) / len(g)
+    macro = sum(means) / len(groups)
+    half = z * math.sqrt(variance) / len(groups)
+    lo, hi = macro - half, macro + half
+    if all(0.0 <= v <= 1.0 for g in groups for v in g):
+        lo, hi = max(0.0, lo), min(1.0, hi)
+    return Estimate(macro, lo, hi, len(groups))
 
 
 @dataclass

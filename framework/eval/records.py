@@ -7,10 +7,11 @@ typed :class:`EvalRecord` objects, the one record of a rollout from the harness 
 (:func:`read_records`, as the JSON objects of its lines); ``seekrl-study report_only=true`` builds
 every table from these files alone.
 
-Fields (:data:`RECORD_FIELDS`): the question (``dataset``, ``question_id``, ``answer_key`` — the
-normalised answer that clusters questions sharing it — and ``hops``), the sample index, the
-outcome (``correct``, ``em``, ``f1``, ``status``), tool use (``tool_calls``, ``turns``,
-``response_tokens``) and the ground-truth entities the rollout's reasoning matched, by kind:
+Fields (:data:`RECORD_FIELDS`): the question (``dataset``, ``question_id``, ``data_source`` (the
+row's source in a merged file such as Search-R1's 7-source test set; None in archives from before
+it was kept), ``answer_key`` — the normalised answer that clusters questions sharing it — and
+``hops``), the sample index, the outcome (``correct``, ``em``, ``f1``, ``status``), tool use
+(``tool_calls``, ``turns``, ``response_tokens``) and the ground-truth entities the rollout's reasoning matched, by kind:
 ``matched_anchor`` (the entity the question names), ``matched_bridges`` of ``bridges`` (hidden
 entities between anchor and answer: the only ones that show E-GRPO's mechanism), and
 ``matched_answer``; ``match_rate`` is the reward's γ over all entities.
@@ -30,6 +31,7 @@ RECORDS = "records.jsonl.gz"
 RECORD_FIELDS = (
     "dataset",
     "question_id",
+    "data_source",
     "answer_key",
     "hops",
     "sample",
@@ -67,6 +69,9 @@ class EvalRecord:
     Attributes:
         dataset: the dataset's name (``synth/validation``); questions pair within it.
         question_id: the question's id, unique within its dataset.
+        data_source: the question's ``data_source`` (``nq``, ``hotpotqa``: the source a merged
+            file's row came from, :attr:`~framework.data.schema.QAItem.data_source`); None in
+            records from before it was kept (:func:`source_of` falls back to ``dataset``).
         answer_key: the normalised answer; questions sharing it form one cluster
             (:func:`~framework.eval.paired.cluster_bootstrap`).
         hops: the question's hop count; None when the dataset does not say.
@@ -100,6 +105,7 @@ class EvalRecord:
 
     dataset: str
     question_id: str
+    data_source: str | None = None
     answer_key: str | None = None
     hops: int | None = None
     sample: int
@@ -177,7 +183,8 @@ ROW_FIELDS = tuple(f.name for f in fields(EvalRecord))
 #: the JSON types each field may have (besides null); an int stands for a float (``0`` for 0.0)
 _KINDS: dict[str, tuple[type, ...]] = {
     **dict.fromkeys(
-        ("dataset", "question_id", "answer_key", "status", "end_reason", "answer"), (str,)
+        ("dataset", "question_id", "data_source", "answer_key", "status", "end_reason", "answer"),
+        (str,),
     ),
     **dict.fromkeys(("think_text", "response_digest"), (str,)),
     **dict.fromkeys(
@@ -190,6 +197,12 @@ _KINDS: dict[str, tuple[type, ...]] = {
     **dict.fromkeys(("f1", "match_rate", "match_rate_norm"), (float, int)),
     "golden_answers": (list,),
 }
+
+
+def source_of(record: EvalRecord) -> str:
+    """The source a record's question came from: its ``data_source``, else (a record from before
+    it was kept) its ``dataset``."""
+    return record.data_source if record.data_source is not None else record.dataset
 
 
 class RecordsError(ValueError):

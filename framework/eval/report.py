@@ -6,9 +6,12 @@ import csv
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from framework.eval.records import RECORDS, EvalRecord, write_records
+
+if TYPE_CHECKING:
+    from framework.eval.sources import BySource
 
 TABLE_KEYS = (
     "questions",
@@ -87,7 +90,64 @@ def flat(summary: Mapping[str, Any]) -> TableRow:
     }
 
 
-def _write_csv(path: Path, rows: Sequence[Mapping[str, object]], first: Sequence[str]) -> None:
+#: the label of the macro-average row of the per-source tables
+MACRO = "macro average"
+
+
+def source_table_rows(sources: BySource) -> list[dict[str, object]]:
+    """``by_source.csv``'s rows: ``dataset``, ``data_source`` and the table figures of each
+    source, then the macro average (``data_source`` :data:`MACRO`, ``dataset`` empty)."""
+    rows: list[dict[str, object]] = [
+        {"dataset": r["dataset"], "data_source": r["data_source"], **flat(r["summary"])}
+        for r in sources["rows"]
+    ]
+    rows.append({"dataset": "", "data_source": MACRO, **flat(sources["macro"])})
+    return rows
+
+
+def source_markdown(sources: BySource, k: int) -> list[str]:
+    """The report's per-source table (:mod:`framework.eval.sources`): one row per source, then
+    the macro average."""
+    n = len(sources["rows"])
+    lines = [
+        "## By data source",
+        "",
+        f"One row per `data_source` of each dataset; the last row is the unweighted mean over the "
+        f"{n} source{'s' if n != 1 else ''} (each counts once, as in Search-R1's tables; Pass@1's "
+        "interval treats the sources as independent samples).",
+        "",
+        f"| dataset | source | questions | Pass@1 [95% CI] | Pass@{k} | EM | F1 | tool calls |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    table = [(r["dataset"], r["data_source"], flat(r["summary"])) for r in sources["rows"]]
+    for dataset, source, o in [*table, ("", f"**{MACRO}**", flat(sources["macro"]))]:
+        lines.append(
+            f"| {dataset} | {source} | {o['questions']} | {o['pass@1']:.3f} "
+            f"[{o['pass@1_low']:.3f}, {o['pass@1_high']:.3f}] | {o['pass@k']:.3f} | "
+            f"{o['em']:.3f} | {o['f1']:.3f} | {o['tool_calls']:.2f} |"
+        )
+    return lines
+
+
+def source_lines(sources: BySource) -> list[str]:
+    """The printed summary's lines on the sources: one per source, then the macro average."""
+    out = []
+    for r in sources["rows"]:
+        o = flat(r["summary"])
+        out.append(
+            f"  {r['data_source']} ({r['dataset']}): Pass@1 {o['pass@1']:.3f}, EM {o['em']:.3f}, "
+            f"F1 {o['f1']:.3f} ({o['questions']} questions)"
+        )
+    m = flat(sources["macro"])
+    out.append(
+        f"  {MACRO} over {len(sources['rows'])} sources: Pass@1 {m['pass@1']:.3f}, "
+        f"EM {m['em']:.3f}, F1 {m['f1']:.3f}"
+    )
+    return out
+
+
+def write_csv(path: Path, rows: Sequence[Mapping[str, object]], first: Sequence[str]) -> None:
+    """A table of ``rows``: the ``first`` columns, then :data:`TABLE_KEYS` (floats to 4 places)."""
     keys = [*first, *TABLE_KEYS]
     with path.open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=keys)
@@ -107,7 +167,9 @@ def write_outputs(
 
     Args:
         results: the JSON object of ``results.json`` (``policy``, ``k``, ``judge``, ``seed``,
-            ``schedule``, and per dataset its ``overall`` and ``by_hops`` summaries).
+            ``schedule``, per dataset its ``overall`` and ``by_hops`` summaries, and optionally
+            ``answer_rule`` and ``by_source``, :class:`~framework.eval.sources.BySource`, which
+            also becomes ``by_source.csv``).
         records: the evaluation's records, every dataset's.
     """
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -117,12 +179,12 @@ def write_outputs(
             fh.write(json.dumps(r.to_row(), ensure_ascii=False) + "\n")
     write_records(run_dir / RECORDS, records)
     datasets = results["datasets"]
-    _write_csv(
+    write_csv(
         run_dir / "summary.csv",
         [{"dataset": d, **flat(s["overall"])} for d, s in datasets.items()],
         ["dataset"],
     )
-    _write_csv(
+    write_csv(
         run_dir / "by_hops.csv",
         [
             {"dataset": d, "hops": h, **flat(x)}
@@ -131,6 +193,9 @@ def write_outputs(
         ],
         ["dataset", "hops"],
     )
+    if results.get("by_source"):
+        rows = source_table_rows(results["by_source"])
+        write_csv(run_dir / "by_source.csv", rows, ["dataset", "data_source"])
     plots = _plots(run_dir, results)
     (run_dir / "report.md").write_text(_markdown(results, plots, notices))
     _tensorboard(run_dir, results, plots)
@@ -191,6 +256,8 @@ def _plots(run_dir: Path, results: Mapping[str, Any]) -> list[Path]:
 
 
 def _markdown(results: Mapping[str, Any], plots: list[Path], notices: list[str]) -> str:
+    from framework.eval.answer_rule import answer_rule_markdown
+
     k = results["k"]
     lines = [
         f"# Evaluation of {results['policy']}",
@@ -208,6 +275,8 @@ def _markdown(results: Mapping[str, Any], plots: list[Path], notices: list[str])
             + ".",
             "",
         ]
+    if results.get("answer_rule"):
+        lines += answer_rule_markdown(results["answer_rule"])
     lines += [f"> {n}" for n in notices] + ([""] if notices else [])
     head = f"| dataset | questions | Pass@1 [95% CI] | Pass@{k} | pass^{k} | EM | F1 | tool calls | format errors | over budget |"
     lines += [head, "|" + "---|" * 10]
@@ -219,6 +288,8 @@ def _markdown(results: Mapping[str, Any], plots: list[Path], notices: list[str])
             f"{o['em']:.3f} | {o['f1']:.3f} | {o['tool_calls']:.2f} | "
             f"{o['format_error_rate']:.3f} | {o['over_budget_rate']:.3f} |"
         )
+    if results.get("by_source"):
+        lines += ["", *source_markdown(results["by_source"], k)]
     for d, s in results["datasets"].items():
         lines += [
             "",
@@ -357,7 +428,7 @@ def compare(runs: Sequence[Path], labels: Sequence[str] | None, out: Path) -> di
                 "ci": [est.low, est.high],
             }
     out.mkdir(parents=True, exist_ok=True)
-    _write_csv(out / "comparison.csv", rows, ["run", "dataset"])
+    write_csv(out / "comparison.csv", rows, ["run", "dataset"])
     lines = [
         "# Comparison",
         "",

@@ -3,7 +3,7 @@ policy as a search agent on the configured datasets (:func:`evaluate_policy`), o
 finished evaluations (:func:`compare_runs`).
 
 An evaluation writes ``report.md`` (with its PNG plots), ``results.json``, ``summary.csv``,
-``by_hops.csv`` and ``samples.jsonl`` into ``cfg.run_dir``.
+``by_hops.csv``, ``by_source.csv`` and ``samples.jsonl`` into ``cfg.run_dir``.
 """
 
 from __future__ import annotations
@@ -11,13 +11,17 @@ from __future__ import annotations
 import random
 import sys
 import time
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from framework.eval.config import EvalConfig
 from framework.progress import Progress
+
+if TYPE_CHECKING:
+    from framework.data.schema import QAItem
 
 
 class EvalError(RuntimeError):
@@ -45,29 +49,108 @@ def compare_runs(cfg: EvalConfig) -> dict[str, object]:
     return result
 
 
-def load_datasets(cfg: EvalConfig) -> tuple[dict[str, list], list[str]]:
-    """The evaluated datasets (each subsampled to ``questions``) and notices for the report."""
+def load_datasets(cfg: EvalConfig) -> tuple[dict[str, list[QAItem]], list[str]]:
+    """The evaluated datasets and notices for the report: the files ``cfg.files`` names when it
+    names any (only those), else the configured dataset's ``cfg.split``.
+
+    A dataset is subsampled to ``cfg.questions``; a file with several ``data_source`` values
+    (Search-R1's merged test file) to ``cfg.questions`` per source, so that every source has its
+    row in the per-source table. Question ids that repeat across the sources of a file (the merged
+    file keeps each source's own ids) are read as ``<data_source>/<id>``.
+
+    Raises:
+        EvalError: an empty dataset, a file named twice, or a question id that repeats within one
+            source.
+    """
     from framework.data.schema import read_dataset
     from framework.registry import DATASETS
 
-    sets = {f"{cfg.dataset.name}/{cfg.split}": DATASETS.bind(cfg.dataset)(cfg.split)}
-    for f in cfg.files:
-        sets[Path(f).stem] = read_dataset(Path(f).expanduser())
-    notices = []
+    notices: list[str] = []
+    if cfg.files:
+        sets = {}
+        for name, path in dataset_names(cfg.files).items():
+            sets[name], renamed = unique_ids(read_dataset(path), name)
+            if renamed:
+                notices.append(
+                    f"{name}: question ids repeat across its data sources (as in Search-R1's "
+                    "merged test file); each is read as <data_source>/<id>."
+                )
+    else:
+        sets = {f"{cfg.dataset.name}/{cfg.split}": DATASETS.bind(cfg.dataset)(cfg.split)}
     rng = random.Random(cfg.seed)
     for name, items in list(sets.items()):
         if not items:
             raise EvalError(
                 f"[dataset] {name} has no questions. Fix: point it at a non-empty split."
             )
-        if cfg.questions and len(items) > cfg.questions:
-            sets[name] = rng.sample(items, cfg.questions)
+        if cfg.questions:
+            sets[name] = subsample(items, cfg.questions, rng)
         if not all(it.entities for it in sets[name]):
             notices.append(
                 f"{name}: no ground-truth entities on every question; the entity analysis is "
                 "skipped for it (the other metrics are reported)."
             )
     return sets, notices
+
+
+def dataset_names(files: Sequence[str]) -> dict[str, Path]:
+    """The report's name of each file of ``files``: its stem (``nq/test.parquet``: ``test``), or
+    ``<folder>/<stem>`` where stems repeat (``nq/test``, ``hotpotqa/test``), or the path itself
+    where those repeat too.
+
+    Raises:
+        EvalError: a file named twice.
+    """
+    paths = [Path(f).expanduser() for f in files]
+    seen: dict[Path, str] = {}
+    for f, path in zip(files, paths, strict=True):
+        if path.resolve() in seen:
+            raise EvalError(
+                f"[files] got {f} twice ({seen[path.resolve()]} too); expected each file once. "
+                "Fix: drop the repeated entry."
+            )
+        seen[path.resolve()] = f
+    for names in (
+        [p.stem for p in paths],
+        [f"{p.parent.name}/{p.stem}" for p in paths],
+        [str(p) for p in paths],  # distinct files: distinct paths
+    ):
+        if len(set(names)) == len(names):
+            break
+    return dict(zip(names, paths, strict=True))
+
+
+def unique_ids(items: list[QAItem], name: str) -> tuple[list[QAItem], bool]:
+    """``items`` with ids unique within the file: as they are when they are, else each read as
+    ``<data_source>/<id>`` (ids repeating across sources); and whether they were renamed.
+
+    Raises:
+        EvalError: an id that repeats within one source.
+    """
+    ids = [it.id for it in items]
+    if len(set(ids)) == len(ids):
+        return items, False
+    counts = Counter((it.data_source, it.id) for it in items)
+    if len(counts) < len(items):
+        source, dup = next(key for key, n in counts.items() if n > 1)
+        raise EvalError(
+            f"[files] {name}: got question id {dup!r} twice in data_source {source!r}; expected "
+            "ids unique within a source (samples and records are keyed by them). Fix: give the "
+            "rows unique ids, or drop the repeated rows."
+        )
+    return [replace(it, id=f"{it.data_source}/{it.id}") for it in items], True
+
+
+def subsample(items: list[QAItem], questions: int, rng: random.Random) -> list[QAItem]:
+    """At most ``questions`` of ``items`` drawn with ``rng``, per ``data_source`` where there
+    are several (each source in the order it first appears), else of the whole."""
+    groups: dict[str, list[QAItem]] = {}
+    for it in items:
+        groups.setdefault(it.data_source, []).append(it)
+    out: list[QAItem] = []
+    for group in groups.values():
+        out += rng.sample(group, questions) if len(group) > questions else group
+    return out
 
 
 def journal_path(run_dir: Path, dataset: str) -> Path:
@@ -87,13 +170,17 @@ def eval_backend(cfg: EvalConfig, model: Any, tokenizer: Any) -> Any:
 
 def evaluate_policy(cfg: EvalConfig) -> dict[str, object]:
     """Roll out the policy ``cfg.checkpoint`` names ``samples_per_question`` times on each question
-    of the configured datasets, judge the answers, summarise, and write the outputs; returns the
-    results (``results.json``).
+    of the evaluated datasets (:func:`load_datasets`), judge the answers, summarise per dataset, per
+    hop count and per ``data_source`` with the macro average over sources
+    (:func:`~framework.eval.sources.by_source`), and write the outputs; returns the results
+    (``results.json``, which also records the answer-extraction rule:
+    :data:`~framework.eval.answer_rule.ANSWER_RULE`).
 
     Raises:
         SystemExit: status 2 with the message for a bad checkpoint, dataset, policy or retriever.
     """
     from framework.data.schema import DatasetError
+    from framework.eval.answer_rule import ANSWER_RULE
     from framework.eval.harness import (
         DatasetResults,
         rollout_records,
@@ -101,7 +188,8 @@ def evaluate_policy(cfg: EvalConfig) -> dict[str, object]:
         summarize_by_hops,
     )
     from framework.eval.records import EvalRecord
-    from framework.eval.report import flat, write_outputs
+    from framework.eval.report import flat, source_lines, write_outputs
+    from framework.eval.sources import by_source
     from framework.registry import JUDGES, RETRIEVERS
     from framework.retrieval.types import RetrievalError
     from framework.rollout.engine import AgentLoop
@@ -150,14 +238,17 @@ def evaluate_policy(cfg: EvalConfig) -> dict[str, object]:
             )
     finally:
         retriever.close()
+    sources = by_source(records, k)
     results: dict[str, object] = {
         "policy": described,
         "k": k,
         "judge": cfg.judge.name,
+        "answer_rule": ANSWER_RULE,
         "seed": cfg.seed,
         "seconds": round(time.perf_counter() - clock, 1),
         "schedule": schedule(cfg, backend, waves),
         "datasets": datasets,
+        "by_source": sources,
     }
     write_outputs(run_dir, results, records, notices)
     for name in sets:  # every row is in samples.jsonl now
@@ -171,6 +262,8 @@ def evaluate_policy(cfg: EvalConfig) -> dict[str, object]:
             f"Pass@{k} {o['pass@k']:.3f}, pass^{k} {o['pass^k']:.3f}, "
             f"tool calls {o['tool_calls']:.2f}, format errors {o['format_error_rate']:.3f}"
         )
+    if len(sources["rows"]) > 1:
+        print("by data source:", *source_lines(sources), sep="\n")
     print(f"seekrl-eval: report {run_dir / 'report.md'} ({results['seconds']} s)")
     return results
 

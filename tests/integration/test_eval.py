@@ -29,29 +29,25 @@ def eval_in_process(run_dir: Path, *overrides: str):
 
 @pytest.mark.slow  # over 10 s on 2 cores (subprocess apps or several tiny runs)
 def test_eval_writes_report_tables_plots_and_compares(tmp_path):
-    plain = [
-        QAItem(f"nq-{i}", f"who wrote book {i}?", (f"author {i}",), None, None, None, "nq")
-        for i in range(3)
-    ]
-    write_split(plain, tmp_path / "nq", "test")
-    first = eval_in_process(tmp_path / "a", f"files=[{tmp_path}/nq/test.jsonl]")
-    assert set(first["datasets"]) == {"synth/validation", "test"}
+    first = eval_in_process(tmp_path / "a")
+    assert set(first["datasets"]) == {"synth/validation"}
     synth = first["datasets"]["synth/validation"]["overall"]
     assert synth["questions"] == 4 and synth["rollouts"] == 8 and synth["k"] == 2
     assert 0.0 <= synth["pass@1"] <= synth["pass@2"] <= 1.0
-    assert synth["entity"] is not None and first["datasets"]["test"]["overall"]["entity"] is None
+    assert synth["entity"] is not None
+    assert first["answer_rule"]["name"] == "last_answer_span_of_response"
     run = tmp_path / "a"
     report = (run / "report.md").read_text()
-    assert "Pass@1 [95% CI]" in report and "no ground-truth entities" in report
+    assert "Pass@1 [95% CI]" in report and "Answers: the stripped body" in report
     assert (run / "pass1_by_hops_synth_validation.png").stat().st_size > 1000
     assert (run / "entity_match_hist_synth_validation.png").stat().st_size > 1000
     rows = list(csv.DictReader((run / "summary.csv").open()))
-    assert [r["dataset"] for r in rows] == ["synth/validation", "test"]
-    assert len((run / "samples.jsonl").read_text().splitlines()) == 8 + 3 * 2
+    assert [r["dataset"] for r in rows] == ["synth/validation"]
+    assert len((run / "samples.jsonl").read_text().splitlines()) == 8
     assert list((run / "tensorboard").glob("events.out.tfevents.*"))
     from framework.eval.records import read_records
 
-    assert len(read_records(run / "records.jsonl.gz")) == 8 + 3 * 2  # every sample, archived
+    assert len(read_records(run / "records.jsonl.gz")) == 8  # every sample, archived
 
     eval_in_process(tmp_path / "b", "seed=1")
     out = eval_in_process(
@@ -60,6 +56,55 @@ def test_eval_writes_report_tables_plots_and_compares(tmp_path):
     assert out["pooled"]["base / synth/validation"]["runs"] == 2
     assert (tmp_path / "cmp" / "comparison.png").is_file()
     assert "Pooled over runs" in (tmp_path / "cmp" / "comparison.md").read_text()
+
+
+@pytest.mark.slow
+def test_eval_of_files_reports_only_them_and_each_data_source(tmp_path):
+    """files= evaluates those files only; a Search-R1-layout parquet with several data_source
+    values (each source keeping its own ids, as the merged test file does) gets one row per
+    source and the macro average, in results.json, by_source.csv and report.md."""
+    from framework.data.schema import write_parquet
+
+    plain = [
+        QAItem(f"nq-{i}", f"who wrote book {i}?", (f"author {i}",), None, None, None, "nq")
+        for i in range(3)
+    ]
+    write_split(plain, tmp_path / "nq", "test")
+    merged = [
+        QAItem(f"test_{i}", f"{src} question {i}?", (f"answer {i}",), None, None, None, src)
+        for src in ("triviaqa", "popqa", "bamboogle")
+        for i in range(2)
+    ]
+    write_parquet(merged, tmp_path / "merged" / "test.parquet", "test")
+    got = eval_in_process(
+        tmp_path / "run",
+        f"files=[{tmp_path}/nq/test.jsonl,{tmp_path}/merged/test.parquet]",
+    )  # questions=4 per source: all of them
+    assert set(got["datasets"]) == {"nq/test", "merged/test"}  # not the configured synth split
+    pairs = [(r["dataset"], r["data_source"]) for r in got["by_source"]["rows"]]
+    assert pairs == [
+        ("nq/test", "nq"),
+        ("merged/test", "triviaqa"),
+        ("merged/test", "popqa"),
+        ("merged/test", "bamboogle"),
+    ]
+    macro = got["by_source"]["macro"]
+    assert macro["sources"] == 4 and macro["questions"] == 3 + 6
+    means = [r["summary"]["pass@1"] for r in got["by_source"]["rows"]]
+    assert macro["pass@1"] == pytest.approx(sum(means) / 4)
+    run = tmp_path / "run"
+    rows = list(csv.DictReader((run / "by_source.csv").open()))
+    assert [r["data_source"] for r in rows] == [
+        "nq",
+        "triviaqa",
+        "popqa",
+        "bamboogle",
+        "macro average",
+    ]
+    report = (run / "report.md").read_text()
+    assert "## By data source" in report and "**macro average**" in report
+    assert "no ground-truth entities" in report
+    assert len((run / "samples.jsonl").read_text().splitlines()) == (3 + 6) * 2
 
 
 @pytest.mark.slow
