@@ -36,7 +36,7 @@ def evaluate(cfg: EvalConfig) -> dict[str, object]:
 def compare_runs(cfg: EvalConfig) -> dict[str, object]:
     """Put finished evaluations (or a sweep's) side by side, with no new rollouts; prints the
     comparison and writes ``comparison.md`` into ``cfg.run_dir``."""
-    from framework.eval.report import CompareError, compare
+    from framework.eval.compare import CompareError, compare
 
     run_dir = Path(cfg.run_dir)
     try:

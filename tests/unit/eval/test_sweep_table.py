@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from framework.eval import sweep
-from framework.eval.report import CompareError, compare, compare_inputs
+from framework.eval.compare import CompareError, compare, compare_inputs
 
 
 def _row(job: int, seed: int, acc: float, **extra) -> dict:
