@@ -94,6 +94,7 @@ BUILTIN_MODULES = (
     "framework.rollout.hf_backend",
     "framework.rollout.vllm_backend",
     "framework.rollout.seekrl_protocol",
+    "framework.rollout.search_r1",
     "framework.eval.judge",
     "framework.health.monitors",
     "framework.health.signals",

@@ -30,7 +30,7 @@ class AgentConfig:
 
     protocol: str = option(
         "seekrl",
-        "the agent's format, a registered protocol: seekrl (<tool_call> JSON)",
+        "the agent's format, a registered protocol: seekrl (<tool_call> JSON) or search_r1",
     )
     max_turns: int = option(8, "model turns per rollout")
     max_tool_calls: int = option(8, "tool calls per rollout (paper: 40)")
