@@ -13,6 +13,7 @@ from framework.registry.core import (
 )
 from framework.registry.kinds import (
     ADVANTAGES,
+    AGENT_PROTOCOLS,
     ALL,
     AUGMENTERS,
     DATASETS,
@@ -92,6 +93,8 @@ BUILTIN_MODULES = (
     "framework.data.datasets",
     "framework.rollout.hf_backend",
     "framework.rollout.vllm_backend",
+    "framework.rollout.seekrl_protocol",
+    "framework.rollout.search_r1",
     "framework.eval.judge",
     "framework.health.monitors",
     "framework.health.signals",
@@ -122,6 +125,7 @@ def load_components(*, plugins: bool | None = None) -> None:
 
 __all__ = [
     "ADVANTAGES",
+    "AGENT_PROTOCOLS",
     "ALL",
     "AUGMENTERS",
     "BUILTIN_MODULES",

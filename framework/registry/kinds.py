@@ -22,8 +22,10 @@ from typing import Any
 from framework.registry.core import Registry
 from framework.registry.protocols import (
     AdvantageFn,
+    AgentProtocolFactory,
     AugmenterFactory,
     BoundAdvantageFn,
+    BoundAgentProtocolFactory,
     BoundAugmenterFactory,
     BoundDatasetFn,
     BoundHealthMonitorFactory,
@@ -118,6 +120,19 @@ AUGMENTERS: Registry[AugmenterFactory, BoundAugmenterFactory] = Registry(
     methods=("augment(drawn: Drawn, ctx: AugmentContext) -> Augmented", *CHECKPOINTED),
 )
 
+AGENT_PROTOCOLS: Registry[AgentProtocolFactory, BoundAgentProtocolFactory] = Registry(
+    "protocol",
+    signature="cls(*, cfg)",
+    methods=(
+        "prompt_ids(tokenizer, question) -> list[int]",
+        "parse(text) -> Turn",
+        "observation(obs, tokenizer) -> tuple[str, list[int]]",
+    ),
+    # chosen by name on the agent config (``agent.protocol=search_r1``), not as a Hydra group: a
+    # protocol's options are agent settings (framework.rollout.protocol.build_protocol)
+    config_store=None,
+)
+
 ALL: dict[str, Registry[Any, Any]] = {
     r.group: r
     for r in (
@@ -129,6 +144,7 @@ ALL: dict[str, Registry[Any, Any]] = {
         AUGMENTERS,
         RETRIEVERS,
         ROLLOUT_BACKENDS,
+        AGENT_PROTOCOLS,
         DATASETS,
         JUDGES,
         HEALTH_MONITORS,

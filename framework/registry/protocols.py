@@ -344,3 +344,61 @@ class BoundHealthMonitorFactory(Protocol):
     """``HEALTH_MONITORS.bind(cfg)``: ``make()``."""
 
     def __call__(self) -> HealthMonitor: ...
+
+
+class AgentProtocol(Protocol):
+    """What an ``AGENT_PROTOCOLS`` class builds: the agent's text format, which the agent loop
+    asks for everything format-specific (:mod:`framework.rollout.protocol` explains each part).
+
+    The loop stays token-in/token-out whatever the protocol: it trains on the sampled tokens (cut
+    at a stop string by the backend) and on the ids :meth:`observation` returns, appended with loss
+    mask 0; earlier turns are never re-rendered. ``Turn``, ``Tool`` and ``Observation`` live in
+    :mod:`framework.rollout` (above the registries), hence ``Any`` here.
+    """
+
+    @property
+    def stop(self) -> tuple[str, ...]:
+        """Generation stops after any of these (the turn is then complete)."""
+        ...
+
+    @property
+    def tools(self) -> Mapping[str, Any]:
+        """The protocol's tools: name -> ``Tool`` (argument check, batched handler, statistic)."""
+        ...
+
+    @property
+    def segment_tags(self) -> tuple[tuple[str, str, str], ...]:
+        """``(kind, open tag, close tag)`` per tagged block: how a turn's tokens are segmented
+        (kinds from ``framework.types.SEGMENT_KINDS``; untagged text is ``other``)."""
+        ...
+
+    @property
+    def retry_invalid(self) -> bool:
+        """A turn that is no action is answered with an observation and the rollout goes on (True),
+        or it ends the rollout with a format error (False)."""
+        ...
+
+    def prompt_ids(self, tokenizer: Tokenizer, question: str) -> list[int]:
+        """The prompt's token ids: the system/user messages, with the question in its place."""
+        ...
+
+    def parse(self, text: str) -> Any:
+        """The ``Turn`` one model turn amounts to; never raises, whatever ``text`` is."""
+        ...
+
+    def observation(self, obs: Any, tokenizer: Tokenizer) -> tuple[str, list[int]]:
+        """The text and token ids appended after a turn for its ``Observation`` (tool results,
+        call errors, or why the turn was no action)."""
+        ...
+
+
+class AgentProtocolFactory(Protocol):
+    """``AGENT_PROTOCOLS``: ``cls(*, cfg)``."""
+
+    def __call__(self, *, cfg: Any) -> AgentProtocol: ...
+
+
+class BoundAgentProtocolFactory(Protocol):
+    """``AGENT_PROTOCOLS.bind(cfg)``: ``make()``."""
+
+    def __call__(self) -> AgentProtocol: ...

@@ -1,5 +1,9 @@
 """Text handling shared by rewards: tag extraction, answer normalisation and the answer metrics.
 
+The tags read here, ``<answer>`` and ``<think>``, are those of every shipped agent protocol
+(``seekrl`` and ``search_r1``, :mod:`framework.rollout.protocol`), so the rewards read a rollout
+the same way whichever protocol wrote it; a protocol with other answer tags would need its own.
+
 :data:`ANSWER_METRICS` is the one table of answer metrics (``em``, ``substring``, ``f1``): rewards,
 judges, the training accuracy and config validation all read it, so a new metric is one line there.
 """

@@ -22,6 +22,7 @@ from framework.problems import Problem, check_range
 from framework.rl.inputs import REQUIRING_SECTIONS, missing_providers
 from framework.rollout.config import AgentConfig
 from framework.sft.config import WarmStartConfig
+from framework.sft.expert import expert_protocol_problems
 from framework.training.checkpoints import latest_checkpoint
 from framework.training.lora import LoraConfig
 
@@ -206,6 +207,12 @@ class TrainConfig:
                     "of the step's rollouts itself",
                     "set optim.policy_epochs=1 (the loss's algorithm bundle does)",
                 )
+            )
+        if self.warm_start.sft:
+            out += expert_protocol_problems(
+                self.agent,
+                "warm_start.sft=true",
+                "set warm_start.sft=false to start RL from rollout.policy as it is",
             )
         correction = getattr(self.loss, "rollout_correction", "none")
         out += rollout_source_problems(correction, self.rollout)

@@ -1,11 +1,14 @@
-"""The agent loop's settings: its budgets, its tools' limits and the system prompt that describes
-the tools (apart from the loop, so the parser and the tools read them without importing it)."""
+"""The agent loop's settings: its protocol, its budgets, its tools' limits and the ``seekrl``
+protocol's system prompt (apart from the loop, so the parser, the tools and the protocols read them
+without importing it)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from framework.config import Problem, check_range, option
+from framework.registry import AGENT_PROTOCOLS, load_components
+from framework.registry.core import suggest_fix
 
 SYSTEM_PROMPT = """You are a research assistant who answers questions by searching a Wikipedia corpus.
 Think step by step inside <think> </think>. To search, write
@@ -18,8 +21,17 @@ Search as often as you need. When you know the answer, write it, as short as pos
 
 @dataclass
 class AgentConfig:
-    """Budgets and tool settings of the agent loop."""
+    """Protocol, budgets and tool settings of the agent loop.
 
+    ``protocol`` names the agent's text format in ``AGENT_PROTOCOLS``
+    (:mod:`framework.rollout.protocol`); a protocol's config fields named like a field here
+    (``system_prompt``) take this config's value, so its options are set as ``agent.<field>``.
+    """
+
+    protocol: str = option(
+        "seekrl",
+        "the agent's format, a registered protocol: seekrl (<tool_call> JSON) or search_r1",
+    )
     max_turns: int = option(8, "model turns per rollout")
     max_tool_calls: int = option(8, "tool calls per rollout (paper: 40)")
     max_new_tokens_per_turn: int = option(256, "tokens per model turn")
@@ -29,7 +41,9 @@ class AgentConfig:
     max_passage_chars: int = option(400, "characters per search result")
     max_visit_chars: int = option(1500, "characters of a visited page")
     system_prompt: str = option(
-        SYSTEM_PROMPT, "describes the tools (every tool of framework.rollout.tools.TOOLS)"
+        SYSTEM_PROMPT,
+        "the seekrl protocol's system prompt, naming its tools (framework.rollout.tools.TOOLS); "
+        "search_r1 uses Search-R1's own instruction instead",
     )
 
     def problems(self) -> list[Problem]:
@@ -40,4 +54,14 @@ class AgentConfig:
         out += check_range(self.max_invalid_calls, "max_invalid_calls", low=0)
         out += check_range(self.max_visit_chars, "max_visit_chars", low=1)
         out += check_range(self.max_total_tokens, "max_total_tokens", low=16)
+        out += self._protocol_problems()
         return out
+
+    def _protocol_problems(self) -> list[Problem]:
+        if self.protocol not in AGENT_PROTOCOLS:
+            load_components()  # a config checked before composing: register the built-ins first
+        if self.protocol in AGENT_PROTOCOLS:
+            return []
+        names = AGENT_PROTOCOLS.names()
+        _, fix = suggest_fix("agent.protocol", self.protocol, names)
+        return [Problem("protocol", self.protocol, f"one of {names}", fix)]

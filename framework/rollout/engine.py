@@ -1,6 +1,8 @@
 """The agent loop: batched multi-turn search-agent rollouts, token in and token out.
 
-Every active rollout of every group advances together: one backend call per turn generates the next
+What the text looks like (prompt, stop strings, how a turn is read, tools, observations, tagged
+blocks) is the loop's protocol's (:mod:`framework.rollout.protocol`, ``agent.protocol``). Every
+active rollout of every group advances together: one backend call per turn generates the next
 model turn for all of them; their tool calls are answered with one batched retriever call; each
 observation is tokenised once, on its own, and appended (loss mask 0). Earlier text is never
 re-tokenised, so ``token_ids`` is exactly what the policy was conditioned on.
@@ -11,22 +13,16 @@ from __future__ import annotations
 import bisect
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
-from framework.registry.protocols import Retriever, RolloutBackend
+from framework.registry.protocols import AgentProtocol, Retriever, RolloutBackend
 from framework.rollout.config import AgentConfig
-from framework.rollout.parser import (
-    ANSWER,
-    STOP_STRINGS,
-    THINK,
-    TOOL_CALL,
-    TOOL_RESPONSE,
-    ToolCall,
-    parse_turn,
-)
-from framework.rollout.policy import chat_prompt_ids
-from framework.rollout.tools import TOOLS, CountingRetriever, ToolResult, tool_stats
+from framework.rollout.parser import ToolCall
+from framework.rollout.protocol import Observation, build_protocol
+from framework.rollout.seekrl_protocol import SeekrlProtocol
+from framework.rollout.tools import CountingRetriever, Tool, ToolResult, tool_stats
 from framework.types import (
     STATUS_FORMAT_ERROR,
     STATUS_OK,
@@ -59,6 +55,12 @@ class _Rollout:
     forced: str = ""
     #: where ``forced``'s tokens start in ``traj.token_ids`` once placed (-1: not yet)
     forced_at: int = -1
+    #: the last model turn's text (forced text included), for the protocol's observation
+    turn_text: str = ""
+    #: why the last turn was no action, when the protocol answers it (``retry_invalid``)
+    invalid: str | None = None
+    #: turns that were no action and were answered (in ``invalid_calls``, not its limit)
+    retried: int = 0
 
 
 @dataclass(frozen=True)
@@ -89,14 +91,23 @@ class AgentLoop:
 
     Args:
         backend: batched generation (its tokenizer also encodes prompts and observations).
-        retriever: answers ``search`` and ``visit``.
-        cfg: budgets and tool settings.
+        retriever: answers the protocol's tools (``search`` and ``visit`` for ``seekrl``).
+        cfg: protocol, budgets and tool settings.
+        protocol: the agent's format (None: the one ``cfg.protocol`` names).
     """
 
-    def __init__(self, backend: RolloutBackend, retriever: Retriever, cfg: AgentConfig) -> None:
+    def __init__(
+        self,
+        backend: RolloutBackend,
+        retriever: Retriever,
+        cfg: AgentConfig,
+        *,
+        protocol: AgentProtocol | None = None,
+    ) -> None:
         self.backend = backend
         self.retriever = retriever
         self.cfg = cfg
+        self.protocol = protocol if protocol is not None else build_protocol(cfg)
         self.tok = backend.tokenizer
         #: seconds spent in the last run: generate (backend), retrieval (tools), total
         self.timings: dict[str, float] = {}
@@ -105,12 +116,9 @@ class AgentLoop:
         self._tools_retriever = CountingRetriever(retriever)
 
     def prompt_ids(self, question: str) -> list[int]:
-        """The chat-templated prompt: system message with the tools, then the question."""
-        messages = [
-            {"role": "system", "content": self.cfg.system_prompt},
-            {"role": "user", "content": question},
-        ]
-        return chat_prompt_ids(self.tok, messages)
+        """The protocol's prompt for ``question`` (``seekrl``: the system message with the tools,
+        then the question, chat-templated)."""
+        return self.protocol.prompt_ids(self.tok, question)
 
     def run(
         self,
@@ -189,7 +197,7 @@ class AgentLoop:
             (
                 "turns",
                 "tool_calls",
-                *tool_stats(),
+                *tool_stats(self.protocol.tools),
                 "invalid_calls",
                 "truncated_turns",
                 "generated_tokens",
@@ -219,15 +227,17 @@ class AgentLoop:
         )
         r = _Rollout(traj, forced=p.forced)
         for turn in traj.turns:
-            parsed = parse_turn(
+            parsed = self.protocol.parse(
                 self.tok.decode(src.token_ids[turn.start : turn.end], skip_special_tokens=False)
             )
             if parsed.think:
                 r.think.append(parsed.think)
+            if parsed.malformed is not None and turn.observation is not None:
+                r.retried += 1  # a turn that was no action, answered by the protocol
             traj.stats["tool_calls"] += len(turn.calls) + turn.invalid_calls
             traj.stats["invalid_calls"] += turn.invalid_calls
             for c in turn.calls:
-                _count_call(traj, c)
+                _count_call(traj, c, self.protocol.tools)
         traj.stats["turns"] = k
         traj.stats["generated_tokens"] = sum(traj.loss_mask)
         if src.rollout_logprobs is not None:
@@ -306,10 +316,11 @@ class AgentLoop:
         start = time.perf_counter()
         seqs, limits = [r.traj.token_ids for r, _ in live], [n for _, n in live]
         seeds = [int(r.seed) for r, _ in live if r.seed is not None]
+        stop = self.protocol.stop
         if len(seeds) == len(live):
-            outs = self.backend.generate(seqs, limits, STOP_STRINGS, seeds=seeds)
+            outs = self.backend.generate(seqs, limits, stop, seeds=seeds)
         else:
-            outs = self.backend.generate(seqs, limits, STOP_STRINGS)
+            outs = self.backend.generate(seqs, limits, stop)
         self.timings["generate"] += time.perf_counter() - start
         for (r, limit), gen in zip(live, outs, strict=True):
             self._absorb(r, gen.token_ids, gen.finish, limit, gen.logprobs)
@@ -331,12 +342,13 @@ class AgentLoop:
             r.logprobs.extend(float(x) for x in logprobs)
         else:
             r.logprobs = None
-        t.segments.extend(_segments(self.tok, new, text, start))
+        t.segments.extend(_segments(self.tok, new, text, start, self.protocol.segment_tags))
         t.turns.append(TurnSpan(start, len(t.token_ids)))
         t.response_text += text
         t.stats["turns"] += 1
         t.stats["generated_tokens"] += len(new)
-        turn = parse_turn(r.forced + text if r.forced_at >= 0 else text)
+        r.turn_text = r.forced + text if r.forced_at >= 0 else text
+        turn = self.protocol.parse(r.turn_text)
         r.forced = ""
         if turn.think:
             r.think.append(turn.think)
@@ -348,6 +360,9 @@ class AgentLoop:
             return
         if turn.malformed is not None:
             out_of_room = finish == "length" and len(t.token_ids) >= self.cfg.max_total_tokens
+            if not out_of_room and self.protocol.retry_invalid:
+                self._retry(r, turn.malformed)
+                return
             reason = "max_total_tokens" if out_of_room else turn.malformed
             self._finish(r, STATUS_OVER_BUDGET if out_of_room else STATUS_FORMAT_ERROR, reason)
             return
@@ -357,11 +372,24 @@ class AgentLoop:
             return
         t.stats["tool_calls"] += calls
         t.stats["invalid_calls"] += len(turn.errors)
-        if t.stats["invalid_calls"] > self.cfg.max_invalid_calls:
+        if t.stats["invalid_calls"] - r.retried > self.cfg.max_invalid_calls:
             self._finish(r, STATUS_FORMAT_ERROR, "too many invalid tool calls")
             return
         r.pending, r.errors = turn.calls, turn.errors
         t.turns[-1] = replace(t.turns[-1], calls=tuple(turn.calls), invalid_calls=len(turn.errors))
+
+    def _retry(self, r: _Rollout, why: str) -> None:
+        """A turn that is no action, which the protocol answers (its next observation says so)
+        instead of ending the rollout: one invalid call, outside ``max_invalid_calls``."""
+        t = r.traj
+        if t.stats["tool_calls"] + 1 > self.cfg.max_tool_calls:
+            self._finish(r, STATUS_OVER_BUDGET, "max_tool_calls")
+            return
+        t.stats["tool_calls"] += 1
+        t.stats["invalid_calls"] += 1
+        r.retried += 1
+        r.invalid = why
+        t.turns[-1] = replace(t.turns[-1], invalid_calls=1)
 
     def _place_forced(self, r: _Rollout) -> None:
         """Append ``r.forced``'s tokens (loss mask 0, log-prob 0.0) before the next turn."""
@@ -387,11 +415,11 @@ class AgentLoop:
             self.timings["retrieval"] += time.perf_counter() - start
 
     def _answer_calls(self, waiting: list[_Rollout]) -> None:
-        """Each tool of :data:`~framework.rollout.tools.TOOLS` answers all its pending calls at
-        once; each rollout then gets its observations in the order of its calls."""
+        """Each tool of the protocol answers all its pending calls at once; each rollout then gets
+        the protocol's observation of its results, in the order of its calls."""
         calls = [c for r in waiting for c in r.pending]
         results = [ToolResult("")] * len(calls)
-        for name, tool in TOOLS.items():
+        for name, tool in self.protocol.tools.items():
             mine = [i for i, c in enumerate(calls) if c.name == name]
             if mine:
                 answers = tool.answer([calls[i] for i in mine], self._tools_retriever, self.cfg)
@@ -400,18 +428,17 @@ class AgentLoop:
         start = 0
         for r in waiting:
             for c in r.pending:
-                _count_call(r.traj, c)
+                _count_call(r.traj, c, self.protocol.tools)
             answered = results[start : start + len(r.pending)]
-            body = "\n\n".join([x.text for x in answered] + [f"Error: {e}" for e in r.errors])
+            obs = Observation(r.turn_text, tuple(answered), tuple(r.errors), r.invalid)
             evidence = "\n\n".join(x.evidence for x in answered if x.evidence)
             start += len(r.pending)
-            r.pending, r.errors = [], []
-            self._append_observation(r, body, evidence)
+            r.pending, r.errors, r.invalid = [], [], None
+            text, ids = self.protocol.observation(obs, self.tok)
+            self._append_observation(r, text, ids, evidence)
 
-    def _append_observation(self, r: _Rollout, body: str, evidence: str = "") -> None:
+    def _append_observation(self, r: _Rollout, text: str, ids: list[int], evidence: str) -> None:
         t = r.traj
-        text = f"\n{TOOL_RESPONSE[0]}\n{body}\n{TOOL_RESPONSE[1]}\n"
-        ids = [int(i) for i in self.tok.encode(text, add_special_tokens=False)]
         if len(t.token_ids) + len(ids) > self.cfg.max_total_tokens:
             self._finish(r, STATUS_OVER_BUDGET, "max_total_tokens")
             return
@@ -439,24 +466,31 @@ class AgentLoop:
             r.traj.rollout_logprobs = [0.0] * r.traj.prompt_len + r.logprobs
 
 
-def _count_call(traj: Trajectory, call: ToolCall) -> None:
+def _count_call(traj: Trajectory, call: ToolCall, tools: Mapping[str, Tool]) -> None:
     """Add ``call`` to its tool's counter in ``traj.stats`` (``queries``, ``visits``, ...)."""
-    tool = TOOLS[call.name]
+    tool = tools[call.name]
     traj.stats[tool.stat] = traj.stats.get(tool.stat, 0) + tool.count(call)
 
 
-_TAGGED = re.compile(
-    "|".join(f"{re.escape(a)}.*?(?:{re.escape(b)}|\\Z)" for a, b in (THINK, TOOL_CALL, ANSWER)),
-    re.DOTALL,
-)
-_KIND = {THINK[0]: "think", TOOL_CALL[0]: "tool_call", ANSWER[0]: "answer"}
+Tags = tuple[tuple[str, str, str], ...]
 
 
-def _segments(tok: object, ids: list[int], text: str, start: int) -> list[Segment]:
+@lru_cache(maxsize=16)
+def _tagged(tags: Tags) -> tuple[re.Pattern[str], dict[str, str]]:
+    """The pattern of every tagged block (an unclosed one runs to the end) and open tag -> kind."""
+    pattern = re.compile(
+        "|".join(f"{re.escape(a)}.*?(?:{re.escape(b)}|\\Z)" for _, a, b in tags), re.DOTALL
+    )
+    return pattern, {a: kind for kind, a, _ in tags}
+
+
+def _segments(
+    tok: object, ids: list[int], text: str, start: int, tags: Tags | None = None
+) -> list[Segment]:
     """Spans of one model turn by kind: each token takes the kind of the block its text starts in."""
     if not ids:
         return []
-    kinds = token_kinds(text, _char_ends(tok, ids))
+    kinds = token_kinds(text, _char_ends(tok, ids), tags)
     out: list[Segment] = []
     for i, kind in enumerate(kinds):
         if out and out[-1].kind == kind and out[-1].end == start + i:
@@ -466,19 +500,21 @@ def _segments(tok: object, ids: list[int], text: str, start: int) -> list[Segmen
     return out
 
 
-def token_kinds(text: str, ends: Sequence[int]) -> list[str]:
+def token_kinds(text: str, ends: Sequence[int], tags: Tags | None = None) -> list[str]:
     """The block kind (think, tool_call, answer, other) each token's text starts in.
 
     Args:
         text: the decoded turn.
         ends: ``[T]`` character offset in ``text`` where each token ends.
+        tags: ``(kind, open, close)`` per block (a protocol's ``segment_tags``; None: ``seekrl``'s).
 
     Returns:
         ``[T]`` kinds; ``O(len(text) + T log blocks)`` (blocks are found by binary search).
     """
+    pattern, kind_of = _tagged(SeekrlProtocol.segment_tags if tags is None else tags)
     spans = [
-        (m.start(), m.end(), _KIND[next(k for k in _KIND if m.group(0).startswith(k))])
-        for m in _TAGGED.finditer(text)
+        (m.start(), m.end(), kind_of[next(k for k in kind_of if m.group(0).startswith(k))])
+        for m in pattern.finditer(text)
     ]
     starts = [s for s, _, _ in spans]  # sorted and non-overlapping (finditer)
     kinds = []

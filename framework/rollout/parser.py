@@ -1,6 +1,9 @@
-"""The agent's output format, and a parser for one model turn that never raises.
+"""The ``seekrl`` protocol's output format, and a parser for one model turn that never raises.
 
-A turn is free text with tagged blocks (METHODS.md's ReAct format)::
+These tags and :func:`parse_turn` are the ``seekrl`` protocol's
+(:mod:`framework.rollout.seekrl_protocol`); the agent loop asks its protocol, not this module.
+:class:`Turn` is what every protocol's ``parse`` returns. A ``seekrl`` turn is free text with
+tagged blocks (METHODS.md's ReAct format)::
 
     <think>...</think>
     <tool_call>{"name": "search", "arguments": {"queries": ["...", "..."]}}</tool_call>

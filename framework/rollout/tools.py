@@ -1,17 +1,18 @@
 """The agent's tools, one table: each tool's argument check and its handler.
 
-:data:`TOOLS` maps a tool name to a :class:`Tool`. The parser
-(:func:`framework.rollout.parser.parse_call`) asks it whether a name is a tool and how to read its
-arguments; the agent loop (:class:`framework.rollout.engine.AgentLoop`) asks it how to answer the
-calls and which rollout statistic each call counts towards. Adding a tool is one line in
-:data:`TOOLS` (plus its two functions); the system prompt that describes the tools to the model
-stays in the agent config (``agent.system_prompt``), and a test checks that it names exactly the
-tools of this table.
+:data:`TOOLS` is the ``seekrl`` protocol's table (another protocol brings its own, built from the
+same :class:`Tool` and, for search, :func:`search_results`). It maps a tool name to a
+:class:`Tool`. The parser (:func:`framework.rollout.parser.parse_call`) asks it whether a name is a
+tool and how to read its arguments; the agent loop (:class:`framework.rollout.engine.AgentLoop`)
+asks its protocol's table how to answer the calls and which rollout statistic each call counts
+towards. Adding a tool is one line in :data:`TOOLS` (plus its two functions); the system prompt
+that describes the tools to the model stays in the agent config (``agent.system_prompt``), and a
+test checks that it names exactly the tools of this table.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from framework.registry.protocols import Retriever
@@ -24,6 +25,7 @@ from framework.retrieval.types import (
 from framework.rollout.config import AgentConfig
 from framework.types import (  # ToolCall re-exported: the parser and the tests import it from here
     Document,
+    Hit,
     ToolCall,
 )
 
@@ -107,26 +109,40 @@ def parse_search(args: dict[str, object]) -> ToolCall | str:
 def answer_search(
     calls: Sequence[ToolCall], retriever: Retriever, cfg: AgentConfig
 ) -> list[ToolResult]:
-    """The top ``cfg.search_k`` passages of every query: all distinct queries in one retriever call,
-    and query by query only when that call fails (one bad query must not cost the others)."""
+    """The top ``cfg.search_k`` passages of every query of ``calls``, each call's as one result
+    (:func:`search_results` asks the retriever)."""
+    results = search_results(calls, retriever, cfg.search_k)
+    return [_search_observation(c, results, cfg) for c in calls]
+
+
+def search_results(
+    calls: Sequence[ToolCall], retriever: Retriever, k: int
+) -> dict[str, list[Hit] | str]:
+    """Query -> its top ``k`` hits, or why its search failed: all distinct queries of ``calls`` in
+    one retriever call, and query by query only when that call fails (one bad query must not cost
+    the others). Every protocol's search tool asks the retriever through this.
+
+    Raises:
+        RetrieverUnavailable: no query can be answered (the rollout cannot go on).
+    """
     unique = list(dict.fromkeys(q for c in calls for q in c.queries))
-    results: dict[str, list | str] = {}
+    results: dict[str, list[Hit] | str] = {}
     if unique:
         try:
-            results = dict(zip(unique, retriever.search(unique, cfg.search_k), strict=True))
+            results = dict(zip(unique, retriever.search(unique, k), strict=True))
         except RetrieverUnavailable:
             raise  # no query can be answered: the rollout cannot go on
         except (QueryError, RetrievalError):
             for q in unique:
                 try:
-                    results[q] = retriever.search([q], cfg.search_k)[0]
+                    results[q] = retriever.search([q], k)[0]
                 except RetrieverUnavailable:
                     raise
                 except (QueryError, RetrievalError) as exc:
                     results[q] = f"search failed: {first_line(exc)}"
     if isinstance(retriever, CountingRetriever):
         retriever.record(results)
-    return [_search_observation(c, results, cfg) for c in calls]
+    return results
 
 
 class CountingRetriever:
@@ -140,7 +156,7 @@ class CountingRetriever:
         self.inner = inner
         self.counts = {"queries": 0, "empty": 0, "failed": 0}
 
-    def record(self, results: dict[str, list | str]) -> None:
+    def record(self, results: Mapping[str, list[Hit] | str]) -> None:
         self.counts["queries"] += len(results)
         self.counts["failed"] += sum(isinstance(r, str) for r in results.values())
         self.counts["empty"] += sum(isinstance(r, list) and not r for r in results.values())
@@ -156,7 +172,7 @@ class CountingRetriever:
 
 
 def _search_observation(
-    call: ToolCall, results: dict[str, list | str], cfg: AgentConfig
+    call: ToolCall, results: Mapping[str, list[Hit] | str], cfg: AgentConfig
 ) -> ToolResult:
     """Each query's header then its numbered passages; the evidence is the passages alone (a
     failure and the header, which repeats the model's query, are not)."""
@@ -216,6 +232,7 @@ TOOLS: dict[str, Tool] = {
 }
 
 
-def tool_stats() -> tuple[str, ...]:
-    """The rollout statistics that the tools count, in table order (no repeats)."""
-    return tuple(dict.fromkeys(tool.stat for tool in TOOLS.values()))
+def tool_stats(tools: Mapping[str, Tool] | None = None) -> tuple[str, ...]:
+    """The rollout statistics that ``tools`` (default: :data:`TOOLS`, the ``seekrl`` protocol's)
+    count, in table order (no repeats)."""
+    return tuple(dict.fromkeys(tool.stat for tool in (TOOLS if tools is None else tools).values()))

@@ -13,7 +13,7 @@ from framework.config.app import RUN_DIR, schedule_problems, target_problems
 from framework.lightning.trainer import TrainerConfig
 from framework.problems import Problem, check, check_range
 from framework.rollout.config import AgentConfig
-from framework.sft.expert import ExpertConfig
+from framework.sft.expert import ExpertConfig, expert_protocol_problems
 from framework.training.checkpoints import policy_folder
 from framework.training.lora import LoraConfig
 
@@ -92,4 +92,5 @@ class SFTConfig:
         out = target_problems(self.logger, "logger")
         out += check_range(self.val_fraction, "val_fraction", low=0.0, high=0.5)
         out += check_range(self.eval_questions, "eval_questions", low=0)
+        out += expert_protocol_problems(self.agent, "the sft app")
         return out

@@ -7,6 +7,10 @@ article when the snippets are cut short), and finally answers ``ek``. The expert
 ordinary agent loop as a scripted rollout backend, so its trajectories have exactly the token layout
 of policy rollouts (chat template, observation tokenisation, loss mask).
 
+The expert writes the ``seekrl`` protocol's format (``<tool_call>`` JSON, ``<tool_response>``
+observations), so it runs only with ``agent.protocol=seekrl``
+(:func:`expert_protocol_problems`).
+
 A trajectory is kept only when every entity it names was really in an observation before it named
 it and it ends with the gold answer; otherwise it is dropped and the reason counted. Wording, number
 of queries, extra (failed) searches and optional visits vary with a seeded RNG.
@@ -23,13 +27,38 @@ from typing import Any
 
 import torch
 
-from framework.config import Problem, check_range, option
+from framework.config import ConfigError, Problem, check_range, option
 from framework.data.schema import QAItem
 from framework.data.synthesis import with_article
 from framework.rewards.text import exact_match
 from framework.rollout.config import AgentConfig
 from framework.rollout.engine import AgentLoop
 from framework.types import STATUS_OK, STATUS_OVER_BUDGET, Generation, Trajectory
+
+#: the protocol whose format the expert's scripted turns are written in
+EXPERT_PROTOCOL = "seekrl"
+
+
+def expert_protocol_problems(agent: AgentConfig, what: str, instead: str = "") -> list[Problem]:
+    """A problem when ``agent.protocol`` is not the expert's (its turns are seekrl text).
+
+    Args:
+        agent: the agent config of the run.
+        what: what uses the expert, for the message (``warm_start.sft=true``).
+        instead: the other way out, for the fix (``set warm_start.sft=false ...``).
+    """
+    if agent.protocol == EXPERT_PROTOCOL:
+        return []
+    fix = f"set agent.protocol={EXPERT_PROTOCOL}" + (f", or {instead}" if instead else "")
+    return [
+        Problem(
+            "agent.protocol",
+            agent.protocol,
+            f"'{EXPERT_PROTOCOL}' with {what}: the cold-start expert writes seekrl's <tool_call> "
+            "format only",
+            fix,
+        )
+    ]
 
 
 @dataclass
@@ -251,7 +280,14 @@ def expert_trajectories(
     *,
     progress: Any = None,
 ) -> tuple[list[tuple[QAItem, Trajectory]], ExpertReport]:
-    """Expert trajectories for ``items`` (those that pass the evidence check) and the report."""
+    """Expert trajectories for ``items`` (those that pass the evidence check) and the report.
+
+    Raises:
+        ConfigError: ``agent.protocol`` is not ``seekrl`` (the expert writes seekrl's format).
+    """
+    wrong = expert_protocol_problems(agent, "expert trajectories")
+    if wrong:
+        raise ConfigError(wrong)
     report = ExpertReport(requested=len(items))
     kept: list[tuple[QAItem, Trajectory]] = []
     usable = []

@@ -26,6 +26,7 @@ def test_every_kind_declared_once():
         "augment",
         "retriever",
         "rollout",
+        "protocol",
         "dataset",
         "judge",
         "health_monitor",
@@ -50,3 +51,10 @@ def test_input_providers_are_looked_up_by_name_not_chosen_in_a_config():
     load_components(plugins=False)
     assert "answer_probs" in ALL["input"].names()
     assert "input" not in ConfigStore.instance().repo  # no Hydra group: not a config choice
+
+
+def test_protocols_are_chosen_by_agent_protocol_not_by_a_group():
+    load_components(plugins=False)
+    assert {"seekrl", "search_r1"} <= set(ALL["protocol"].names())
+    assert ALL["protocol"].get("seekrl").source == "seekrl"
+    assert "protocol" not in ConfigStore.instance().repo  # agent.protocol=<name> selects one
