@@ -481,6 +481,13 @@ class FilesDatasetConfig(ComponentConfig):
         return h.hexdigest()
 
 
+def split_source(cfg: Any, split: str) -> str:
+    """The file a dataset config's ``split`` is read from, for messages."""
+    if hasattr(cfg, "directory"):  # synthesized data
+        return str(cfg.directory() / f"{split}.jsonl")
+    return str(getattr(cfg, split, None) or f"dataset={cfg.name} ({split})")
+
+
 def data_key(cfg: Any) -> str | None:
     """What identifies a dataset config's questions (``cfg.key()``), None for one without a key: a
     cache of anything made from the questions (the cold-start SFT) must change when they do."""
