@@ -11,7 +11,11 @@ the prompt, and finds the entity annotations (``entities``, ``hops``, ``chain``,
 ``mentions``, ``template``, ``answerable``) in ``extra_info``.
 
 The only difference from seekrl's own parquet files (:func:`framework.data.schema.write_split`) is
-the prompt, which there holds the plain question.
+the prompt, which there holds the plain question. The instruction is the ``search_r1`` protocol's
+(:func:`framework.rollout.search_r1.prompt_text`, reproduced from Search-R1's ``make_prefix``), so a
+seekrl run with ``agent.protocol=search_r1`` on an exported file sees the prompt the file holds.
+Search-R1's scripts also append ``?`` to a question without one; the export leaves the question as
+written (seekrl-synth's imperative "Name the ... refers to." would read ``to.?``).
 """
 
 from __future__ import annotations
@@ -23,34 +27,7 @@ from pathlib import Path
 from framework.data.datasets import SynthDatasetConfig, synth_ready, synthesize
 from framework.data.schema import DatasetError, QAItem, read_dataset, write_parquet_rows
 from framework.data.synthesis import SPLITS
-
-#: Search-R1's instruction, reproduced word for word (its typo "as your want" included) from
-#: ``make_prefix`` (template ``base``) in its ``scripts/data_process/nq_search.py`` and
-#: ``qa_search_train_merge.py`` (Search-R1 authors, Apache-2.0); ``{question}`` is the question
-SEARCH_R1_INSTRUCTION = (
-    "Answer the given question. "
-    "You must conduct reasoning inside <think> and </think> first every time you get new "
-    "information. "
-    "After reasoning, if you find you lack some knowledge, you can call a search engine by "
-    "<search> query </search> and it will return the top searched results between <information> "
-    "and </information>. "
-    "You can search as many times as your want. "
-    "If you find no further external knowledge needed, you can directly provide the answer inside "
-    "<answer> and </answer>, without detailed illustrations. For example, <answer> Beijing "
-    "</answer>. Question: {question}\n"
-)
-
-
-def search_r1_question(question: str) -> str:
-    """The question as Search-R1's scripts put it in the prompt: stripped, ``?`` appended when it
-    does not end with one."""
-    question = question.strip()
-    return question if question.endswith("?") else question + "?"
-
-
-def search_r1_prompt(question: str) -> str:
-    """Search-R1's user message for ``question``: its instruction, then the question."""
-    return SEARCH_R1_INSTRUCTION.format(question=search_r1_question(question))
+from framework.rollout.search_r1 import prompt_text
 
 
 def write_search_r1_split(items: Sequence[QAItem], path: str | os.PathLike, split: str) -> Path:
@@ -68,7 +45,7 @@ def write_search_r1_split(items: Sequence[QAItem], path: str | os.PathLike, spli
     rows = []
     for index, item in enumerate(items):
         row = item.to_row(split, index)
-        row["prompt"] = [{"role": "user", "content": search_r1_prompt(item.question)}]
+        row["prompt"] = [{"role": "user", "content": prompt_text(item.question)}]
         rows.append(row)
     return write_parquet_rows(rows, path)
 
@@ -114,9 +91,7 @@ def export_search_r1(
 
 
 __all__ = [
-    "SEARCH_R1_INSTRUCTION",
     "export_search_r1",
     "export_splits",
-    "search_r1_prompt",
     "write_search_r1_split",
 ]

@@ -8,12 +8,9 @@ import pytest
 from framework.data import search_r1
 from framework.data.datasets import FilesDatasetConfig, SynthConfig, files_dataset
 from framework.data.schema import COLUMNS, DatasetError, QAItem, read_dataset
-from framework.data.search_r1 import (
-    export_search_r1,
-    search_r1_prompt,
-    write_search_r1_split,
-)
+from framework.data.search_r1 import export_search_r1, write_search_r1_split
 from framework.data.synthesis import SPLITS
+from framework.rollout.search_r1 import prompt_text
 from tests.unit.data.test_synthesis import grid_articles, synth_cfg, write_corpus
 
 #: Search-R1's make_prefix(template_type="base") for the question "Who wrote Jaws", typed out from
@@ -30,9 +27,8 @@ SEARCH_R1_JAWS = (
 
 
 def test_prompt_is_search_r1s_instruction():
-    # Search-R1 strips the question and appends "?" when it has none
-    assert search_r1_prompt("  Who wrote Jaws ") == SEARCH_R1_JAWS
-    assert search_r1_prompt("Who wrote Jaws?") == SEARCH_R1_JAWS
+    # the search_r1 protocol's prompt, which the export writes, is make_prefix's text
+    assert prompt_text("Who wrote Jaws?") == SEARCH_R1_JAWS
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +51,7 @@ def test_export_writes_search_r1_rows(exported):
     rows = pq.read_table(out / "train.parquet").to_pylist()
     assert tuple(rows[0]) == COLUMNS  # id, question, golden_answers, data_source, prompt, ...
     for index, row in enumerate(rows):
-        assert row["prompt"] == [{"role": "user", "content": search_r1_prompt(row["question"])}]
+        assert row["prompt"] == [{"role": "user", "content": prompt_text(row["question"])}]
         assert row["ability"] == "fact-reasoning" and row["data_source"] == "seekrl_synth"
         assert row["reward_model"] == {
             "style": "rule",
@@ -103,7 +99,7 @@ def test_synth_app_export_option(exported, tmp_path):
 def test_an_empty_split_is_refused(tmp_path):
     with pytest.raises(DatasetError, match=r"got 0 test questions"):
         write_search_r1_split([], tmp_path / "test.parquet", "test")
-    item = QAItem("a", "Who wrote Jaws", ("Peter Benchley",), None, None, None, "nq")
+    item = QAItem("a", "Who wrote Jaws?", ("Peter Benchley",), None, None, None, "nq")
     path = write_search_r1_split([item], tmp_path / "t.parquet", "test")
     assert pq.read_table(path).to_pylist()[0]["prompt"][0]["content"] == SEARCH_R1_JAWS
     assert read_dataset(path) == [item]
