@@ -184,16 +184,34 @@ class SynthConfig:
 
     run_dir: str = RUN_DIR
     dataset: Any = MISSING
+    export_search_r1: str | None = option(
+        None,
+        "a folder to write train/validation/test.parquet to in Search-R1's layout (its "
+        "instruction prompt; the entities in extra_info), from the splits for these settings "
+        "(synthesized first unless cached); None = synthesize only",
+    )
 
     def problems(self) -> list[Problem]:
         name = getattr(self.dataset, "name", None)
-        return check(
+        out = check(
             name == "synth",
             "dataset.name",
             name,
             "synth (the synthesized dataset)",
             "run seekrl-synth with dataset=synth; other datasets are read, not written",
         )
+        own = getattr(self.dataset, "output_dir", None)
+        if self.export_search_r1 is not None and own:
+            out += check(
+                Path(self.export_search_r1).expanduser().resolve()
+                != Path(own).expanduser().resolve(),
+                "export_search_r1",
+                self.export_search_r1,
+                "a folder other than dataset.output_dir (whose parquet files hold the plain "
+                "question as the prompt)",
+                "pick another folder, e.g. export_search_r1=data/search_r1",
+            )
+        return out
 
 
 def synthesize(cfg: SynthDatasetConfig, *, log: Any = print) -> Path:
@@ -479,6 +497,13 @@ class FilesDatasetConfig(ComponentConfig):
                     for block in iter(lambda: f.read(1 << 20), b""):
                         h.update(block)
         return h.hexdigest()
+
+
+def split_source(cfg: Any, split: str) -> str:
+    """The file a dataset config's ``split`` is read from, for messages."""
+    if hasattr(cfg, "directory"):  # synthesized data
+        return str(cfg.directory() / f"{split}.jsonl")
+    return str(getattr(cfg, split, None) or f"dataset={cfg.name} ({split})")
 
 
 def data_key(cfg: Any) -> str | None:

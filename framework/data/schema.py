@@ -694,10 +694,19 @@ def write_parquet(items: Iterable[QAItem], path: PathLike, split: str) -> Path:
     Raises:
         DatasetError: no items, a bad split name, or ``extra`` values parquet cannot hold.
     """
-    rows = _rows(items, Path(path), split)
+    return write_parquet_rows(_rows(items, Path(path), split), path)
+
+
+def write_parquet_rows(rows: Sequence[dict[str, Any]], path: PathLike) -> Path:
+    """Write rows made by :meth:`QAItem.to_row` (possibly with another ``prompt``) as parquet,
+    atomically.
+
+    Raises:
+        DatasetError: ``extra`` values parquet cannot hold.
+    """
     schema = parquet_schema(rows, path)
     try:
-        table = pa.Table.from_pylist(rows, schema=schema)
+        table = pa.Table.from_pylist(list(rows), schema=schema)
     except (pa.ArrowException, TypeError, ValueError) as exc:
         raise DatasetError(
             _message(

@@ -31,7 +31,7 @@ from framework.retrieval.dense import FaissRetrieverConfig, embeddings_path, fai
 from framework.retrieval.local import MANIFEST, LocalRetrieverConfig
 from framework.retrieval.types import RetrievalError, RetrieverConfigBase
 from framework.rl.config import TrainConfig
-from framework.rl.stages import load_training_data
+from framework.rl.stages import checked_training_data
 from framework.rollout.policy import PolicyConfig, policy_source
 from framework.sft.warm_start import warm_start_sft
 from framework.training.precision import native_bf16_on
@@ -321,13 +321,15 @@ def dry_run(cfg: TrainConfig) -> None:
     print()
     print(render_estimates(job_estimates(cfg, stages)))
     if all(s.ready for s in stages if s.name == "questions"):
-        try:  # the data exists: check its schema and the reward's needs now
-            splits = load_training_data(cfg)
+        try:  # the data exists: check its schema, the reward's and the warm start's needs now
+            splits, notes = checked_training_data(cfg)
         except DatasetError as exc:
             print(exc, file=sys.stderr)
             raise SystemExit(2) from None
         sizes = ", ".join(f"{k} {len(v)}" for k, v in splits.items())
         print(f"  data               {sizes} questions, checked")
+        for note in notes:
+            print(f"                     {note}")
     print()
     print(render_components(describe()))
     print("\nseekrl-train: dry run; drop dry_run=true to train.")

@@ -3,7 +3,8 @@
 :func:`run` is the whole of ``seekrl-train`` (:mod:`framework.cli.train`) after a dry run's check:
 
 1. the retrieval index and the questions (:mod:`framework.rl.stages`), each a stage line of its
-   own counting down from the recorded-rate plan (:func:`framework.rl.plan.job_stages`);
+   own counting down from the recorded-rate plan (:func:`framework.rl.plan.job_stages`); questions
+   that exist already (user files, cached splits) are read and checked before the index is built;
 2. the SFT warm start (:func:`framework.sft.warm_start.warm_start`), cached and shared by every arm;
 3. RL: :func:`build` and :func:`fit` below, resumed from ``cfg.resume`` when it names a checkpoint;
 4. the exported policy, then the final comparison of the warm start and the trained policy
@@ -59,7 +60,7 @@ from framework.rl.data import QuestionDataModule
 from framework.rl.final import final_evaluation
 from framework.rl.module import CheckpointMismatch, SearchAgentRL
 from framework.rl.plan import job_stages
-from framework.rl.stages import build_index, load_training_data
+from framework.rl.stages import build_index, data_ready, load_training_data
 from framework.rl.summary import record_sweep_job, report, run_summary
 from framework.rollout.policy import PolicyError
 from framework.sft.warm_start import warm_start
@@ -94,10 +95,13 @@ def run(cfg: TrainConfig) -> float | None:
     announce_precision(cfg.trainer)
     job = job_stages(cfg)
     with _user_errors(DatasetError, RetrievalError):
+        # data that exists is read and checked first: what the run refuses, it refuses in seconds,
+        # not after building an index
+        splits = load_training_data(cfg) if data_ready(cfg) else None
         with job.stage("index"):
             build_index(cfg)
         with job.stage("questions"):
-            splits = load_training_data(cfg)
+            splits = load_training_data(cfg) if splits is None else splits
     with job.stage("warm start (SFT)"):
         cfg = warm_start(cfg)
     job.begin("RL")  # ended before the final comparison, or by the summary

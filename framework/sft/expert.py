@@ -271,6 +271,59 @@ class ExpertReport:
         }
 
 
+#: what the expert reads from a question besides its text and answers: the walk it follows
+EXPERT_FIELDS = (
+    "extra_info.entities (2 or more: the anchor the question names, then one per hop, the answer "
+    "last), extra_info.chain (per entity the title of its article in the retriever's corpus: the "
+    "expert visits chain[k] when the snippets fall short) and extra_info.clues / "
+    "extra_info.mentions (one per hop: the description the question gives of entity k, and the "
+    "name under which entity k-1's article mentions it), as seekrl-synth writes them"
+)
+
+
+def usable_questions(items: Sequence[QAItem]) -> tuple[list[QAItem], Counter]:
+    """The questions the expert can follow, and why each other one is dropped before it runs.
+
+    The expert follows a question's walk ``e0 -> ... -> ek`` (:data:`EXPERT_FIELDS`), so a question
+    needs at least two entities, a chain with a document per hop, and one clue and one mention per
+    hop; a question asked twice is written once. What needs the retriever (is each mention in the
+    results?) is checked only when the expert runs.
+
+    Returns:
+        The usable questions in order, and a count per drop reason.
+    """
+    usable: list[QAItem] = []
+    dropped: Counter = Counter()
+    seen_questions: set[str] = set()
+    for it in items:
+        hops = len(it.entities or ()) - 1
+        if hops < 1:
+            dropped["fewer than 2 entities"] += 1
+        elif not it.chain:
+            dropped["no chain"] += 1
+        elif len(it.chain) < hops:
+            dropped["chain shorter than its hops"] += 1
+        elif not (
+            _per_hop(it.extra.get("clues"), hops) and _per_hop(it.extra.get("mentions"), hops)
+        ):
+            dropped["no clues or mentions (not a seekrl-synth question)"] += 1
+        elif it.question in seen_questions:
+            dropped["duplicate question"] += 1
+        else:
+            seen_questions.add(it.question)
+            usable.append(it)
+    return usable, dropped
+
+
+def _per_hop(values: Any, hops: int) -> bool:
+    """Whether ``values`` is a list of ``hops`` non-blank strings."""
+    return (
+        isinstance(values, list)
+        and len(values) == hops
+        and all(isinstance(v, str) and v.strip() for v in values)
+    )
+
+
 def expert_trajectories(
     items: Sequence[QAItem],
     retriever: Any,
@@ -290,21 +343,8 @@ def expert_trajectories(
         raise ConfigError(wrong)
     report = ExpertReport(requested=len(items))
     kept: list[tuple[QAItem, Trajectory]] = []
-    usable = []
-    seen_questions: set[str] = set()
-    for it in items:
-        if not it.entities or not it.chain or len(it.entities) < 2:
-            report.dropped["no chain or entities"] += 1
-        elif (
-            len(it.extra.get("clues") or []) != len(it.entities) - 1
-            or len(it.extra.get("mentions") or []) != len(it.entities) - 1
-        ):
-            report.dropped["no clues or mentions (not a seekrl-synth question)"] += 1
-        elif it.question in seen_questions:
-            report.dropped["duplicate question"] += 1
-        else:
-            seen_questions.add(it.question)
-            usable.append(it)
+    usable, dropped = usable_questions(items)
+    report.dropped.update(dropped)
     rng = random.Random(cfg.seed)
     step = cfg.batch_questions
     for start in range(0, len(usable), step):

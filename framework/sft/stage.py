@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from framework.data.datasets import split_source
 from framework.data.leakage import refuse_leaks, trained_text_overlaps
 from framework.data.schema import DatasetError
 from framework.lightning.run_info import save_run_info
@@ -38,8 +39,15 @@ from framework.rollout.policy import load_policy
 from framework.rollout.scoring import score
 from framework.sft.config import SFTConfig
 from framework.sft.expert import expert_trajectories
+from framework.sft.questions import expert_questions, require_expert_questions
 from framework.training.checkpoints import checkpoint_step, newest_checkpoint
 from framework.training.lora import apply_lora, export_policy
+
+#: how to do without ``seekrl-sft`` when the data has no walks for its expert
+SFT_OFF = (
+    "train on seekrl-synth's questions (dataset=synth), or start RL from the policy as it is "
+    "(seekrl-train warm_start.sft=false)"
+)
 
 
 def agent_check(
@@ -130,6 +138,8 @@ def run_sft(cfg: SFTConfig, *, quiet: bool = False) -> dict[str, Any]:
         quiet: leave out the precision line (the train app's warm start has printed it).
 
     Raises:
+        DatasetError: the expert can follow fewer than one SFT batch of its questions
+            (:func:`~framework.sft.questions.require_expert_questions`), found before anything loads.
         SystemExit: status 2 with a message when no expert trajectory could be made; status
             ``INTERRUPTED`` after SIGINT / SIGTERM, once the step checkpoint is saved.
     """
@@ -149,8 +159,18 @@ def run_sft(cfg: SFTConfig, *, quiet: bool = False) -> dict[str, Any]:
     save_run_info(cfg, run_dir)
     load = DATASETS.bind(cfg.dataset)
     train_items = load("train")
-    limit = cfg.expert.questions or len(train_items)
-    chosen = random.Random(cfg.seed).sample(train_items, min(limit, len(train_items)))
+    # before the retriever and the policy load: data the expert cannot follow is refused in seconds
+    require_expert_questions(
+        train_items,
+        cfg.expert,
+        cfg.optim.batch_size,
+        seed=cfg.seed,
+        source=split_source(cfg.dataset, "train"),
+        where="sft",
+        keys="",
+        off=SFT_OFF,
+    )
+    chosen = expert_questions(train_items, cfg.expert, cfg.seed)
     retriever = RETRIEVERS.bind(cfg.retriever)()
     policy, tok = load_policy(cfg.rollout.policy)
     try:
@@ -273,9 +293,10 @@ def print_summary(summary: dict[str, Any], run_dir: Path) -> None:
 
 
 def _eval_items(cfg: SFTConfig, load: Any) -> list:
-    """The validation questions of the before/after check (none when ``eval_questions`` is 0):
+    """The validation questions of the before/after check (none when ``eval_questions`` is 0 or the
+    dataset has no validation split):
     the test split is kept for pre-registered studies (docs/study.md, Protocol)."""
-    if not cfg.eval_questions:
-        return []
+    if not cfg.eval_questions or getattr(cfg.dataset, "validation", "") is None:
+        return []  # user files without a validation split: no check, rather than a failed run
     items = load("validation")
     return random.Random(cfg.seed + 1).sample(items, min(cfg.eval_questions, len(items)))

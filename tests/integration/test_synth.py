@@ -132,7 +132,11 @@ def test_entity_reward_refuses_a_dataset_without_entities(tmp_path):
     assert (
         "reward=e_grpo needs ground-truth entities" in proc.stderr and "train.jsonl" in proc.stderr
     )
+    # GRPO needs no entities, but the default cold-start SFT's expert cannot follow plain questions
     proc = cli("train", "algorithm=grpo", *args, f"hydra.run.dir={tmp_path}/run2")
+    assert proc.returncode == 2 and proc.stderr.startswith("[warm_start.sft] "), proc.stderr
+    no_sft = ["algorithm=grpo", "warm_start.sft=false"]
+    proc = cli("train", *no_sft, *args, f"hydra.run.dir={tmp_path}/run3")
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
