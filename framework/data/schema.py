@@ -18,7 +18,9 @@ it is taken from ``extra_info.question``, else from the last user message of ``p
 ``prompt`` is its instruction followed by ``Question: <question>\\n`` (``make_prefix``): the question
 is then the text after the last :data:`QUESTION_MARKER`, and :func:`read_dataset` logs one warning
 per file saying so; a prompt with instruction tags (``<answer>``, ``<search>``...) and no marker is
-refused, so an instruction never becomes a question unnoticed (:meth:`QAItem.from_row`).
+refused, so an instruction never becomes a question unnoticed (:meth:`QAItem.from_row`). A
+``prompt`` that is more than the question as one user message (Search-R1's) is kept as it is
+(:attr:`QAItem.prompt`, written back unchanged): ``agent.prompt=dataset`` gives it to the model.
 
 ``entities`` lists, per ground-truth entity, its surface form followed by its aliases; the E-GRPO
 reward needs them and :func:`require_entities` says so before training starts.
@@ -209,6 +211,45 @@ def _chain(value: Any, name: str) -> tuple[str, ...] | None:
     return tuple(value)
 
 
+def _chat(value: Any, name: str) -> tuple[tuple[str, str], ...] | None:
+    if value is None:
+        return None
+    bad = _Bad(
+        f"{name} {_kind(value)}",
+        "(role, content) pairs of text, or None",
+        f"give {name} as [(role, content), ...]",
+    )
+    if not isinstance(value, (list, tuple)) or not value:
+        raise bad
+    pairs = []
+    for message in value:
+        pair = message
+        if isinstance(message, Mapping):
+            pair = (message.get("role"), message.get("content"))
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            raise bad
+        if not all(isinstance(x, str) for x in pair):
+            raise bad
+        pairs.append((str(pair[0]), str(pair[1])))
+    return tuple(pairs)
+
+
+def _kept_prompt(prompt: Any, question: str) -> tuple[tuple[str, str], ...] | None:
+    """A row's chat ``prompt`` as ``(role, content)`` pairs, kept for ``agent.prompt=dataset``;
+    None when it is only the question as one user message (our own rows), or is not a list of
+    text messages (its question has been read already; the prompt is then not used)."""
+    if not isinstance(prompt, list) or not prompt:
+        return None
+    pairs = [(m.get("role"), m.get("content")) for m in prompt if isinstance(m, dict)]
+    if len(pairs) != len(prompt) or not all(
+        isinstance(r, str) and isinstance(c, str) for r, c in pairs
+    ):
+        return None
+    if pairs == [("user", question)]:
+        return None
+    return tuple((str(r), str(c)) for r, c in pairs)
+
+
 def _extra(value: Any, name: str) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise _Bad(f"{name} {_kind(value)}", "a dict", f"make {name} a dict")
@@ -243,6 +284,9 @@ class QAItem:
         data_source: dataset name (``nq``, ``hotpotqa``, ``synth``, ...).
         extra: further ``extra_info`` entries worth keeping (``answerable``, ``template``, ...);
             entries whose value is ``None`` are dropped, so JSONL and parquet read back alike.
+        prompt: the row's ``prompt`` column as ``(role, content)`` pairs, when it is more than the
+            question as one user message (Search-R1's instruction and question); ``None``
+            otherwise (``agent.prompt=dataset`` reads :meth:`messages`).
 
     Raises:
         DatasetError: a malformed field.
@@ -256,6 +300,7 @@ class QAItem:
     chain: tuple[str, ...] | None
     data_source: str
     extra: dict[str, Any] = field(default_factory=dict, hash=False)
+    prompt: tuple[tuple[str, str], ...] | None = field(default=None, hash=False)
 
     def __post_init__(self) -> None:
         try:
@@ -268,6 +313,7 @@ class QAItem:
                 "chain": _chain(_plain(self.chain), "chain"),
                 "data_source": _text(self.data_source, "data_source"),
                 "extra": _extra(self.extra, "extra"),
+                "prompt": _chat(self.prompt, "prompt"),
             }
         except _Bad as bad:
             raise DatasetError(bad.message(f"QAItem {self.id!r}")) from None
@@ -282,7 +328,7 @@ class QAItem:
             "question": self.question,
             "golden_answers": golden,
             "data_source": self.data_source,
-            "prompt": [{"role": "user", "content": self.question}],
+            "prompt": self.messages(),
             "ability": ABILITY,
             "reward_model": {"style": "rule", "ground_truth": {"target": list(golden)}},
             "extra_info": {
@@ -295,6 +341,13 @@ class QAItem:
                 **_plain(self.extra),
             },
         }
+
+    def messages(self) -> list[dict[str, str]]:
+        """The question's chat prompt as the dataset gives it: its ``prompt`` column (Search-R1's
+        instruction and question as one user message), else the question as one user message."""
+        if self.prompt is None:
+            return [{"role": "user", "content": self.question}]
+        return [{"role": role, "content": content} for role, content in self.prompt]
 
     @classmethod
     def from_row(
@@ -383,17 +436,19 @@ class QAItem:
             chain=_chain(*pick("chain")),
             data_source=data_source,
             extra={k: v for k, v in info.items() if k not in RESERVED_EXTRA and v is not None},
+            prompt=_kept_prompt(row.get("prompt"), question),
         )
         return item, cut
 
 
 #: the QAItem fields given to components as columns, and the column each becomes: every field of
 #: the dataset schema under its own name (``id`` as ``question_id``), but ``entities`` (a column only
-#: when every question has them) and ``extra`` (its entries are columns of their own)
+#: when every question has them), ``extra`` (its entries are columns of their own) and ``prompt``
+#: (the rollout's, with agent.prompt=dataset)
 ITEM_COLUMNS = {
     f.name: {"id": "question_id"}.get(f.name, f.name)
     for f in fields(QAItem)
-    if f.name not in ("entities", "extra")
+    if f.name not in ("entities", "extra", "prompt")
 }
 
 

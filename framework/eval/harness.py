@@ -42,6 +42,7 @@ class RolloutLoop(Protocol):
         max_in_flight: int | None = None,
         seeds: Sequence[int] | None = None,
         on_group_done: Callable[[int, list[Trajectory]], None] | None = None,
+        prompts: Sequence[Sequence[Mapping[str, str]] | None] | None = None,
     ) -> list[Trajectory]: ...
 
 
@@ -182,6 +183,7 @@ def _roll_wave(
         max_in_flight=in_flight,
         seeds=[rollout_seed(seed, it.id, j) for it in part for j in range(k)],
         on_group_done=lambda group, trajs: finished(part[group], trajs),
+        prompts=[it.messages() for it in part],
     )
 
 

@@ -95,6 +95,7 @@ BUILTIN_MODULES = (
     "framework.rollout.vllm_backend",
     "framework.rollout.seekrl_protocol",
     "framework.rollout.search_r1",
+    "framework.rollout.tool_calling",
     "framework.eval.judge",
     "framework.health.monitors",
     "framework.health.signals",

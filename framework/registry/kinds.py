@@ -128,6 +128,8 @@ AGENT_PROTOCOLS: Registry[AgentProtocolFactory, BoundAgentProtocolFactory] = Reg
         "parse(text) -> Turn",
         "observation(obs, tokenizer) -> tuple[str, list[int]]",
     ),
+    # optional: messages_ids(tokenizer, messages) -> list[int], a dataset's chat prompt rendered by
+    # the protocol (agent.prompt=dataset; tool_calling adds its tools)
     # chosen by name on the agent config (``agent.protocol=search_r1``), not as a Hydra group: a
     # protocol's options are agent settings (framework.rollout.protocol.build_protocol)
     config_store=None,

@@ -392,6 +392,18 @@ class AgentProtocol(Protocol):
         ...
 
 
+@runtime_checkable
+class RendersMessages(Protocol):
+    """A protocol that renders a prompt given as chat messages itself (``agent.prompt=dataset``):
+    ``tool_calling`` passes its tools to the chat template."""
+
+    def messages_ids(
+        self, tokenizer: Tokenizer, messages: Sequence[Mapping[str, str]]
+    ) -> list[int]:
+        """The prompt's token ids for ``messages``, ready for the model's first turn."""
+        ...
+
+
 class AgentProtocolFactory(Protocol):
     """``AGENT_PROTOCOLS``: ``cls(*, cfg)``."""
 

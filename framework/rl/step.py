@@ -58,6 +58,7 @@ class RolloutLoop(Protocol):
         *,
         question_ids: list[int] | None = None,
         progress: Callable[[int, int], None] | None = None,
+        prompts: list[list[dict[str, str]]] | None = None,
     ) -> list[Trajectory]: ...
 
 
@@ -230,6 +231,7 @@ def rollouts(
             list(group_sizes),
             question_ids=list(question_ids),
             progress=progress,
+            prompts=[it.messages() for it in items],
         )
 
 

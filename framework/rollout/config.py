@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from framework.config import Problem, check_range, option
+from framework.config import Problem, check_choice, check_range, option
 from framework.registry import AGENT_PROTOCOLS, load_components
 from framework.registry.core import suggest_fix
 
@@ -17,6 +17,9 @@ and the results appear inside <tool_response> </tool_response>. To read a whole 
 <tool_call>{"name": "visit", "arguments": {"title": "Article title", "goal": "what you look for"}}</tool_call>
 Search as often as you need. When you know the answer, write it, as short as possible, inside
 <answer> </answer>."""
+
+#: ``agent.prompt``: where the prompt's messages come from
+PROMPT_SOURCES = ("protocol", "dataset")
 
 
 @dataclass
@@ -30,7 +33,13 @@ class AgentConfig:
 
     protocol: str = option(
         "seekrl",
-        "the agent's format, a registered protocol: seekrl (<tool_call> JSON) or search_r1",
+        "the agent's format, a registered protocol: seekrl (<tool_call> JSON), search_r1, or "
+        "tool_calling (the model's own tool calls through its chat template)",
+    )
+    prompt: str = option(
+        "protocol",
+        "protocol: the protocol's messages around the question; dataset: the dataset's prompt "
+        "column (a chat list, e.g. Search-R1's instruction and question) as given",
     )
     max_turns: int = option(8, "model turns per rollout")
     max_tool_calls: int = option(8, "tool calls per rollout (paper: 40)")
@@ -54,6 +63,7 @@ class AgentConfig:
         out += check_range(self.max_invalid_calls, "max_invalid_calls", low=0)
         out += check_range(self.max_visit_chars, "max_visit_chars", low=1)
         out += check_range(self.max_total_tokens, "max_total_tokens", low=16)
+        out += check_choice(self.prompt, "prompt", PROMPT_SOURCES)
         out += self._protocol_problems()
         return out
 

@@ -17,9 +17,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
-from framework.registry.protocols import AgentProtocol, Retriever, RolloutBackend
+from framework.registry.protocols import (
+    AgentProtocol,
+    RendersMessages,
+    Retriever,
+    RolloutBackend,
+)
 from framework.rollout.config import AgentConfig
 from framework.rollout.parser import ToolCall
+from framework.rollout.policy import chat_prompt_ids
 from framework.rollout.protocol import Observation, build_protocol
 from framework.rollout.seekrl_protocol import SeekrlProtocol
 from framework.rollout.tools import CountingRetriever, Tool, ToolResult, tool_stats
@@ -115,10 +121,19 @@ class AgentLoop:
         self.retrieval_counts: dict[str, int] = {}
         self._tools_retriever = CountingRetriever(retriever)
 
-    def prompt_ids(self, question: str) -> list[int]:
-        """The protocol's prompt for ``question`` (``seekrl``: the system message with the tools,
-        then the question, chat-templated)."""
-        return self.protocol.prompt_ids(self.tok, question)
+    def prompt_ids(
+        self, question: str, messages: Sequence[Mapping[str, str]] | None = None
+    ) -> list[int]:
+        """The prompt of ``question``: the protocol's (``seekrl``: the system message with the
+        tools, then the question, chat-templated), or with ``agent.prompt=dataset`` the dataset's
+        chat ``messages`` as given (one user message holding ``question`` when there are none),
+        through the protocol's ``messages_ids`` where it has one, else the chat template."""
+        if self.cfg.prompt != "dataset":
+            return self.protocol.prompt_ids(self.tok, question)
+        chat = list(messages) if messages else [{"role": "user", "content": question}]
+        if isinstance(self.protocol, RendersMessages):
+            return self.protocol.messages_ids(self.tok, chat)
+        return chat_prompt_ids(self.tok, chat)
 
     def run(
         self,
@@ -130,6 +145,7 @@ class AgentLoop:
         max_in_flight: int | None = None,
         seeds: Sequence[int] | None = None,
         on_group_done: Callable[[int, list[Trajectory]], None] | None = None,
+        prompts: Sequence[Sequence[Mapping[str, str]] | None] | None = None,
     ) -> list[Trajectory]:
         """``group_size`` rollouts of every question (one size for all, or one per question);
         returns them grouped, question by question.
@@ -146,12 +162,15 @@ class AgentLoop:
                 (:meth:`~framework.rollout.hf_backend.TransformersBackend.generate`).
             on_group_done: called with (question index, its rollouts) as soon as every rollout of
                 a question has ended (e.g. to save it before the rest are done).
+            prompts: each question's chat prompt from the dataset (``QAItem.messages()``), read
+                with ``agent.prompt=dataset`` only (None: the question as one user message).
         """
         qids = list(question_ids) if question_ids is not None else list(range(len(questions)))
         sizes = [group_size] * len(questions) if isinstance(group_size, int) else list(group_size)
+        chats = list(prompts) if prompts is not None else [None] * len(questions)
         groups: list[list[_Rollout]] = []
-        for g, (q, qid, size) in enumerate(zip(questions, qids, sizes, strict=True)):
-            prompt = self.prompt_ids(q)
+        for g, (q, qid, size, chat) in enumerate(zip(questions, qids, sizes, chats, strict=True)):
+            prompt = self.prompt_ids(q, chat)
             groups.append([_Rollout(self._fresh(qid, g, prompt)) for _ in range(size)])
         return self._drive(groups, progress, max_in_flight, seeds, on_group_done)
 
@@ -430,7 +449,9 @@ class AgentLoop:
             for c in r.pending:
                 _count_call(r.traj, c, self.protocol.tools)
             answered = results[start : start + len(r.pending)]
-            obs = Observation(r.turn_text, tuple(answered), tuple(r.errors), r.invalid)
+            obs = Observation(
+                r.turn_text, tuple(answered), tuple(r.errors), r.invalid, tuple(r.pending)
+            )
             evidence = "\n\n".join(x.evidence for x in answered if x.evidence)
             start += len(r.pending)
             r.pending, r.errors, r.invalid = [], [], None

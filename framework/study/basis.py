@@ -51,7 +51,10 @@ def content_basis(train_cfg: Any, eval_split: str) -> dict[str, Any]:
     questions = hashlib.sha256()
     for split in dict.fromkeys(("train", eval_split)):
         for item in load(split):
-            questions.update(json.dumps(asdict(item), sort_keys=True, default=str).encode())
+            fields = asdict(item)
+            if fields.get("prompt") is None:  # digests from before QAItem.prompt stay the same
+                fields.pop("prompt", None)
+            questions.update(json.dumps(fields, sort_keys=True, default=str).encode())
             questions.update(b"\n")
     policy = train_cfg.rollout.policy
     weights = hashlib.sha256()

@@ -160,7 +160,13 @@ class SingleTurn:
         self.timings: dict[str, float] = {}
 
     def run(
-        self, questions: list[str], group_sizes: list[int], *, question_ids: Any, progress: Any
+        self,
+        questions: list[str],
+        group_sizes: list[int],
+        *,
+        question_ids: Any,
+        progress: Any,
+        prompts: Any = None,
     ) -> list[Any]:
         from framework.rollout.policy import chat_prompt_ids
         from framework.types import Trajectory

@@ -190,6 +190,7 @@ def test_reads_nq_search_output(tmp_path: Path) -> None:
         hops=None,
         chain=None,
         data_source="nq",
+        prompt=tuple((m["role"], m["content"]) for m in rows[0]["prompt"]),  # kept as given
     )
     assert items[1].golden_answers == ("1969", "July 20, 1969")
     with pytest.raises(DatasetError, match=r"nq_train\.parquet row 0 \(id 'train_0'\).*2 of 2"):

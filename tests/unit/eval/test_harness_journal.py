@@ -41,7 +41,9 @@ class FakeLoop:
     def restart(self) -> None:
         self.restarts += 1
 
-    def run(self, questions, k, *, max_in_flight=None, seeds=None, on_group_done=None):
+    def run(
+        self, questions, k, *, max_in_flight=None, seeds=None, on_group_done=None, prompts=None
+    ):
         self.runs.append(list(questions))
         self.in_flight.append(max_in_flight)
         out = []

@@ -64,7 +64,9 @@ def merged_parquet(path: Path) -> Path:
 class ScriptedLoop:
     """Answers sample j of each question with ``ANSWERS[question][j]``."""
 
-    def run(self, questions, k, *, max_in_flight=None, seeds=None, on_group_done=None):
+    def run(
+        self, questions, k, *, max_in_flight=None, seeds=None, on_group_done=None, prompts=None
+    ):
         out = []
         for g, q in enumerate(questions):
             group = [

@@ -91,7 +91,7 @@ def test_agent_protocol_defaults_to_seekrl_and_unknown_names_are_refused_with_a_
     assert isinstance(build_protocol(AgentConfig(protocol="search_r1")), SearchR1Protocol)
     (problem,) = AgentConfig(protocol="search_r2").problems()
     assert str(problem.under("agent")) == (
-        "[agent.protocol] got 'search_r2'; expected one of ['search_r1', 'seekrl']. "
+        "[agent.protocol] got 'search_r2'; expected one of ['search_r1', 'seekrl', 'tool_calling']. "
         "Fix: use agent.protocol=search_r1, or install the plugin that provides 'search_r2'."
     )
 
@@ -317,7 +317,7 @@ def test_train_config_selects_a_protocol_and_refuses_unknown_ones_and_the_seekrl
     with pytest.raises(ConfigError) as info:
         load_config("train", ["agent.protocol=search_r2", "warm_start.sft=false"])
     assert [str(p) for p in info.value.problems] == [
-        "[agent.protocol] got 'search_r2'; expected one of ['search_r1', 'seekrl']. "
+        "[agent.protocol] got 'search_r2'; expected one of ['search_r1', 'seekrl', 'tool_calling']. "
         "Fix: use agent.protocol=search_r1, or install the plugin that provides 'search_r2'."
     ]
     with pytest.raises(ConfigError) as info:  # the cold-start expert writes seekrl text only
