@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pyarrow.parquet as pq
 import pytest
 
@@ -69,8 +71,12 @@ def test_export_round_trips_through_the_parquet_loader(exported):
         original = read_dataset(cfg.directory() / f"{split}.jsonl")
         files = FilesDatasetConfig(name="files", **{split: str(out / f"{split}.parquet")})
         back = files_dataset(split, cfg=files)
-        # the same questions, answers, entities, hops, chains and annotations (clues, mentions)
-        assert back == original
+        # the same questions, answers, entities, hops, chains and annotations (clues, mentions);
+        # each read-back item also keeps the exported instruction prompt (agent.prompt=dataset)
+        assert [replace(it, prompt=None) for it in back] == original
+        assert all(it.prompt == (("user", prompt_text(it.question)),) for it in back), (
+            "the exported Search-R1 instruction is kept as the item's prompt"
+        )
         assert [it.entities for it in back] == [it.entities for it in original]
 
 
@@ -102,4 +108,4 @@ def test_an_empty_split_is_refused(tmp_path):
     item = QAItem("a", "Who wrote Jaws?", ("Peter Benchley",), None, None, None, "nq")
     path = write_search_r1_split([item], tmp_path / "t.parquet", "test")
     assert pq.read_table(path).to_pylist()[0]["prompt"][0]["content"] == SEARCH_R1_JAWS
-    assert read_dataset(path) == [item]
+    assert read_dataset(path) == [replace(item, prompt=(("user", SEARCH_R1_JAWS),))]
