@@ -21,6 +21,7 @@ from framework.data.schema import (
     write_parquet,
     write_split,
 )
+from tests.unit.rollout.test_protocols import SR1_PREFIX
 
 SEARCH_R1_PREFIX = (
     "Answer the given question. You must conduct reasoning inside <think> and </think> first "
@@ -369,16 +370,8 @@ def test_require_entities() -> None:
 
 # --- rows without a question column: the question in an instruction prompt (issue 76) ---------------
 
-#: Search-R1's instruction (scripts/data_process/qa_search_test_merge.py, make_prefix, base template)
-SEARCH_R1_INSTRUCTION = (
-    "Answer the given question. You must conduct reasoning inside <think> and </think> first every "
-    "time you get new information. After reasoning, if you find you lack some knowledge, you can "
-    "call a search engine by <search> query </search> and it will return the top searched results "
-    "between <information> and </information>. You can search as many times as your want. If you "
-    "find no further external knowledge needed, you can directly provide the answer inside <answer> "
-    "and </answer>, without detailed illustrations. For example, <answer> Beijing </answer>. "
-    "Question: {question}\n"
-)
+#: Search-R1's instruction, written out once from its make_prefix (the protocol tests' oracle)
+SEARCH_R1_INSTRUCTION = SR1_PREFIX
 
 
 def prompt_only_row(source: str, idx: int, question: str, answers: list[str]) -> dict:
