@@ -99,7 +99,8 @@ def required_keys(node: DictConfig, prefix: str = "") -> list[str]:
         return out  # no children (yet)
     for k in node:
         child = node._get_node(k)
-        path = f"{prefix}.{k}" if prefix else str(k)
+        name = str(k)
+        path = f"{prefix}.{name}" if prefix else name
         if isinstance(child, DictConfig):
             out += required_keys(child, path)
         elif _is_required(child):
