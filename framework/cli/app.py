@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from framework.config import compose as hydra_app
+from framework.config.validate import register_required_resolver
 from framework.data.datasets import SynthConfig
 from framework.eval.config import EvalConfig
 from framework.retrieval.config import IndexConfig, ServeConfig
@@ -28,9 +29,10 @@ APPS: dict[str, type] = {
     "study": StudyConfig,
 }
 
-# the config resolvers every app's config may use (``${bf16_or_fp32:A,B}``), registered once before
-# anything composes; idempotent
+# the config resolvers every app's config may use (``${bf16_or_fp32:A,B}``, ``${required:}``),
+# registered once before anything composes; idempotent
 register_resolvers()
+register_required_resolver()
 
 
 def prepare() -> None:

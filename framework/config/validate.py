@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
@@ -14,6 +15,13 @@ from framework.registry.core import failed_plugins_note, suggest_fix
 from framework.registry.plugins import failures
 
 S = TypeVar("S")
+
+#: ``${required:}``: a value a config file requires, reported as a missing one. A config file cannot
+#: say ``???`` over a schema default: OmegaConf's merge keeps the default where the merged-in value is
+#: MISSING (an experiment's ``dataset.train: ???`` composes to the schema's None), while an
+#: interpolation replaces it, and a command-line value then replaces the interpolation.
+REQUIRED = "${required:}"
+_REQUIRED = re.compile(r"^\$\{required:\s*\}$")
 
 
 def validate(cfg: DictConfig, schema: type[S]) -> S:
@@ -71,11 +79,45 @@ def validate(cfg: DictConfig, schema: type[S]) -> S:
 
 def _missing_keys(cfg: DictConfig, key: str) -> list[str]:
     node = cfg._get_node(key)
-    if OmegaConf.is_missing(cfg, key):
+    if OmegaConf.is_missing(cfg, key) or _is_required(node):
         return [key]
     if isinstance(node, DictConfig):
-        return sorted(f"{key}.{k}" for k in OmegaConf.missing_keys(node))
+        missing = {f"{key}.{k}" for k in OmegaConf.missing_keys(node)}
+        return sorted(missing | set(required_keys(node, key)))
     return []
+
+
+def _is_required(node: Any) -> bool:
+    raw = node._value() if node is not None and not isinstance(node, DictConfig) else None
+    return isinstance(raw, str) and _REQUIRED.match(raw) is not None
+
+
+def required_keys(node: DictConfig, prefix: str = "") -> list[str]:
+    """Dotted paths below ``node`` whose value is still :data:`REQUIRED` (none passed)."""
+    out: list[str] = []
+    if node._is_none() or node._is_missing() or node._is_interpolation():
+        return out  # no children (yet)
+    for k in node:
+        child = node._get_node(k)
+        name = str(k)
+        path = f"{prefix}.{name}" if prefix else name
+        if isinstance(child, DictConfig):
+            out += required_keys(child, path)
+        elif _is_required(child):
+            out.append(path)
+    return out
+
+
+def _required(*_: Any) -> str:
+    # "???", not an error: OmegaConf.missing_keys resolves every interpolation it walks past
+    return "???"
+
+
+def register_required_resolver() -> None:
+    """Register ``${required:}`` (idempotent). Validation reports it before anything resolves it;
+    resolved, it reads ``"???"``."""
+    if not OmegaConf.has_resolver("required"):
+        OmegaConf.register_new_resolver("required", _required)
 
 
 def _unknown_problem(registry: Any, section: str, name: Any) -> Problem:

@@ -475,7 +475,8 @@ class FilesDatasetConfig(ComponentConfig):
                     split,
                     path,
                     "an existing .jsonl or .parquet file",
-                    f"set dataset.{split}=<file> or leave it null",
+                    f"set dataset.{split}=<file> or leave it null (seekrl-synth "
+                    "export_search_r1=<folder> writes the synthesized splits to <folder>)",
                 )
         out += check(
             any(getattr(self, s) for s in SPLITS),

@@ -81,12 +81,25 @@ def test_group_options_include_registry_entries_and_presets():
     assert {"grpo", "e_grpo", "dr_grpo"} <= set(group_options("algorithm"))
 
 
+def _passed_values(experiment: str, tmp_path) -> list[str]:
+    """What a user passes to ``experiment`` (the values it requires, the files it reads that a
+    clean clone lacks), as stand-ins: none for most experiments."""
+    from tests.integration.test_search_r1_recipes import cpu_values, required_values
+
+    if experiment == "search_r1":
+        return required_values(tmp_path)
+    if experiment == "search_r1_cpu":  # the files seekrl-synth export_search_r1 writes
+        return cpu_values(tmp_path)
+    return []
+
+
 @pytest.mark.parametrize("experiment", _experiments())
-def test_every_experiment_job_validates(experiment):
+def test_every_experiment_job_validates(experiment, tmp_path):
     jobs = _sweep_jobs(experiment)
     assert jobs, experiment
+    passed = _passed_values(experiment, tmp_path)
     for job in jobs:
-        cfg = load_config("train", [f"experiment={experiment}", *job])
+        cfg = load_config("train", [f"experiment={experiment}", *passed, *job])
         assert cfg.algorithm in ("grpo", "e_grpo", "dr_grpo")
 
 

@@ -82,6 +82,29 @@ def test_missing_values_and_unknown_names_are_problems():
     assert "[loss.name] got 'no_such_loss'" in text and "ppo_clip" in text
 
 
+def test_a_required_value_is_reported_until_one_is_passed():
+    # an experiment file's `???` would not stick (merging MISSING keeps the schema default), so it
+    # writes ${required:}: reported as missing, with every other problem, until a value replaces it
+    from framework.config.validate import REQUIRED
+
+    cfg = compose("train")
+    cfg.agent.system_prompt = REQUIRED
+    cfg.retriever.cache_dir = "${required: }"
+    cfg.optim.lr = 0
+    with pytest.raises(ConfigError) as info:
+        validate(cfg, TrainConfig)
+    assert sorted(p.path for p in info.value.problems) == [
+        "agent.system_prompt",
+        "optim.lr",
+        "retriever.cache_dir",
+    ]
+    assert "[agent.system_prompt] got '???'; expected a value. Fix: pass " in str(info.value)
+    cfg.agent.system_prompt = "Answer."
+    cfg.retriever.cache_dir = None
+    cfg.optim.lr = 1e-6
+    assert validate(cfg, TrainConfig).agent.system_prompt == "Answer."
+
+
 def test_cross_section_problem_logger_target():
     with pytest.raises(ConfigError, match=r"\[logger._target_\] got 'nowhere.Logger'"):
         load_config("train", ["logger._target_=nowhere.Logger"])
