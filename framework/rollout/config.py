@@ -45,6 +45,11 @@ class AgentConfig:
     max_tool_calls: int = option(8, "tool calls per rollout (paper: 40)")
     max_new_tokens_per_turn: int = option(256, "tokens per model turn")
     max_total_tokens: int = option(2048, "prompt + response budget")
+    max_observation_tokens: int = option(
+        0,
+        "tokens kept of each observation, its first ones (Search-R1's max_obs_length); 0 keeps "
+        "them all",
+    )
     max_invalid_calls: int = option(2, "invalid tool calls tolerated before a format error")
     search_k: int = option(3, "results per search query")
     max_passage_chars: int = option(400, "characters per search result")
@@ -63,6 +68,7 @@ class AgentConfig:
         out += check_range(self.max_invalid_calls, "max_invalid_calls", low=0)
         out += check_range(self.max_visit_chars, "max_visit_chars", low=1)
         out += check_range(self.max_total_tokens, "max_total_tokens", low=16)
+        out += check_range(self.max_observation_tokens, "max_observation_tokens", low=0)
         out += check_choice(self.prompt, "prompt", PROMPT_SOURCES)
         out += self._protocol_problems()
         return out

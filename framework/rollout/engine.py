@@ -456,7 +456,19 @@ class AgentLoop:
             start += len(r.pending)
             r.pending, r.errors, r.invalid = [], [], None
             text, ids = self.protocol.observation(obs, self.tok)
+            text, ids = self._cut_observation(r.traj, text, ids)
             self._append_observation(r, text, ids, evidence)
+
+    def _cut_observation(self, t: Trajectory, text: str, ids: list[int]) -> tuple[str, list[int]]:
+        """The first ``agent.max_observation_tokens`` of an observation, as Search-R1 cuts
+        ``next_obs_ids`` to ``max_obs_length`` (its text decoded from the kept tokens); counted in
+        ``stats["cut_observations"]``. Whatever the protocol renders is cut, template tokens too."""
+        most = self.cfg.max_observation_tokens
+        if most <= 0 or len(ids) <= most:
+            return text, ids
+        t.stats["cut_observations"] = t.stats.get("cut_observations", 0) + 1
+        kept = ids[:most]
+        return self.tok.decode(kept, skip_special_tokens=False), kept
 
     def _append_observation(self, r: _Rollout, text: str, ids: list[int], evidence: str) -> None:
         t = r.traj

@@ -37,6 +37,22 @@ def test_train_prints_composed_typed_config_for_swapped_components():
     assert "reward:\n  name: e_grpo\n  alpha: 0.3" in out
 
 
+def test_train_cfg_job_shows_the_search_r1_recipe_without_its_required_paths():
+    # the command: the settings print although the data, model and server are not given
+    proc = run("train", "experiment=search_r1", "--cfg", "job")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    for line in (
+        "  protocol: search_r1\n",
+        "  max_observation_tokens: 500\n",
+        "  questions_per_step: 512\n  group_size: 5\n",
+        "  mini_batch_size: 260\n",
+        "  lr: 1.0e-06\n",
+    ):
+        assert line in out, line
+    assert "  train: ${required:}\n" in out  # still to be given
+
+
 @pytest.mark.slow
 def test_unknown_component_lists_options_and_closest_match():
     proc = run("train", "advantage=nonexistent")

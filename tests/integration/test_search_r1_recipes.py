@@ -82,6 +82,7 @@ def test_search_r1_has_search_r1s_published_settings(tmp_path):
     a = cfg.agent
     assert (a.protocol, a.max_turns, a.max_tool_calls) == ("search_r1", 3, 2)
     assert (a.max_new_tokens_per_turn, a.max_total_tokens, a.search_k) == (500, 4096, 3)
+    assert a.max_observation_tokens == 500  # max_obs_length
     s = cfg.rollout.sampling
     assert (cfg.rollout.name, s.temperature, s.top_p, s.top_k) == ("vllm", 1.0, 0.95, 0)
     assert cfg.rollout.gpu_memory_utilization == 0.3  # one GPU, not 8 (docs/recipes.md)
@@ -102,7 +103,7 @@ def test_search_r1_cpu_is_search_r1_at_cpu_size(tmp_path):
     assert cpu.reward == gpu.reward and cpu.algorithm == gpu.algorithm
     assert cpu.sampler.group_size == gpu.sampler.group_size
     assert cpu.rollout.sampling == gpu.rollout.sampling
-    for name in ("protocol", "max_turns", "max_tool_calls", "search_k"):
+    for name in ("protocol", "max_turns", "max_tool_calls", "search_k", "max_observation_tokens"):
         assert getattr(cpu.agent, name) == getattr(gpu.agent, name), name
     for name in ("lr", "schedule", "weight_decay", "grad_clip", "policy_epochs"):
         assert getattr(cpu.optim, name) == getattr(gpu.optim, name), name

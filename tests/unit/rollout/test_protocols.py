@@ -261,6 +261,24 @@ def test_search_r1_rollout_prompt_stops_queries_observations_and_loss_mask():
     assert kinds["think"] == (p, p + len("<think>I need the director.</think>"))
 
 
+def test_observations_keep_their_first_max_observation_tokens():
+    # Search-R1's _process_next_obs: next_obs_ids[:, :max_obs_length]; the byte tokenizer makes the
+    # kept tokens the observation's first 40 characters
+    script = [TURN1, TURN3]
+    [whole], _, _ = run_search_r1([script])
+    [cut], _, _ = run_search_r1([script], max_observation_tokens=40)
+    obs = sr1_information(RESULTS1)
+    start, end = cut.turns[0].observation
+    assert end - start == 40 and TOK.decode(cut.token_ids[start:end]) == obs[:40]
+    assert cut.response_text == TURN1 + obs[:40] + TURN3
+    assert cut.stats["cut_observations"] == 1 and "cut_observations" not in whole.stats
+    assert cut.loss_mask[start:end] == [0] * 40 and cut.answer == whole.answer == "Cincinnati"
+    # an observation within the bound is left whole, tokens and all
+    [same], _, _ = run_search_r1([script], max_observation_tokens=len(enc(obs)))
+    assert same.token_ids == whole.token_ids and "cut_observations" not in same.stats
+    assert AgentConfig(max_observation_tokens=-1).problems()[0].path == "max_observation_tokens"
+
+
 def test_search_r1_invalid_turns_do_not_end_the_rollout_before_max_turns():
     [t], _, retriever = run_search_r1([["nothing"] * 5], max_turns=4, max_invalid_calls=0)
     assert t.status == "over_budget" and t.end_reason == "max_turns"
