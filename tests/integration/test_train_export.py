@@ -1,6 +1,6 @@
 """A train run's ``policy/`` however the run ends: interrupted after a step (Ctrl-C once) it holds
-that step's weights; aborted mid-step (a KeyboardInterrupt: Ctrl-C twice) its newest checkpoint's.
-The final comparison evaluates the weights before they are rounded. (Stopped by a health monitor:
+that step's weights; aborted mid-step (a KeyboardInterrupt: Ctrl-C twice) its newest checkpoint's;
+``seekrl-export`` writes the same folder from the step checkpoint. (Stopped by a health monitor:
 tests/integration/test_health.py.)
 
 The runs are test_health's cheap one, with the tiny policy scripted to answer at once and a reward
@@ -115,6 +115,8 @@ def assert_bf16_of(got: dict[str, torch.Tensor], ckpt) -> None:
 
 
 def test_an_interrupted_run_exports_the_step_it_stopped_after(tmp_path, capsys):
+    from framework.cli.app import run_app
+    from framework.cli.export import export
     from framework.lightning.trainer import INTERRUPTED
 
     run = tmp_path / "run"
@@ -137,6 +139,12 @@ def test_an_interrupted_run_exports_the_step_it_stopped_after(tmp_path, capsys):
     assert_bf16_of(policy, ckpt)
     name = "model.layers.0.self_attn.q_proj.weight"  # the step trained it: not the initial one
     assert not torch.equal(policy[name], BUILT_WITH[0].to(torch.bfloat16))
+
+    # seekrl-export of the same checkpoint writes the same weights
+    record = run_app("export", export, argv=[f"checkpoint={run}", f"hydra.run.dir={tmp_path}/x"])
+    assert record["path"] == str(run / "export" / "step-000001") and record["step"] == 1
+    again = exported_weights(record["path"])
+    assert all(torch.equal(again[k], v) for k, v in policy.items())
 
 
 def test_an_aborted_run_exports_its_newest_checkpoint(tmp_path, capsys):

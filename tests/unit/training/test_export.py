@@ -1,5 +1,5 @@
 """Exporting a policy as a Hugging Face folder: the weights in ``export.dtype`` (bf16 by default),
-LoRA merged, the folder written whole.
+LoRA merged, the folder written whole; ``seekrl-export`` on a run's step checkpoint; its errors.
 
 Every "trained" policy here is the tiny random Llama after one AdamW step, so its weights are
 not those a fresh tiny model starts from.
@@ -8,9 +8,11 @@ not those a fresh tiny model starts from.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from framework.rollout.policy import PolicyConfig, load_policy
 from framework.training.export import PROVENANCE, ExportError, export_policy
@@ -133,3 +135,103 @@ def test_export_dtype_is_a_validated_train_setting():
         f"[export.dtype] got 'int8'; expected one of {choices}. "
         f"Fix: set export.dtype to one of {choices}."
     ) in str(info.value)
+
+
+# -- seekrl-export --------------------------------------------------------------------------------
+
+
+def fake_run(root, model, step: int, lora: LoraConfig | None = None):
+    """A run directory as seekrl-train leaves it, as far as seekrl-export reads it: the
+    ``rollout.policy`` and ``lora`` of its ``config.yaml``, and a step checkpoint whose
+    ``state_dict`` holds the module's ``policy.*`` weights."""
+    from dataclasses import asdict
+
+    (root / "checkpoints").mkdir(parents=True)
+    saved = {
+        "rollout": {"name": "transformers", "policy": asdict(PolicyConfig(source="tiny"))},
+        "lora": asdict(lora or LoraConfig()),
+    }
+    (root / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(saved)))
+    state = {f"policy.{k}": v for k, v in model.state_dict().items()}
+    ckpt = root / "checkpoints" / f"step-{step:06d}.ckpt"
+    torch.save({"state_dict": state, "optimizer_states": []}, ckpt)
+    return ckpt
+
+
+def export_app(tmp_path, *args: str):
+    from framework.cli.app import run_app
+    from framework.cli.export import export
+
+    return run_app("export", export, argv=[*args, f"hydra.run.dir={tmp_path / 'hydra'}"])
+
+
+def test_seekrl_export_writes_the_newest_checkpoint_of_a_run_in_bf16(tmp_path, capsys):
+    model, _ = trained_tiny()
+    run = tmp_path / "run"
+    older = fake_run(run, load_policy(PolicyConfig(source="tiny"))[0], step=2)
+    newest = older.with_name("step-000003.ckpt")
+    torch.save({"state_dict": {f"policy.{k}": v for k, v in model.state_dict().items()}}, newest)
+
+    record = export_app(tmp_path, f"checkpoint={run}")
+    folder = run / "export" / "step-000003"
+    assert record == {
+        "path": str(folder),
+        "step": 3,
+        "dtype": "bfloat16",
+        "source": f"checkpoint {newest}",
+    }
+    assert json.loads((folder / PROVENANCE).read_text()) == record
+    got = load_folder(folder).state_dict()
+    assert all(torch.equal(got[k], v.to(torch.bfloat16)) for k, v in model.state_dict().items())
+    out = capsys.readouterr().out
+    assert f"seekrl-export: the policy of step 3 (bfloat16) from checkpoint {newest}" in out
+
+
+def test_seekrl_export_of_a_lora_checkpoint_merges_the_runs_own_rank(tmp_path):
+    # r=4, not LoraConfig's default 16: the run's config.yaml says which adapters to rebuild
+    lora = LoraConfig(enabled=True, r=4, alpha=8, target_modules=["q_proj"])
+    model, tok = trained_tiny(lora)
+    ckpt = fake_run(tmp_path / "run", model, step=5, lora=lora)
+    export_policy(model, tok, tmp_path / "direct", "float32")
+    export_app(tmp_path, f"checkpoint={ckpt}", f"out={tmp_path / 'out'}", "export.dtype=float32")
+    got, want = load_folder(tmp_path / "out").state_dict(), load_folder(tmp_path / "direct")
+    assert all(torch.equal(got[k], v) for k, v in want.state_dict().items())
+
+
+def _error(tmp_path, capsys, *args: str) -> str:
+    with pytest.raises(SystemExit) as info:
+        export_app(tmp_path, *args)
+    assert info.value.code == 2
+    return capsys.readouterr().err
+
+
+def test_seekrl_export_names_what_is_wrong_with_its_inputs(tmp_path, capsys):
+    err = _error(tmp_path, capsys)
+    assert "[checkpoint] got '???'; expected a value." in err
+    err = _error(tmp_path, capsys, "checkpoint=/nowhere")
+    assert (
+        "[checkpoint] got '/nowhere'; expected a .ckpt file or a run directory with "
+        "checkpoints/step-*.ckpt (no such file or directory). Fix: point checkpoint at a "
+        "seekrl-train run directory or one of its checkpoints/step-*.ckpt files." in err
+    )
+    # a run that kept no checkpoints but has its policy/: that is the folder already
+    (tmp_path / "done" / "policy").mkdir(parents=True)
+    (tmp_path / "done" / "policy" / "config.json").write_text("{}")
+    err = _error(tmp_path, capsys, f"checkpoint={tmp_path / 'done'}")
+    assert re.search(r"\(no step-\*\.ckpt in it\)\. Fix: it holds a Hugging Face folder", err)
+    # a checkpoint away from its run: nothing says which model its weights belong to
+    lone = tmp_path / "lone.ckpt"
+    torch.save({"state_dict": {}}, lone)
+    err = _error(tmp_path, capsys, f"checkpoint={lone}")
+    assert (
+        f"[checkpoint] got '{lone}'; expected a checkpoint in a run directory's checkpoints/" in err
+    )
+    # a file that is not a checkpoint, where one should be
+    bad = fake_run(tmp_path / "bad", load_policy(PolicyConfig(source="tiny"))[0], step=1)
+    bad.write_text("not a checkpoint")
+    err = _error(tmp_path, capsys, f"checkpoint={bad}")
+    assert f"[checkpoint] got '{bad}'; expected a step checkpoint that torch can read" in err
+    assert "Fix: name a checkpoints/step-*.ckpt file that seekrl-train wrote." in err
+    assert not (tmp_path / "bad" / "export").exists()
+    err = _error(tmp_path, capsys, f"checkpoint={bad}", "export.dtype=int8")
+    assert "[export.dtype] got 'int8'; expected one of ['bfloat16', 'float16', 'float32']" in err
