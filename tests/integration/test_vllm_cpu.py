@@ -92,3 +92,28 @@ def test_agent_loop_runs_on_vllm(backend):
         retriever.close()
     assert len(trajs) == 2 and all(t.stats["turns"] >= 1 for t in trajs)
     assert all(len(t.token_ids) == len(t.loss_mask) for t in trajs)
+
+
+def test_an_exported_policy_folder_serves_as_the_original_does(backend, tmp_path):
+    # seekrl-train's policy/ (bf16 by default) is a folder vLLM serves: its greedy tokens are the
+    # original checkpoint's in bf16 (the fixture's engine), token for token
+    from framework.rollout.hf_backend import SamplingConfig
+    from framework.rollout.policy import PolicyConfig, load_policy
+    from framework.rollout.vllm_backend import VLLMBackend, VLLMBackendConfig
+    from framework.training.export import export_policy
+
+    model, tok = load_policy(PolicyConfig(source="smollm2"))
+    folder = export_policy(model, tok, tmp_path / "policy", "bfloat16", {"step": 0})
+    del model
+    exported = VLLMBackend(
+        cfg=VLLMBackendConfig(
+            name="vllm",
+            policy=PolicyConfig(source="path", path=str(folder), dtype="bfloat16"),
+            sampling=SamplingConfig(temperature=0.0),
+            max_model_len=2048,
+            gpu_memory_utilization=0.08,
+        )
+    )
+    seq = [_prompt(exported.tokenizer, "Name the capital of France.")]
+    got = exported.generate(seq, [12], [])[0].token_ids
+    assert len(got) > 0 and got == backend.generate(seq, [12], [])[0].token_ids
