@@ -15,6 +15,7 @@ from framework.rl.config import TrainConfig
 from framework.rollout.show import RolloutsConfig
 from framework.sft.config import SFTConfig
 from framework.study.schema import StudyConfig
+from framework.training.export import ExportAppConfig
 from framework.training.precision import register_resolvers
 
 #: app name -> its schema (``conf/<app>.yaml`` lists ``<app>_schema`` first in its defaults)
@@ -27,6 +28,7 @@ APPS: dict[str, type] = {
     "rollouts": RolloutsConfig,
     "sft": SFTConfig,
     "study": StudyConfig,
+    "export": ExportAppConfig,
 }
 
 # the config resolvers every app's config may use (``${bf16_or_fp32:A,B}``, ``${required:}``),

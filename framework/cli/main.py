@@ -15,6 +15,7 @@ COMMANDS = {
     "rollout": "framework.cli.rollout",
     "sft": "framework.cli.sft",
     "study": "framework.cli.study",
+    "export": "framework.cli.export",
 }
 
 

@@ -159,22 +159,31 @@ def journal_path(run_dir: Path, dataset: str) -> Path:
     return run_dir / f"journal-{dataset.replace('/', '_')}.jsonl"
 
 
-def eval_backend(cfg: EvalConfig, model: Any, tokenizer: Any) -> Any:
+def eval_backend(cfg: EvalConfig, model: Any, tokenizer: Any, owns_model: bool = True) -> Any:
     """The rollout backend of an evaluation: ``cfg.rollout``'s (through the registry) with the
-    sampling seed ``cfg.seed``, handed ``model`` (an evaluation trains nothing)."""
+    sampling seed ``cfg.seed``, handed ``model`` (an evaluation trains nothing; ``owns_model``:
+    it may convert ``model`` in place)."""
     from framework.rollout.backend import build_backend
 
     sampling = replace(cfg.rollout.sampling, seed=cfg.seed)
-    return build_backend(replace(cfg.rollout, sampling=sampling), model, tokenizer, owns_model=True)
+    rollout = replace(cfg.rollout, sampling=sampling)
+    return build_backend(rollout, model, tokenizer, owns_model=owns_model)
 
 
-def evaluate_policy(cfg: EvalConfig) -> dict[str, object]:
+def evaluate_policy(
+    cfg: EvalConfig, policy: tuple[Any, Any, str] | None = None
+) -> dict[str, object]:
     """Roll out the policy ``cfg.checkpoint`` names ``samples_per_question`` times on each question
     of the evaluated datasets (:func:`load_datasets`), judge the answers, summarise per dataset, per
     hop count and per ``data_source`` with the macro average over sources
     (:func:`~framework.eval.sources.by_source`), and write the outputs; returns the results
     (``results.json``, which also records the answer-extraction rule:
     :data:`~framework.eval.answer_rule.ANSWER_RULE`).
+
+    ``policy``: ``(model, tokenizer, description)`` of a policy already in memory (on
+    ``cfg.rollout.policy.device``, in eval mode; left as it is) to evaluate instead of loading
+    ``cfg.checkpoint``'s (the train job's final comparison: the trained weights before
+    ``export.dtype`` rounds them).
 
     Raises:
         SystemExit: status 2 with the message for a bad checkpoint, dataset, policy or retriever.
@@ -200,12 +209,15 @@ def evaluate_policy(cfg: EvalConfig) -> dict[str, object]:
     clock = time.perf_counter()
     try:
         sets, notices = load_datasets(cfg)
-        model, tok, described = load_checkpoint_policy(cfg.checkpoint, cfg.rollout.policy)
+        if policy is None:
+            model, tok, described = load_checkpoint_policy(cfg.checkpoint, cfg.rollout.policy)
+        else:
+            model, tok, described = policy
         retriever = RETRIEVERS.bind(cfg.retriever)()
     except (EvalError, CheckpointLoadError, DatasetError, PolicyError, RetrievalError) as exc:
         print(exc, file=sys.stderr)
         raise SystemExit(2) from None
-    backend = eval_backend(cfg, model, tok)
+    backend = eval_backend(cfg, model, tok, owns_model=policy is None)
     del model  # the backend holds it (converted to its rollout dtype)
     judge = JUDGES.bind(cfg.judge)(backend=backend)
     loop = AgentLoop(backend, retriever, cfg.agent)

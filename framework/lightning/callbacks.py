@@ -74,6 +74,9 @@ class StepCheckpoint(L.Callback):
         self.signal: int | None = None
         self.saved_step: int | None = None
         self.saved_full = False  # whether the checkpoint of saved_step can resume training
+        #: a KeyboardInterrupt ended the fit (a second Ctrl-C mid-step, or one before the handlers
+        #: were installed): the weights in memory may be half updated, the newest checkpoint's not
+        self.aborted = False
         self._previous: dict[int, Any] = {}
 
     @property
@@ -126,6 +129,7 @@ class StepCheckpoint(L.Callback):
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
+        self.aborted = self.aborted or isinstance(exception, KeyboardInterrupt)
         self._restore_handlers()
 
     def save(self, trainer: L.Trainer, step: int, full: bool = False) -> Path:

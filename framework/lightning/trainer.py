@@ -56,7 +56,11 @@ class TrainerConfig:
     val_questions: int = option(16, "validation subset size (0 = all)")
     val_samples: int = option(1, "rollouts per validation question")
     keep_checkpoints: int = option(2, "newest step checkpoints kept")
-    export_policy: bool = option(True, "save the trained policy as a HF checkpoint (policy/)")
+    export_policy: bool = option(
+        True,
+        "save the policy as a HF checkpoint (policy/, in export.dtype) however the run ends: "
+        "finished, interrupted or stopped by a health monitor",
+    )
     gradient_checkpointing: bool = option(
         True,
         "recompute each decoder layer's activations in the backward pass instead of "

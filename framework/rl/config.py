@@ -24,6 +24,7 @@ from framework.rollout.config import AgentConfig
 from framework.sft.config import WarmStartConfig
 from framework.sft.expert import expert_protocol_problems
 from framework.training.checkpoints import latest_checkpoint
+from framework.training.export import ExportConfig
 from framework.training.lora import LoraConfig
 
 if TYPE_CHECKING:
@@ -170,6 +171,7 @@ class TrainConfig:
     )
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
     final_eval: FinalEvalConfig = field(default_factory=FinalEvalConfig)
+    export: ExportConfig = field(default_factory=ExportConfig)
     dry_run: bool = option(False, "validate, bind every component and load the data, then stop")
     optimized_metric: str = option("val/accuracy", "metric returned to Hydra sweepers")
 

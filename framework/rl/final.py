@@ -8,6 +8,7 @@ computes the paired block the job prints and saves as ``final`` in ``summary.jso
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from framework.eval.config import eval_config_for
 from framework.eval.final import FinalBlock, final_comparison
@@ -15,6 +16,7 @@ from framework.eval.paired import load_sample_records
 from framework.eval.records import RECORDS
 from framework.eval.run import evaluate_policy
 from framework.rl.config import TrainConfig
+from framework.training.export import merged_policy
 
 
 class FinalResult(FinalBlock):
@@ -24,18 +26,35 @@ class FinalResult(FinalBlock):
     where: dict[str, str]
 
 
-def final_evaluation(cfg: TrainConfig, run_dir: Path) -> FinalResult:
+def final_evaluation(
+    cfg: TrainConfig, run_dir: Path, trained: tuple[Any, Any] | None = None
+) -> FinalResult:
     """Evaluate the warm start and the trained policy of a train run (``cfg``, its
     :class:`~framework.rl.config.TrainConfig`) on the same validation questions with the same
     sampling (``final_eval``), in ``<run_dir>/final_eval/{start,trained}``; returns the paired
-    comparison (:func:`framework.eval.final.final_comparison`) with where things are. An evaluation finished by an
-    earlier, interrupted attempt is read back, not redone."""
+    comparison (:func:`framework.eval.final.final_comparison`) with where things are. An
+    evaluation finished by an earlier, interrupted attempt is read back, not redone.
+
+    ``trained``: ``(model, tokenizer)`` of the trained policy in memory, evaluated as it trained
+    (LoRA adapters merged), not as ``policy/`` holds it: rounded to ``export.dtype``, it would
+    differ from the warm start by the rounding too wherever rollouts run in a wider dtype (fp32
+    on a CPU without native bf16). None evaluates ``<run_dir>/policy``.
+    """
     print("\nseekrl-train: final comparison: the warm start and the trained policy", flush=True)
     records = {}
     for label, checkpoint in (("start", None), ("trained", run_dir)):
         out = run_dir / "final_eval" / label
         if not (out / RECORDS).is_file():
-            evaluate_policy(eval_config_for(cfg, checkpoint, out, cfg.final_eval.settings()))
+            eval_cfg = eval_config_for(cfg, checkpoint, out, cfg.final_eval.settings())
+            loaded = None
+            if label == "trained" and trained is not None:
+                model = merged_policy(trained[0]).to(eval_cfg.rollout.policy.device).eval()
+                loaded = (
+                    model,
+                    trained[1],
+                    f"{run_dir / 'policy'} (the weights it was saved from)",
+                )
+            evaluate_policy(eval_cfg, loaded)
         records[label] = load_sample_records(out)  # with response digests: same rollouts?
     block = final_comparison(records["start"], records["trained"], n_boot=cfg.final_eval.bootstrap)
     where = {

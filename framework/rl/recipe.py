@@ -7,8 +7,9 @@
    that exist already (user files, cached splits) are read and checked before the index is built;
 2. the SFT warm start (:func:`framework.sft.warm_start.warm_start`), cached and shared by every arm;
 3. RL: :func:`build` and :func:`fit` below, resumed from ``cfg.resume`` when it names a checkpoint;
-4. the exported policy, then the final comparison of the warm start and the trained policy
-   (:func:`framework.rl.final.final_evaluation`);
+4. the exported policy (:func:`export_run_policy`: ``policy/`` in ``export.dtype``, also when the
+   run was interrupted or stopped by a health monitor), then the final comparison of the warm
+   start and the trained policy (:func:`framework.rl.final.final_evaluation`);
 5. ``summary.json``, the sweep table's row and the console report (:mod:`framework.rl.summary`).
 
 What one RL step does is :func:`framework.rl.step.rl_step`; the pieces, in the order a step meets
@@ -65,12 +66,16 @@ from framework.rl.summary import record_sweep_job, report, run_summary
 from framework.rollout.policy import PolicyError
 from framework.sft.warm_start import warm_start
 from framework.training.checkpoints import (
+    CheckpointLoadError,
     CheckpointWriteError,
+    checkpoint_step,
     holds_training_state,
     latest_checkpoint,
+    newest_checkpoint,
+    policy_weights,
     weights_only_error,
 )
-from framework.training.lora import export_policy
+from framework.training.export import ExportError, ExportRecord, export_policy
 
 #: figures on the plain progress lines of an RL run
 RL_PROGRESS_KEYS = ("rollout/reward", "rollout/accuracy", "rollout/format_valid", "loss/entropy")
@@ -115,24 +120,38 @@ def run(cfg: TrainConfig) -> float | None:
     if ckpt is not None and not holds_training_state(ckpt):
         print(weights_only_error(ckpt), file=sys.stderr)
         raise SystemExit(2)
-    with _user_errors(CheckpointMismatch, CheckpointWriteError, RetrievalError, PolicyError):
-        metrics = fit(rl, cfg, ckpt)
+    try:
+        with _user_errors(CheckpointMismatch, CheckpointWriteError, RetrievalError, PolicyError):
+            metrics = fit(rl, cfg, ckpt)
+    except SystemExit:
+        if checkpoints.aborted and trainer.is_global_zero:  # Lightning's exit after a Ctrl-C
+            export_run_policy(cfg, rl, run_dir, resumed=ckpt)
+        raise
     if trainer.is_global_zero:
         final = None
-        if cfg.trainer.export_policy and not checkpoints.interrupted and health.stopped is None:
-            export_policy(module.policy, module.tokenizer, run_dir / "policy")
+        exported = export_run_policy(cfg, rl, run_dir, resumed=ckpt)
+        if exported is not None and not checkpoints.interrupted and health.stopped is None:
             job.end()
             if cfg.final_eval.enabled and val_items:
                 with job.stage("final comparison"):
-                    final = final_evaluation(cfg, run_dir)
+                    final = final_evaluation(
+                        cfg, run_dir, trained=(module.policy, module.tokenizer)
+                    )
         job.end()
         seconds = time.perf_counter() - clock
         summary = run_summary(
-            cfg, run_dir, rl, seconds=seconds, threads=threads, final=final, stages=job.summary()
+            cfg,
+            run_dir,
+            rl,
+            seconds=seconds,
+            threads=threads,
+            final=final,
+            stages=job.summary(),
+            exported=exported,
         )
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         record_sweep_job(cfg, run_dir, summary)
-        report(cfg, run_dir, module, metrics, checkpoints, health.stopped, final)
+        report(cfg, run_dir, module, metrics, checkpoints, health.stopped, final, exported)
     if checkpoints.interrupted:
         raise SystemExit(INTERRUPTED)
     if health.stopped is not None and sweep_job() is None:
@@ -146,6 +165,53 @@ def run(cfg: TrainConfig) -> float | None:
             file=sys.stderr,
         )
     return value
+
+
+def export_run_policy(
+    cfg: TrainConfig, rl: RLRun, run_dir: Path, resumed: str | None
+) -> ExportRecord | None:
+    """Write the run's ``policy/`` in ``export.dtype`` (unless ``trainer.export_policy`` is off),
+    however training ended; returns what was written, or None.
+
+    A run that finished, was interrupted after a step (one Ctrl-C, SIGTERM) or was stopped by a
+    health monitor exports the weights in memory: they are its last step's, whole. A run that a
+    KeyboardInterrupt aborted mid-step (a second Ctrl-C) may hold half-updated weights, so it
+    exports its newest checkpoint (this run's, else the one it resumed from), or nothing if it
+    has none.
+    """
+    if not cfg.trainer.export_policy:
+        return None
+    module, checkpoints, health = rl.module, rl.checkpoints, rl.health
+    if checkpoints.aborted:
+        ckpt = newest_checkpoint(run_dir / "checkpoints") or (Path(resumed) if resumed else None)
+        if ckpt is None:
+            print(
+                "seekrl-train: no policy exported: the run was aborted before its first checkpoint",
+                file=sys.stderr,
+                flush=True,
+            )
+            return None
+        with _user_errors(CheckpointLoadError):
+            module.policy.load_state_dict(policy_weights(ckpt))
+        step, source = checkpoint_step(ckpt), f"checkpoint {ckpt} (the run was aborted mid-step)"
+    else:
+        step = module.rl_step
+        source = "the run's weights after its last step"
+        if checkpoints.interrupted:
+            source += " (interrupted)"
+        elif health.stopped is not None:
+            source += f" (stopped by health monitor {health.stopped.monitor})"
+    folder = run_dir / "policy"
+    record = ExportRecord(path=str(folder), step=step, dtype=cfg.export.dtype, source=source)
+    with _user_errors(ExportError):  # float16 that cannot hold a weight: the checkpoints can
+        export_policy(module.policy, module.tokenizer, folder, cfg.export.dtype, record)
+    print(
+        f"seekrl-train: exported the policy from step {step} ({cfg.export.dtype}) to {folder}: "
+        f"{source}",
+        file=sys.stderr if checkpoints.aborted else sys.stdout,
+        flush=True,
+    )
+    return record
 
 
 @contextmanager

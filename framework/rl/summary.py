@@ -11,6 +11,7 @@ from framework.eval.final import final_lines
 from framework.eval.sweep import append, sweep_job
 from framework.rl.config import TrainConfig
 from framework.rl.final import FinalResult
+from framework.training.export import ExportRecord
 
 if TYPE_CHECKING:
     from framework.health.monitors import Alarm
@@ -52,6 +53,7 @@ class RunSummary(TypedDict):
     final: FinalResult | None
     stages: list[dict[str, float | str | None]]
     earlier_launches_peak_gb: float | None
+    policy: ExportRecord | None  # the exported policy/: its step, dtype and source
 
 
 def run_summary(
@@ -63,6 +65,7 @@ def run_summary(
     threads: int,
     final: FinalResult | None,
     stages: list[dict[str, float | str | None]],
+    exported: ExportRecord | None = None,
 ) -> RunSummary:
     """The run's ``summary.json``: its steps and time, how it ended, the last step's and the last
     logged figures, the final comparison and the stages' times and peaks.
@@ -70,6 +73,7 @@ def run_summary(
     Args:
         run: the fitted RL stage (:class:`~framework.rl.recipe.RLRun`).
         stages: the job's stage lines' summary (:meth:`~framework.progress.JobStages.summary`).
+        exported: the exported ``policy/`` (None: none was written).
     """
     module, health = run.module, run.health
     return {
@@ -90,6 +94,7 @@ def run_summary(
         "earlier_launches_peak_gb": None
         if module.earlier_peak_bytes is None
         else round(module.earlier_peak_bytes / 1e9, 2),
+        "policy": exported,
     }
 
 
@@ -137,6 +142,7 @@ def report(
     ckpt: StepCheckpoint,
     stopped: Alarm | None = None,
     final: FinalResult | None = None,
+    exported: ExportRecord | None = None,
 ) -> None:
     """Where everything is, and the headline figures; a run that ends with its final comparison
     ends with that block."""
@@ -158,10 +164,10 @@ def report(
     if ckpt.interrupted:
         print(f"  interrupted: resume with  seekrl-train resume={run_dir}")
     print(f"  checkpoints: {run_dir / 'checkpoints'}")
-    if cfg.trainer.export_policy and not ckpt.interrupted and stopped is None:
+    if exported is not None:
         print(
-            f"  policy:      {run_dir / 'policy'}  (rollout.policy.source=path "
-            f"rollout.policy.path={run_dir / 'policy'})"
+            f"  policy:      {exported['path']}  (step {exported['step']}, {exported['dtype']}; "
+            f"rollout.policy.source=path rollout.policy.path={exported['path']})"
         )
     if cfg.logging.dump_trajectories:
         print(f"  rollouts:    {run_dir / 'trajectories'}")

@@ -41,7 +41,8 @@ from framework.sft.config import SFTConfig
 from framework.sft.expert import expert_trajectories
 from framework.sft.questions import expert_questions, require_expert_questions
 from framework.training.checkpoints import checkpoint_step, newest_checkpoint
-from framework.training.lora import apply_lora, export_policy
+from framework.training.export import export_policy
+from framework.training.lora import apply_lora
 
 #: how to do without ``seekrl-sft`` when the data has no walks for its expert
 SFT_OFF = (

@@ -54,18 +54,22 @@ TRAINED_BEFORE = "trained before; evaluated now"
 
 
 def train_finished(run: Path) -> bool:
-    """A run is finished when its summary says so and its policy was exported."""
+    """A run is finished when its summary says so (neither interrupted nor stopped by a health
+    monitor: both export a policy too) and its policy was exported."""
     summary = run / "summary.json"
     if not summary.is_file() or not (run / "policy" / "config.json").is_file():
         return False
     try:
-        return not json.loads(summary.read_text()).get("interrupted", False)
+        ended = json.loads(summary.read_text())
     except json.JSONDecodeError:
         return False
+    return not ended.get("interrupted", False) and not ended.get("stopped_by")
 
 
-#: seekrl-train overrides of every study run: the study evaluates each final policy itself
-STUDY_TRAIN_ARGS = ("final_eval.enabled=false",)
+#: seekrl-train overrides of every study run: the study evaluates each final policy itself, from
+#: policy/ saved at the training precision: rounded to bf16 it would differ from the warm start
+#: by the rounding too where evaluations roll out in fp32 (a CPU without native bf16)
+STUDY_TRAIN_ARGS = ("final_eval.enabled=false", "export.dtype=float32")
 
 
 def train_command(cfg: StudyConfig, arm: str, seed: int, run: Path) -> list[str]:

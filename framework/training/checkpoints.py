@@ -87,18 +87,52 @@ def weights_only_error(path: str | Path, option: str = "resume") -> str:
     )
 
 
-def load_checkpoint_policy(checkpoint: str | None, base: Any) -> tuple[Any, Any, str]:
+def policy_weights(path: str | Path) -> dict[str, Any]:
+    """The policy's weights in a step checkpoint (its ``policy.*`` entries, prefix removed), read
+    memory-mapped: the optimiser state beside them is not read.
+
+    Raises:
+        CheckpointLoadError: a file that is not a checkpoint, or one that holds no policy weights.
+    """
+    import pickle
+
+    import torch
+
+    try:
+        state = torch.load(Path(path), map_location="cpu", weights_only=True, mmap=True)
+    except (RuntimeError, OSError, pickle.UnpicklingError, EOFError) as exc:
+        raise CheckpointLoadError(
+            f"[checkpoint] got {str(path)!r}; expected a step checkpoint that torch can read "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]}). Fix: name a "
+            f"checkpoints/{CHECKPOINT_GLOB} file that seekrl-train wrote."
+        ) from None
+    weights = {
+        k.removeprefix("policy."): v
+        for k, v in ((state.get("state_dict") if isinstance(state, dict) else None) or {}).items()
+        if k.startswith("policy.")
+    }
+    if not weights:
+        raise CheckpointLoadError(
+            f"[checkpoint] got {str(path)!r}; expected a checkpoint with policy weights "
+            "(state_dict entries policy.*). Fix: name a step checkpoint of a seekrl-train or "
+            "seekrl-sft run."
+        )
+    return weights
+
+
+def load_checkpoint_policy(
+    checkpoint: str | None, base: Any, lora: LoraConfig | None = None
+) -> tuple[Any, Any, str]:
     """``(model, tokenizer, description)`` of the policy ``checkpoint`` names: ``base`` (a
     ``rollout.policy`` config) itself for None, a run's ``policy/`` or a Hugging Face checkpoint
     folder, or the weights of a step checkpoint (a ``.ckpt`` file, or a run's newest) loaded into
-    ``base``'s model (with LoRA adapters when the run trained some).
+    ``base``'s model (with LoRA adapters when the run trained some: ``lora``'s, by default
+    :class:`~framework.training.lora.LoraConfig`'s rank and targets).
 
     Raises:
         CheckpointLoadError: a folder without a policy or checkpoints, or a ``.ckpt`` whose weights
             do not fit ``base``.
     """
-    import torch
-
     if checkpoint is None:
         model, tok = load_policy(base)
         return model, tok, f"base policy ({base.source}{': ' + base.path if base.path else ''})"
@@ -115,16 +149,10 @@ def load_checkpoint_policy(checkpoint: str | None, base: Any) -> tuple[Any, Any,
                 f"[checkpoint] {p} has neither policy/ nor checkpoints/step-*.ckpt. "
                 "Fix: point checkpoint at a finished run."
             ) from None
+    weights = policy_weights(p)
     model, tok = load_policy(base)
-    state = torch.load(p, map_location="cpu", weights_only=True)
-    weights = {
-        k.removeprefix("policy."): v
-        for k, v in state.get("state_dict", {}).items()
-        if k.startswith("policy.")
-    }
-    lora = any("lora_" in k for k in weights)
-    if lora:
-        model = apply_lora(model, LoraConfig(enabled=True))
+    if any("lora_" in k for k in weights):
+        model = apply_lora(model, replace(lora, enabled=True) if lora else LoraConfig(enabled=True))
     try:
         model.load_state_dict(weights, strict=True)
     except RuntimeError as exc:

@@ -1,10 +1,10 @@
-"""LoRA adapters through peft, and saving a policy as a plain Hugging Face checkpoint."""
+"""LoRA adapters through peft (a policy with adapters is exported merged:
+:func:`framework.training.export.export_policy`)."""
 
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -49,19 +49,6 @@ def apply_lora(model: torch.nn.Module, cfg: LoraConfig) -> Any:
 
 def is_peft(model: torch.nn.Module) -> bool:
     return hasattr(model, "merge_and_unload") and hasattr(model, "peft_config")
-
-
-def export_policy(model: Any, tokenizer: Any, folder: str | Path) -> Path:
-    """Save ``model`` (adapters merged into a copy) with its tokenizer as a HF checkpoint folder.
-
-    The folder loads with ``rollout.policy.source=path rollout.policy.path=<folder>``.
-    """
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    plain = copy.deepcopy(model).merge_and_unload() if is_peft(model) else model
-    plain.save_pretrained(folder, safe_serialization=True)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 class AdaptersOff:

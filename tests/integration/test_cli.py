@@ -166,6 +166,13 @@ def test_eval_rejects_bad_inputs_before_loading_anything(tmp_path):
         assert key in proc.stderr, proc.stderr
 
 
+def test_export_rejects_a_missing_checkpoint_before_loading_anything(tmp_path):
+    proc = run("export", f"checkpoint={tmp_path / 'nowhere'}", f"hydra.run.dir={tmp_path}/h")
+    assert proc.returncode == 2
+    assert f"[checkpoint] got '{tmp_path / 'nowhere'}'; expected a .ckpt file" in proc.stderr
+    assert "Fix: point checkpoint at a seekrl-train run directory" in proc.stderr
+
+
 def test_serve_rejects_bad_values_before_loading_anything():
     proc = run("serve", "port=70000", "host=0.0.0.0", "retriever=http")
     assert proc.returncode == 2

@@ -54,9 +54,19 @@ def _sweep_jobs(experiment: str) -> list[list[str]]:
     return [list(combo) for combo in itertools.product(*axes)] if axes else [[]]
 
 
+def required_args(app: str, tmp_path) -> list[str]:
+    """What an app has no default for: seekrl-export's checkpoint (a run directory with one)."""
+    if app != "export":
+        return []
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "step-000001.ckpt").write_bytes(b"")
+    (tmp_path / "config.yaml").write_text("{}\n")
+    return [f"checkpoint={tmp_path}"]
+
+
 @pytest.mark.parametrize("app", sorted(APPS))
-def test_app_default_config_validates(app):
-    assert isinstance(load_config(app), APPS[app])
+def test_app_default_config_validates(app, tmp_path):
+    assert isinstance(load_config(app, required_args(app, tmp_path)), APPS[app])
 
 
 @pytest.mark.parametrize("group,option", [(g, o) for g in TRAIN_GROUPS for o in group_options(g)])

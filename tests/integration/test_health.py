@@ -105,7 +105,15 @@ def test_a_retriever_returning_nothing_stops_the_run_with_a_checkpoint_naming_it
     assert summary["stopped_by"]["monitor"] == "retrieval_empty"
     assert "'test_empty'" in summary["stopped_by"]["message"]
     assert sorted(p.name for p in (run / "checkpoints").glob("step-*.ckpt")) == ["step-000001.ckpt"]
-    assert not (run / "policy").exists()  # a stopped run exports nothing to evaluate
+    # its policy is exported all the same, from the step it stopped after
+    assert summary["policy"] == {
+        "path": str(run / "policy"),
+        "step": 1,
+        "dtype": "float32",  # TINY's
+        "source": "the run's weights after its last step (stopped by health monitor "
+        "retrieval_empty)",
+    }
+    assert json.loads((run / "policy" / "seekrl_export.json").read_text()) == summary["policy"]
     scalars = tags(run)["scalars"]
     for name in (
         "health/retrieval_empty/bad_rate",

@@ -52,6 +52,9 @@ TINY = [
     "optim.micro_batch_size=4",
     "optim.lr=1e-3",
     "final_eval.enabled=false",  # one test below turns it on
+    # policy/ at the training precision: the tests below compare trained weights exactly (the
+    # bf16 export: tests/unit/training/test_export.py, tests/integration/test_train_export.py)
+    "export.dtype=float32",
 ]
 
 
@@ -482,6 +485,9 @@ def test_ctrl_c_saves_a_checkpoint_and_the_run_resumes(tmp_path):
     assert summary["interrupted"] and 1 <= summary["steps"] < 50
     saved = sorted((run / "checkpoints").glob("step-*.ckpt"))
     assert [p.name for p in saved] == [f"step-{summary['steps']:06d}.ckpt"]
+    # the policy of the step it stopped after is exported all the same, and says so
+    assert summary["policy"]["step"] == summary["steps"]
+    assert (run / "policy" / "config.json").is_file()
     assert validation_steps(run) == []  # it stops at once: no validation pass after the step
 
     done = cli(

@@ -42,6 +42,23 @@ def test_only_a_finished_and_evaluated_run_loses_its_checkpoints(tmp_path):
     assert prune_checkpoints(tmp_path, "grpo", 0) == 0  # again: nothing left
 
 
+def test_a_run_that_ended_early_keeps_its_checkpoints_though_it_exported_a_policy(tmp_path):
+    # interrupted and health-stopped runs export policy/ too: their summaries say they did not
+    # finish, and the study resumes them from these checkpoints
+    from framework.study.runs import train_finished
+
+    ended = {
+        "interrupted": {"seconds": 1.0, "interrupted": True, "stopped_by": None},
+        "stopped": {"seconds": 1.0, "interrupted": False, "stopped_by": {"monitor": "gradient"}},
+        "finished": {"seconds": 1.0, "interrupted": False, "stopped_by": None},
+    }
+    for seed, (how, summary) in enumerate(ended.items()):
+        run = make_run(tmp_path, how, seed, finished=True, evaluated=True)
+        (run / "summary.json").write_text(json.dumps(summary))
+        assert train_finished(run) == (how == "finished"), how
+        assert prune_checkpoints(tmp_path, how, seed) == (2000 if how == "finished" else 0), how
+
+
 def test_the_tool_prunes_a_whole_study_and_refuses_another_folder(tmp_path, capsys):
     spec = importlib.util.spec_from_file_location("prune", ROOT / "tools" / "prune_checkpoints.py")
     assert spec is not None and spec.loader is not None
