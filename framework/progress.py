@@ -168,12 +168,13 @@ class JobStages:
 
     The estimate is the planned seconds of the stages not yet finished, scaled by how the finished
     stages compared with their plan (the ratio is clamped to [0.2, 5], so one odd stage does not
-    swing it); a stage planned at 0 s (cached) adds nothing.
+    swing it); a stage planned at 0 s (cached) adds nothing; while a stage planned at None (no
+    figures for it) is still to finish, the time left is not estimated.
 
     Args:
         app: the lines' prefix, e.g. ``seekrl-train``.
-        planned: ``(stage name, planned seconds)`` in the order they run; a stage not named here is
-            still timed, with no plan of its own.
+        planned: ``(stage name, planned seconds or None)`` in the order they run; a stage not named
+            here is still timed, with no plan of its own.
         stream: where the lines go (stdout when None).
         clock: monotonic seconds (injectable for tests).
         memory: ``(start a stage's measurement, end it and return its peak bytes)`` (injectable
@@ -183,7 +184,7 @@ class JobStages:
     def __init__(
         self,
         app: str,
-        planned: list[tuple[str, float]],
+        planned: list[tuple[str, float | None]],
         *,
         stream: TextIO | None = None,
         clock: Callable[[], float] = time.perf_counter,
@@ -211,9 +212,13 @@ class JobStages:
         sampler, self._sampler = self._sampler, None
         return sampler.stop() if sampler is not None else 0
 
-    def left(self) -> float:
-        """Estimated seconds left for the stages not yet finished."""
+    def left(self) -> float | None:
+        """Estimated seconds left for the stages not yet finished; None while one of them has no
+        plan (a stage planned at None)."""
         finished = {str(d["stage"]) for d in self.done}
+        todo = [s for name, s in self.planned.items() if name not in finished]
+        if None in todo:
+            return None
         pairs = [
             (float(d["seconds"]), float(d["planned"]))  # type: ignore[arg-type]
             for d in self.done
@@ -221,7 +226,11 @@ class JobStages:
         ]
         ratio = sum(a for a, _ in pairs) / sum(p for _, p in pairs) if pairs else 1.0
         ratio = min(max(ratio, 0.2), 5.0)
-        return ratio * sum(s for name, s in self.planned.items() if name not in finished)
+        return ratio * sum(s for s in todo if s is not None)
+
+    def _left_text(self) -> str:
+        left = self.left()
+        return "time left not estimated" if left is None else f"about {_duration(left)} left"
 
     def _position(self, name: str) -> str:
         if name in self.order:
@@ -249,7 +258,7 @@ class JobStages:
         plan = f", planned {_duration(planned)}" if planned else ""
         self._say(
             f"{self._position(name)}{name} started (job elapsed "
-            f"{_duration(self._current[1] - self.start)}{plan}; about {_duration(self.left())} left)"
+            f"{_duration(self._current[1] - self.start)}{plan}; {self._left_text()})"
         )
 
     def end(self, error: str | None = None) -> None:
@@ -273,8 +282,7 @@ class JobStages:
         state = "ended" if error is None else f"stopped ({error})"
         self._say(
             f"{self._position(name)}{name} {state} in {_duration(now - begin)}, peak memory "
-            f"{peak / 1e9:.1f} GB (job elapsed {_duration(now - self.start)}; about "
-            f"{_duration(self.left())} left)"
+            f"{peak / 1e9:.1f} GB (job elapsed {_duration(now - self.start)}; {self._left_text()})"
         )
 
     def summary(self) -> list[dict[str, float | str | None]]:

@@ -37,6 +37,12 @@ class TrainerConfig:
     )
     max_steps: int = option(80, "training steps (paper: ~80)")
     log_every_n_steps: int = 1
+    device_kind: str = option(
+        "auto",
+        "the GPU model the dry run plans a GPU run for, matched by name against the recorded "
+        "GPU figures (framework/rl/gpu_plan.py), e.g. H200; auto: this machine's first GPU, "
+        "else unknown (no GPU figures)",
+    )
     checkpoint_every_n_steps: int = option(
         10, "a checkpoint every N steps; 0: no periodic checkpoints"
     )

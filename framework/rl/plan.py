@@ -6,7 +6,8 @@ same keys the run uses; a missing one is reported with a rough time. The times c
 recorded on the machine :data:`RECORDED_ON` names, so on another CPU they are an order of magnitude,
 not a promise. :func:`job_estimates` turns them into the per-stage plan (time and peak memory) that
 ``dry_run=true`` prints (:func:`dry_run`) and that the running job's stage lines count down from
-(:func:`job_stages`).
+(:func:`job_stages`). A GPU run's model stages are planned from recorded GPU figures where one fits
+the run, else given no time at all (:mod:`framework.rl.gpu_plan`), never from these CPU rates.
 
 Light: nothing here imports Lightning or loads a model, so a dry run takes seconds.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -31,6 +33,14 @@ from framework.retrieval.dense import FaissRetrieverConfig, embeddings_path, fai
 from framework.retrieval.local import MANIFEST, LocalRetrieverConfig
 from framework.retrieval.types import RetrievalError, RetrieverConfigBase
 from framework.rl.config import TrainConfig
+from framework.rl.gpu_plan import (
+    GpuPlan,
+    describe_plan,
+    gpu_final_seconds,
+    gpu_plan,
+    gpu_rl_seconds,
+    is_gpu_run,
+)
 from framework.rl.stages import checked_training_data
 from framework.rollout.policy import PolicyConfig, policy_source
 from framework.sft.warm_start import warm_start_sft
@@ -79,6 +89,10 @@ JOB_STAGES = {
     "RL": (),
     "final comparison": (),
 }
+#: the job's stages that train or roll out the policy (on a GPU in a GPU run)
+MODEL_STAGES = ("warm start (SFT)", "RL", "final comparison")
+#: what an estimate says for a stage it has no figures for
+NO_GPU_FIGURES = "no GPU figures"
 
 
 @dataclass(frozen=True)
@@ -90,13 +104,14 @@ class Stage:
         ready: found in the cache (or given as a path): nothing to build.
         where: its file or directory.
         work: what building it takes, with a rough time (empty when ready).
+        seconds: that time; None where there are no figures for it (a GPU stage without them).
     """
 
     name: str
     ready: bool
     where: str
     work: str = ""
-    seconds: float = 0.0
+    seconds: float | None = 0.0
 
     def line(self) -> str:
         state = "cached" if self.ready else "to build"
@@ -151,8 +166,12 @@ def retriever_stages(rcfg: RetrieverConfigBase) -> Iterator[Stage]:
     yield store
     if isinstance(rcfg, FaissRetrieverConfig):
         emb = embeddings_path(rcfg, fingerprint)
-        seconds = documents / embed_rate()
-        embed = f"embed at least {documents} passages, {minutes(seconds)}"
+        device = rcfg.encoder.device
+        seconds: float | None = None
+        embed = f"embed at least {documents} passages on {device}, {NO_GPU_FIGURES}"
+        if not device.startswith("cuda"):  # the recorded rates are the CPU's
+            seconds = documents / embed_rate()
+            embed = f"embed at least {documents} passages, {minutes(seconds)}"
         yield Stage("passage embeddings", emb.is_file(), str(emb), embed, seconds)
         index = faiss_index_dir(rcfg, fingerprint)
         work = f"{rcfg.index.type} index over the embeddings, seconds to minutes"
@@ -196,12 +215,16 @@ def warm_start_stages(cfg: TrainConfig) -> Iterator[Stage]:
     seconds = kept * sft_cfg.optim.epochs * SFT_SECONDS_PER_SEQUENCE
     seconds += 2 * cfg.warm_start.eval_questions * EVAL_SECONDS_PER_ROLLOUT  # before/after check
     seconds = seconds * model_factor() + sft_cfg.expert.questions * EXPERT_SECONDS_PER_QUESTION
+    planned: float | None = seconds
+    time_text = minutes(seconds)
+    if is_gpu_run(cfg):  # no SFT was measured on a GPU
+        planned, time_text = None, NO_GPU_FIGURES
     work = (
         f"{sft_cfg.expert.questions} expert questions, {sft_cfg.optim.epochs} epoch(s) of SFT, "
-        f"{minutes(seconds)}"
+        f"{time_text}"
     )
     ready = (done / "policy" / "config.json").is_file()
-    yield Stage("warm start (SFT)", ready, str(done), work, seconds)
+    yield Stage("warm start (SFT)", ready, str(done), work, planned)
 
 
 def train_plan(cfg: TrainConfig) -> list[Stage]:
@@ -232,45 +255,111 @@ def final_seconds(cfg: TrainConfig) -> float:
     return 2 * questions * f.samples_per_question * EVAL_SECONDS_PER_ROLLOUT * model_factor()
 
 
-def job_estimates(
-    cfg: TrainConfig, stages: list[Stage] | None = None
-) -> list[tuple[str, float, float]]:
-    """``(stage, seconds, peak GB)`` for each stage of ``seekrl-train`` (:data:`JOB_STAGES`), from
-    the recorded rates and peaks; a stage whose parts are all cached is planned at 0 s."""
+@dataclass(frozen=True)
+class Estimate:
+    """One stage of the job's plan.
+
+    Attributes:
+        stage: its name (:data:`JOB_STAGES`).
+        seconds: its planned time (0: all cached); None where there are no figures for it.
+        peak_gb: its peak resident memory on the host; None without figures.
+        gpu_gb: its peak GPU memory per GPU (a GPU run's model stages with figures), else None.
+    """
+
+    stage: str
+    seconds: float | None
+    peak_gb: float | None
+    gpu_gb: float | None = None
+
+
+def job_estimates(cfg: TrainConfig, stages: list[Stage] | None = None) -> list[Estimate]:
+    """The plan of each stage of ``seekrl-train`` (:data:`JOB_STAGES`), from the recorded rates
+    and peaks; a stage whose parts are all cached is planned at 0 s. A GPU run's model stages
+    come from its GPU figure (:func:`~framework.rl.gpu_plan.gpu_plan`), or have none."""
     stages = train_plan(cfg) if stages is None else stages
+    gpu = gpu_plan(cfg)
     out = []
     for name, parts in JOB_STAGES.items():
+        seconds: float | None
         if name == "RL":
-            seconds = rl_seconds(cfg)
+            seconds = rl_seconds(cfg) if gpu is None else gpu_rl_seconds(cfg, gpu)
         elif name == "final comparison":
-            seconds = final_seconds(cfg)
+            seconds = final_seconds(cfg) if gpu is None else gpu_final_seconds(cfg, gpu)
         else:
-            seconds = sum(s.seconds for s in stages if s.name in parts and not s.ready)
-        out.append((name, seconds, PEAK_GB[name]))
+            todo = [s.seconds for s in stages if s.name in parts and not s.ready]
+            seconds = None if None in todo else sum(t for t in todo if t is not None)
+        if gpu is None or name not in MODEL_STAGES:
+            out.append(Estimate(name, seconds, PEAK_GB[name] if seconds is not None else None))
+        else:
+            out.append(_gpu_estimate(name, seconds, gpu))
     return out
 
 
-def render_estimates(estimates: list[tuple[str, float, float]]) -> str:
-    """The per-stage estimate as lines, with their total and the machine they come from."""
+def _gpu_estimate(name: str, seconds: float | None, gpu: GpuPlan) -> Estimate:
+    """A GPU run's model stage: the figure's peaks where it has a time from them."""
+    fig = gpu.figure
+    if fig is None or seconds is None or name not in ("RL", "final comparison"):
+        return Estimate(name, seconds, None)  # no SFT figures; a cached warm start costs nothing
+    return Estimate(name, seconds, fig.peak_rss_gb, fig.peak_gpu_gb)
+
+
+def _estimate_line(e: Estimate) -> str:
+    """One stage's line: its time and peak memory, or that there are no figures for it."""
+    if e.seconds is None:
+        return f"  {e.stage:<18} {NO_GPU_FIGURES}"
+    time_text = minutes(e.seconds) if e.seconds else "cached, seconds"
+    if e.gpu_gb is not None:
+        memory = f"peak GPU about {e.gpu_gb:.1f} GB, host {e.peak_gb:.1f} GB"
+        return f"  {e.stage:<18} {time_text:<14} {memory}"
+    if e.peak_gb is None:
+        return f"  {e.stage:<18} {time_text}"
+    return f"  {e.stage:<18} {time_text:<14} peak about {e.peak_gb:.1f} GB"
+
+
+def render_estimates(estimates: list[Estimate], gpu_note: str | None = None) -> str:
+    """The per-stage estimate as lines, with their total and the machine they come from;
+    ``gpu_note`` (a GPU run) says what its GPU stages come from, or why they have no figures."""
     scaled = "" if model_factor() == 1.0 else f", model stages x{FP32_FACTOR} for fp32 here"
-    lines = [f"estimate per stage (recorded figures: {RECORDED_ON}{scaled}; another CPU differs):"]
-    for name, seconds, peak in estimates:
-        time_text = minutes(seconds) if seconds else "cached, seconds"
-        lines.append(f"  {name:<18} {time_text:<14} peak about {peak:.1f} GB")
-    total = sum(s for _, s, _ in estimates)
-    peak = max(p for _, _, p in estimates)
-    lines.append(f"  {'whole job':<18} {minutes(total):<14} peak about {peak:.1f} GB")
+    if gpu_note is None:
+        lines = [
+            f"estimate per stage (recorded figures: {RECORDED_ON}{scaled}; another CPU differs):"
+        ]
+    else:
+        cpu_note = f"CPU stages: recorded figures of {RECORDED_ON}; another CPU differs."
+        lines = ["estimate per stage:"]
+        for note in (cpu_note, gpu_note):
+            lines += textwrap.wrap(note, 100, initial_indent="  ", subsequent_indent="    ")
+    lines += [_estimate_line(e) for e in estimates]
+    unknown = [e.stage for e in estimates if e.seconds is None]
+    if unknown:
+        lines.append(f"  {'whole job':<18} not estimated (no figures for {', '.join(unknown)})")
+        return "\n".join(lines)
+    total = sum(e.seconds or 0.0 for e in estimates)
+    peak = max(e.peak_gb for e in estimates if e.peak_gb is not None)
+    gpu = [e.gpu_gb for e in estimates if e.gpu_gb is not None]
+    memory = f"peak about {peak:.1f} GB"
+    if gpu:
+        memory = f"peak GPU about {max(gpu):.1f} GB, host {peak:.1f} GB"
+    lines.append(f"  {'whole job':<18} {minutes(total):<14} {memory}")
     return "\n".join(lines)
 
 
 def rl_estimate(cfg: TrainConfig) -> str:
-    """The RL stage's size and a rough time."""
+    """The RL stage's size and a rough time (a GPU run's from its GPU figure, or none)."""
     steps = cfg.trainer.max_steps
     per_step = getattr(cfg.sampler, "questions_per_step", 0) * getattr(cfg.sampler, "group_size", 0)
     if not per_step:  # a sampler without the usual batch fields
         return f"{steps} steps"
     rollouts = steps * per_step
-    return f"{steps} steps, {rollouts} rollouts, {minutes(rl_seconds(cfg))}"
+    gpu = gpu_plan(cfg)
+    if gpu is None:
+        return f"{steps} steps, {rollouts} rollouts, {minutes(rl_seconds(cfg))}"
+    seconds = gpu_rl_seconds(cfg, gpu)
+    if seconds is None:
+        return f"{steps} steps, {rollouts} rollouts, {NO_GPU_FIGURES} (see the estimate below)"
+    gpus = f"{gpu.world} GPUs" if gpu.world > 1 else "1 GPU"
+    device = gpu.figure.device if gpu.figure else gpu.device
+    return f"{steps} steps, {rollouts} rollouts, {minutes(seconds)} on {gpus} ({device} figures)"
 
 
 def render(stages: list[Stage]) -> str:
@@ -287,8 +376,8 @@ def job_stages(cfg: TrainConfig) -> JobStages:
     try:
         estimates = job_estimates(cfg)
     except (RetrievalError, OSError):  # a missing corpus: the index stage reports it
-        estimates = [(name, 0.0, 0.0) for name in JOB_STAGES]
-    return JobStages("seekrl-train", [(name, seconds) for name, seconds, _ in estimates])
+        estimates = [Estimate(name, 0.0, 0.0) for name in JOB_STAGES]
+    return JobStages("seekrl-train", [(e.stage, e.seconds) for e in estimates])
 
 
 def dry_run(cfg: TrainConfig) -> None:
@@ -319,7 +408,9 @@ def dry_run(cfg: TrainConfig) -> None:
             f"validation questions x {f.samples_per_question} samples, paired"
         )
     print()
-    print(render_estimates(job_estimates(cfg, stages)))
+    gpu = gpu_plan(cfg)
+    note = None if gpu is None else describe_plan(cfg, gpu)
+    print(render_estimates(job_estimates(cfg, stages), note))
     if all(s.ready for s in stages if s.name == "questions"):
         try:  # the data exists: check its schema, the reward's and the warm start's needs now
             splits, notes = checked_training_data(cfg)
@@ -336,6 +427,7 @@ def dry_run(cfg: TrainConfig) -> None:
 
 
 __all__ = [
+    "Estimate",
     "Stage",
     "dry_run",
     "job_estimates",

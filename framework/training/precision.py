@@ -147,7 +147,7 @@ def choose_precision(
     """
     if requested != "auto":
         return PrecisionChoice(requested, "set explicitly (trainer.precision)")
-    if _on_gpu(accelerator):
+    if on_gpu(accelerator):
         if gpu_bf16 is None:
             gpu_bf16 = _cuda_bf16()
         if gpu_bf16:
@@ -168,7 +168,7 @@ def choose_precision(
 def trains_fp32_on_cpu(precision: str, accelerator: str) -> bool:
     """Whether a trainer with ``precision`` (``auto`` resolved on this machine) and ``accelerator``
     trains in fp32 on a CPU: the slow path that ``${bf16_or_fp32:A,B}`` sizes for."""
-    if _on_gpu(accelerator):
+    if on_gpu(accelerator):
         return False
     return choose_precision(precision, accelerator).precision in ("32-true", "32", "64-true", "64")
 
@@ -189,7 +189,7 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("bf16_or_fp32", _bf16_or_fp32)
 
 
-def _on_gpu(accelerator: str) -> bool:
+def on_gpu(accelerator: str) -> bool:
     """Whether a trainer with ``accelerator`` runs on a GPU (``auto``: where CUDA is available)."""
     return accelerator in ("gpu", "cuda") or (accelerator == "auto" and _cuda_available())
 

@@ -170,6 +170,36 @@ def test_job_stages_print_start_and_end_with_peak_memory_and_a_scaled_time_left(
     ]
 
 
+def test_job_stages_without_a_plan_for_a_stage_say_the_time_left_is_not_estimated():
+    import io
+
+    from framework.progress import JobStages
+
+    clock = [0.0]
+    out = io.StringIO()
+    job = JobStages(
+        "app",
+        [("index", 100.0), ("RL", None)],  # a GPU run's RL without GPU figures
+        stream=out,
+        clock=lambda: clock[0],
+        memory=(lambda: None, lambda: 1_000_000_000),
+    )
+    assert job.left() is None
+    with job.stage("index"):
+        clock[0] += 100.0
+    job.begin("RL")
+    clock[0] += 50.0
+    job.end()
+    assert job.left() == 0.0  # every stage done
+    assert out.getvalue().splitlines() == [
+        "app: [1/2] index started (job elapsed 0 s, planned 1.7 min; time left not estimated)",
+        "app: [1/2] index ended in 1.7 min, peak memory 1.0 GB (job elapsed 1.7 min; time left "
+        "not estimated)",
+        "app: [2/2] RL started (job elapsed 1.7 min; time left not estimated)",
+        "app: [2/2] RL ended in 50 s, peak memory 1.0 GB (job elapsed 2.5 min; about 0 s left)",
+    ]
+
+
 def test_a_stage_that_raises_says_so():
     import io
 
