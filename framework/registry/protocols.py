@@ -275,6 +275,29 @@ class RolloutBackend(Protocol):
 
 
 @runtime_checkable
+class StreamsTurns(Protocol):
+    """A backend that takes one sequence at a time and hands back whichever have finished, so
+    the agent loop submits a rollout's next turn as soon as its tool results are in, instead of
+    waiting for the turn's slowest rollout (``generate``'s barrier). ``streams`` says whether to
+    (a config may keep the barrier); ``submit`` queues a continuation under ``key`` with
+    ``generate``'s arguments for one sequence; ``collect`` runs the backend until at least one
+    queued sequence has finished (none queued: returns ``[]``) and returns those, by key."""
+
+    streams: bool
+
+    def submit(
+        self,
+        key: int,
+        sequence: Sequence[int],
+        max_new_tokens: int,
+        stop: Sequence[str],
+        seed: int | None = None,
+    ) -> None: ...
+
+    def collect(self) -> list[tuple[int, Generation]]: ...
+
+
+@runtime_checkable
 class CountsCalls(Protocol):
     """A backend that counts its ``generate`` calls (kept in a checkpoint, for the record)."""
 

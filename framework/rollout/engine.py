@@ -3,7 +3,9 @@
 What the text looks like (prompt, stop strings, how a turn is read, tools, observations, tagged
 blocks) is the loop's protocol's (:mod:`framework.rollout.protocol`, ``agent.protocol``). Every
 active rollout of every group advances together: one backend call per turn generates the next
-model turn for all of them; their tool calls are answered with one batched retriever call; each
+model turn for all of them; their tool calls are answered with one batched retriever call. A
+backend that streams turns (:class:`~framework.registry.protocols.StreamsTurns`, vLLM's) has no
+such barrier: a rollout's next turn is submitted as soon as its tool results are in. Each
 observation is tokenised once, on its own, and appended (loss mask 0). Earlier text is never
 re-tokenised, so ``token_ids`` is exactly what the policy was conditioned on.
 """
@@ -22,6 +24,7 @@ from framework.registry.protocols import (
     RendersMessages,
     Retriever,
     RolloutBackend,
+    StreamsTurns,
 )
 from framework.rollout.config import AgentConfig
 from framework.rollout.parser import ToolCall
@@ -290,33 +293,77 @@ class AgentLoop:
                 r.seed = int(seed)
         limit = len(rollouts) if max_in_flight is None else max(int(max_in_flight), 1)
         waiting = list(reversed(rollouts))  # popped from the end: question order
-        open_in_group = [len(group) for group in groups]
+        self._open_in_group = [len(group) for group in groups]
         finished = 0
         active: list[_Rollout] = []
+        streaming = isinstance(self.backend, StreamsTurns) and self.backend.streams
+        in_flight: dict[int, tuple[_Rollout, int]] = {}  # streaming: submitted, not yet back
         while active or waiting:
             while waiting and len(active) < limit:
                 active.append(waiting.pop())
-            self._generate(active)
-            self._run_tools([r for r in active if not r.done])
-            for r in active:
-                most = self.cfg.max_turns if r.max_turns is None else r.max_turns
-                if not r.done and r.traj.stats["turns"] >= most:
-                    self._finish(r, STATUS_OVER_BUDGET, "max_turns")
+            if streaming:
+                self._stream_turns(active, in_flight)
+            else:
+                self._generate(active)
+                self._run_tools([r for r in active if not r.done])
+                self._end_at_max_turns(active)
             ended = [r for r in active if r.done]
             active = [r for r in active if not r.done]
             finished += len(ended)
-            for r in ended:
-                g = r.traj.group
-                open_in_group[g] -= 1
-                if open_in_group[g] == 0 and on_group_done is not None:
-                    on_group_done(g, [x.traj for x in groups[g]])
+            self._close_groups(ended, groups, on_group_done)
             if progress is not None:
                 progress(finished, len(rollouts))
         self.timings["total"] = time.perf_counter() - clock
         return [r.traj for r in rollouts]
 
+    def _end_at_max_turns(self, rollouts: list[_Rollout]) -> None:
+        for r in rollouts:
+            most = self.cfg.max_turns if r.max_turns is None else r.max_turns
+            if not r.done and r.traj.stats["turns"] >= most:
+                self._finish(r, STATUS_OVER_BUDGET, "max_turns")
+
+    def _close_groups(
+        self,
+        ended: list[_Rollout],
+        groups: list[list[_Rollout]],
+        on_group_done: Callable[[int, list[Trajectory]], None] | None,
+    ) -> None:
+        for r in ended:
+            g = r.traj.group
+            self._open_in_group[g] -= 1
+            if self._open_in_group[g] == 0 and on_group_done is not None:
+                on_group_done(g, [x.traj for x in groups[g]])
+
+    def _stream_turns(
+        self, active: list[_Rollout], in_flight: dict[int, tuple[_Rollout, int]]
+    ) -> None:
+        """No turn barrier (a :class:`StreamsTurns` backend): submit the next turn of every
+        active rollout that has none in flight, take back whichever turns finish first, answer
+        their tool calls (one batched call for them) and return; the caller submits those
+        rollouts' next turns at once, while the others are still generating."""
+        idle = [r for r in active if id(r) not in in_flight and not r.done]
+        backend = self.backend
+        assert isinstance(backend, StreamsTurns)
+        for r, limit in self._ready(idle):
+            backend.submit(id(r), r.traj.token_ids, limit, self.protocol.stop, seed=r.seed)
+            in_flight[id(r)] = (r, limit)
+        if not in_flight:
+            return
+        start = time.perf_counter()
+        outs = backend.collect()
+        self.timings["generate"] += time.perf_counter() - start
+        turned = []
+        for key, gen in outs:
+            r, limit = in_flight.pop(key)
+            self._absorb(r, gen.token_ids, gen.finish, limit, gen.logprobs)
+            turned.append(r)
+        self._run_tools([r for r in turned if not r.done])
+        self._end_at_max_turns(turned)
+
     # -- one turn ---------------------------------------------------------------------------------
-    def _generate(self, active: list[_Rollout]) -> None:
+    def _ready(self, active: list[_Rollout]) -> list[tuple[_Rollout, int]]:
+        """The rollouts of ``active`` that take a next turn, each with its token budget for it
+        (a forced text placed first); those out of room end over budget."""
         for r in active:
             if r.forced and not r.done and r.forced_at < 0:
                 self._place_forced(r)
@@ -325,11 +372,14 @@ class AgentLoop:
         for r, left in zip(active, budget, strict=True):
             if left <= 0:
                 self._finish(r, STATUS_OVER_BUDGET, "max_total_tokens")
-        live = [
+        return [
             (r, min(left, self.cfg.max_new_tokens_per_turn))
             for r, left in zip(active, budget, strict=True)
             if left > 0
         ]
+
+    def _generate(self, active: list[_Rollout]) -> None:
+        live = self._ready(active)
         if not live:
             return
         start = time.perf_counter()

@@ -63,6 +63,11 @@ class VLLMBackendConfig(ComponentConfig):
         "dtype the engine computes in, whatever the trained weights' dtype: auto (bfloat16 where "
         "rollout.policy.device computes bf16 natively, else float32), float32 or bfloat16",
     )
+    turn_barrier: bool = option(
+        False,
+        "wait for every rollout's turn before the next turn goes out (one generate call per "
+        "turn); false: a rollout's next turn is submitted as soon as its tool results are in",
+    )
     weight_sync: str = option(
         "memory",
         "how trained weights reach the engine: memory (tensors handed to its reload_weights, no "
@@ -163,6 +168,8 @@ class VLLMBackend:
             self.processed_logprobs = False
             self.llm = vllm.LLM(**engine_args)
         self.calls = 0
+        #: streamed continuations in the engine: request id -> the agent loop's key
+        self._queued: dict[str, int] = {}
         #: the last weight sync's seconds: writing the checkpoint folder (``disk`` only) and the
         #: engine's reload
         self.sync_seconds = {"save": 0.0, "load": 0.0}
@@ -196,37 +203,85 @@ class VLLMBackend:
         (except on vLLM's CPU platform, which takes no per-request seeds: see ``seeded``)."""
         from vllm.inputs import TokensPrompt
 
-        s = self.cfg.sampling
+        if self._queued:  # LLM.generate runs the engine until every request is done, these too
+            raise RuntimeError(
+                f"VLLMBackend.generate with {len(self._queued)} streamed continuations not "
+                "collected; collect() them first"
+            )
         self.calls += 1
         params = [
-            self._vllm.SamplingParams(
-                max_tokens=int(n),
-                temperature=s.temperature,
-                top_p=s.top_p,
-                top_k=s.top_k if s.top_k > 0 else -1,
-                stop=list(stop),
-                include_stop_str_in_output=True,
-                seed=(
-                    None
-                    if not self.seeded
-                    else s.seed * 1_000_003 + self.calls * 8191 + i
-                    if seeds is None
-                    else (seeds[i] * 1_000_003 + len(sequences[i])) % 2**63
-                ),
-                logprobs=0,
+            self._params(
+                int(n),
+                stop,
+                None
+                if not self.seeded
+                else self.cfg.sampling.seed * 1_000_003 + self.calls * 8191 + i
+                if seeds is None
+                else _request_seed(seeds[i], sequences[i]),
             )
             for i, n in enumerate(max_new_tokens)
         ]
         prompts = [TokensPrompt(prompt_token_ids=list(map(int, seq))) for seq in sequences]
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
-        result = []
-        for out in outputs:
-            c = out.outputs[0]
-            finish = {"stop": "stop", "length": "length"}.get(c.finish_reason, "eos")
-            if c.finish_reason == "stop" and c.stop_reason is None:
-                finish = "eos"  # stopped on the end-of-sequence token, not a stop string
-            result.append(Generation(list(c.token_ids), finish, sampled_logprobs(c)))
-        return result
+        return [_generation(out) for out in outputs]
+
+    @property
+    def streams(self) -> bool:
+        """Whether the agent loop submits turns one by one (``StreamsTurns``): unless
+        ``turn_barrier``."""
+        return not self.cfg.turn_barrier
+
+    def submit(
+        self,
+        key: int,
+        sequence: Sequence[int],
+        max_new_tokens: int,
+        stop: Sequence[str],
+        seed: int | None = None,
+    ) -> None:
+        """Queue one continuation in the engine, which batches it with whatever is running
+        (continuous batching); :meth:`collect` hands it back. ``seed`` as in :meth:`generate`'s
+        ``seeds`` (a function of the seed and the sequence's length), none on vLLM's CPU
+        platform. Uses the engine's request queue (``LLM._add_completion_requests`` and
+        ``LLMEngine.step``, vLLM 0.32)."""
+        from vllm.inputs import TokensPrompt
+
+        rseed = (
+            None
+            if not self.seeded
+            else self.cfg.sampling.seed * 1_000_003 + self.calls * 8191
+            if seed is None
+            else _request_seed(seed, sequence)
+        )
+        params = self._params(int(max_new_tokens), stop, rseed)
+        prompt = TokensPrompt(prompt_token_ids=list(map(int, sequence)))
+        [request] = self.llm._add_completion_requests([prompt], [params], use_tqdm=False)
+        self._queued[str(request)] = key
+        self.calls += 1
+
+    def collect(self) -> list[tuple[int, Generation]]:
+        """Step the engine until at least one queued continuation has finished; those, by the
+        key they were submitted with (``[]`` when none is queued)."""
+        done: list[tuple[int, Generation]] = []
+        engine = self.llm.llm_engine
+        while self._queued and not done:
+            for out in engine.step():
+                if getattr(out, "finished", False) and out.request_id in self._queued:
+                    done.append((self._queued.pop(out.request_id), _generation(out)))
+        return done
+
+    def _params(self, max_tokens: int, stop: Sequence[str], seed: int | None) -> Any:
+        s = self.cfg.sampling
+        return self._vllm.SamplingParams(
+            max_tokens=max_tokens,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            top_k=s.top_k if s.top_k > 0 else -1,
+            stop=list(stop),
+            include_stop_str_in_output=True,
+            seed=seed,
+            logprobs=0,
+        )
 
     def update_weights(self, model: Any) -> None:
         """Load ``model``'s weights into the engine (cast to its dtype by vLLM's loaders) and drop
@@ -272,6 +327,27 @@ class VLLMBackend:
                 continue
             return obj
         return None
+
+
+def _request_seed(seed: int, sequence: Sequence[int]) -> int:
+    """A request's seed: a function of its rollout's seed and its sequence's length alone."""
+    return (int(seed) * 1_000_003 + len(sequence)) % 2**63
+
+
+class _Output(Protocol):
+    """What :func:`_generation` reads of a vLLM ``RequestOutput``."""
+
+    outputs: Sequence[Any]
+
+
+def _generation(out: _Output) -> Generation:
+    """A finished request's first completion as a :class:`Generation`: its tokens, why it
+    stopped (a stop string, the token budget, or end of sequence), its log-probs."""
+    c = out.outputs[0]
+    finish = {"stop": "stop", "length": "length"}.get(c.finish_reason, "eos")
+    if c.finish_reason == "stop" and c.stop_reason is None:
+        finish = "eos"  # stopped on the end-of-sequence token, not a stop string
+    return Generation(list(c.token_ids), finish, sampled_logprobs(c))
 
 
 def _tensors(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:

@@ -36,7 +36,6 @@ def backend():
         # (about 1.5 GB with torch and vLLM loaded): 0.15 of 24 GB leaves the cache about 1.1 GB
         gpu_memory_utilization=0.15,
         enforce_eager=True,  # starts in seconds (no compile)
-        compute_dtype="bfloat16",  # on any CPU, so the exported bf16 folder serves the same
     )
     return VLLMBackend(cfg=cfg)
 
@@ -212,8 +211,11 @@ def test_seekrl_train_two_steps_on_vllm_with_its_final_comparison(tmp_path, engi
 
 
 def test_an_exported_policy_folder_serves_as_the_original_does(backend, tmp_path):
-    # seekrl-train's policy/ (bf16 by default) is a folder vLLM serves: its greedy tokens are the
-    # original checkpoint's in bf16 (the fixture's engine), token for token
+    # seekrl-train's policy/ (bf16 by default) is a folder vLLM serves: its greedy tokens are those
+    # of the fixture's engine given the same bf16-rounded weights, token for token, in whichever
+    # dtype this CPU's engines compute (compute_dtype auto, the same for both)
+    import torch
+
     from framework.rollout.hf_backend import SamplingConfig
     from framework.rollout.policy import PolicyConfig, load_policy
     from framework.rollout.vllm_backend import VLLMBackend, VLLMBackendConfig
@@ -221,18 +223,23 @@ def test_an_exported_policy_folder_serves_as_the_original_does(backend, tmp_path
 
     model, tok = load_policy(PolicyConfig(source="smollm2"))
     folder = export_policy(model, tok, tmp_path / "policy", "bfloat16", {"step": 0})
-    del model
     exported = VLLMBackend(
         cfg=VLLMBackendConfig(
             name="vllm",
-            policy=PolicyConfig(source="path", path=str(folder), dtype="bfloat16"),
+            policy=PolicyConfig(source="path", path=str(folder)),
             sampling=SamplingConfig(temperature=0.0),
             max_model_len=2048,
-            compute_dtype="bfloat16",
             kv_cache_gb=1.0,  # a second engine in this process: its own cache, not a share
             enforce_eager=True,
         )
     )
     seq = [_prompt(exported.tokenizer, "Name the capital of France.")]
     got = exported.generate(seq, [12], [])[0].token_ids
-    assert len(got) > 0 and got == backend.generate(seq, [12], [])[0].token_ids
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.to(torch.bfloat16).float())
+    try:
+        backend.update_weights(model)
+        assert len(got) > 0 and got == backend.generate(seq, [12], [])[0].token_ids
+    finally:
+        backend.update_weights(load_policy(PolicyConfig(source="smollm2"))[0])
