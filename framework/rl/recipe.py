@@ -71,6 +71,7 @@ from framework.training.checkpoints import (
     weights_only_error,
 )
 from framework.training.lora import export_policy
+from framework.training.sharding import ShardingError
 
 #: figures on the plain progress lines of an RL run
 RL_PROGRESS_KEYS = ("rollout/reward", "rollout/accuracy", "rollout/format_valid", "loss/entropy")
@@ -84,7 +85,7 @@ def run(cfg: TrainConfig) -> float | None:
 
     Raises:
         SystemExit: status 2 with the message for what a user can fix (data, retriever, policy,
-            checkpoint); ``INTERRUPTED`` after SIGINT / SIGTERM, once the step checkpoint is saved;
+            checkpoint, sharding); ``INTERRUPTED`` after SIGINT / SIGTERM, once the step checkpoint is saved;
             ``HEALTH_STOPPED`` when a health monitor stopped a single run.
     """
     clock = time.perf_counter()
@@ -115,12 +116,16 @@ def run(cfg: TrainConfig) -> float | None:
     if ckpt is not None and not holds_training_state(ckpt):
         print(weights_only_error(ckpt), file=sys.stderr)
         raise SystemExit(2)
-    with _user_errors(CheckpointMismatch, CheckpointWriteError, RetrievalError, PolicyError):
+    # ShardingError: a trainer.fsdp.wrap class the policy does not have
+    fit_errors = (CheckpointMismatch, CheckpointWriteError, RetrievalError, PolicyError)
+    with _user_errors(*fit_errors, ShardingError):
         metrics = fit(rl, cfg, ckpt)
+    # a sharded policy is gathered whole on rank 0 first (every rank takes part)
+    weights = module.export_weights() if cfg.trainer.export_policy else None
     if trainer.is_global_zero:
         final = None
         if cfg.trainer.export_policy and not checkpoints.interrupted and health.stopped is None:
-            export_policy(module.policy, module.tokenizer, run_dir / "policy")
+            export_policy(module.policy, module.tokenizer, run_dir / "policy", weights)
             job.end()
             if cfg.final_eval.enabled and val_items:
                 with job.stage("final comparison"):
@@ -246,7 +251,8 @@ def fit(run: RLRun, cfg: TrainConfig, ckpt: str | None) -> dict[str, float]:
     resources are closed whatever happens.
 
     Raises:
-        CheckpointMismatch, CheckpointWriteError, RetrievalError, PolicyError: what a user can fix.
+        CheckpointMismatch, CheckpointWriteError, RetrievalError, PolicyError, ShardingError:
+            what a user can fix.
     """
     module, trainer = run.module, run.trainer
     try:

@@ -51,15 +51,19 @@ def is_peft(model: torch.nn.Module) -> bool:
     return hasattr(model, "merge_and_unload") and hasattr(model, "peft_config")
 
 
-def export_policy(model: Any, tokenizer: Any, folder: str | Path) -> Path:
+def export_policy(
+    model: Any, tokenizer: Any, folder: str | Path, state_dict: dict[str, Any] | None = None
+) -> Path:
     """Save ``model`` (adapters merged into a copy) with its tokenizer as a HF checkpoint folder.
 
-    The folder loads with ``rollout.policy.source=path rollout.policy.path=<folder>``.
+    ``state_dict``: the weights to save instead of ``model``'s own (a sharded policy's, gathered
+    whole: :func:`~framework.training.sharding.full_state_dict`). The folder loads with
+    ``rollout.policy.source=path rollout.policy.path=<folder>``.
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     plain = copy.deepcopy(model).merge_and_unload() if is_peft(model) else model
-    plain.save_pretrained(folder, safe_serialization=True)
+    plain.save_pretrained(folder, safe_serialization=True, state_dict=state_dict)
     tokenizer.save_pretrained(folder)
     return folder
 
