@@ -8,12 +8,13 @@ Heavy imports (Lightning itself) stay inside the functions: every app imports th
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from framework.config import option
+from framework.lightning.strategy import DDPConfig, FSDPConfig, build_strategy, strategy_problems
 from framework.problems import Problem, check, check_choice, check_range
 from framework.training.precision import PrecisionChoice, choose_precision
 
@@ -31,7 +32,13 @@ class TrainerConfig:
     accelerator: str = "cpu"
     devices: Any = 1
     num_nodes: int = 1
-    strategy: str = "auto"
+    strategy: str = option(
+        "auto",
+        "auto, ddp (settings: trainer.ddp), fsdp (FSDP2; settings: trainer.fsdp) or another "
+        "Lightning strategy name",
+    )
+    ddp: DDPConfig = field(default_factory=DDPConfig)
+    fsdp: FSDPConfig = field(default_factory=FSDPConfig)
     precision: str = option(
         "auto", "auto (bf16-mixed only on hardware with native bf16), or a Lightning value"
     )
@@ -109,17 +116,9 @@ class TrainerConfig:
                     "use trainer.precision=auto, bf16-mixed or 32-true (fp16 needs a GPU)",
                 )
             ]
-        sharded = str(self.strategy).startswith(("fsdp", "deepspeed"))
-        if sharded and self.accelerator == "cpu":  # Lightning refuses both on CPU, with a traceback
-            out += [
-                Problem(
-                    "strategy",
-                    self.strategy,
-                    "ddp or auto on CPU (Lightning runs FSDP and DeepSpeed only on GPUs)",
-                    "use trainer=fsdp or trainer=deepspeed on a GPU machine, or trainer.strategy=ddp "
-                    "trainer.devices=2 for data parallelism over CPU processes",
-                )
-            ]
+        out += strategy_problems(
+            str(self.strategy), self.accelerator, self.precision, self.ddp, self.fsdp
+        )
         return out
 
     def precision_choice(self) -> PrecisionChoice:
@@ -156,7 +155,7 @@ def build_trainer(
         accelerator=t.accelerator,
         devices=t.devices,
         num_nodes=t.num_nodes,
-        strategy=t.strategy,
+        strategy=build_strategy(t.strategy, t.ddp, t.fsdp),
         precision=precision,
         max_epochs=1,  # one pass over the stage's step stream, whose length is max_steps
         max_steps=max_steps,

@@ -17,6 +17,7 @@ from framework.algorithms.losses.rollout_correction import rollout_source_proble
 from framework.config import option
 from framework.config.app import RUN_DIR, schedule_problems, target_problems
 from framework.health.config import HealthConfig
+from framework.lightning.strategy import FSDP
 from framework.lightning.trainer import TrainerConfig
 from framework.problems import Problem, check_range
 from framework.rl.inputs import REQUIRING_SECTIONS, missing_providers
@@ -208,6 +209,17 @@ class TrainConfig:
                     f"1 with loss={self.loss.name}: it makes one optimisation pass per model turn "
                     "of the step's rollouts itself",
                     "set optim.policy_epochs=1 (the loss's algorithm bundle does)",
+                )
+            )
+        if self.trainer.strategy == FSDP and self.lora.enabled:
+            out.append(
+                Problem(
+                    "lora.enabled",
+                    True,
+                    "false with trainer.strategy=fsdp (a LoRA policy is not sharded: its "
+                    "adapters are a fraction of the weights, and the merge for export and "
+                    "rollouts reads the whole model)",
+                    "use trainer=ddp with LoRA, or set lora.enabled=false",
                 )
             )
         if self.warm_start.sft:

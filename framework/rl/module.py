@@ -8,6 +8,7 @@ parallelism.
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
 from dataclasses import replace
@@ -22,6 +23,7 @@ from torch.optim.lr_scheduler import LRScheduler
 
 from framework.data.schema import QAItem
 from framework.lightning.callbacks import end_fit_after_this_step
+from framework.lightning.strategy import FSDP
 from framework.lightning.trainer import apply_gradient_checkpointing
 from framework.memory import peak_rss_bytes
 from framework.progress import Progress
@@ -37,6 +39,7 @@ from framework.rollout.records import render_record
 from framework.training.lora import apply_lora
 from framework.training.rng import random_state, set_random_state
 from framework.training.schedule import optimizer_and_schedule
+from framework.training.sharding import GatheredRollouts, full_state_dict, shard_policy
 
 
 class CheckpointMismatch(RuntimeError):
@@ -96,8 +99,37 @@ class SearchAgentRL(L.LightningModule):
         sampling = replace(cfg.rollout.sampling, seed=cfg.seed * 1009 + self.global_rank)
         policy = replace(cfg.rollout.policy, device=self._rollout_device())
         rollout_cfg = replace(cfg.rollout, sampling=sampling, policy=policy)
-        self.backend = build_backend(rollout_cfg, self.policy, self.tokenizer)
+        if self.sharded:
+            # rollouts never run on the sharded policy (each rank generates its own rollouts, and
+            # every forward of a sharded unit is a collective): the backend gets a plain copy,
+            # made here before configure_model shards the policy, and its weights are gathered
+            # whole at every sync
+            plain = copy.deepcopy(self.policy).requires_grad_(False).eval()
+            backend = build_backend(rollout_cfg, plain, self.tokenizer, owns_model=True)
+            self.backend = GatheredRollouts(backend, plain)
+            self.parts.scorer = plain
+        else:
+            self.backend = build_backend(rollout_cfg, self.policy, self.tokenizer)
         self.parts.loop = AgentLoop(self.backend, RETRIEVERS.bind(cfg.retriever)(), cfg.agent)
+
+    @property
+    def sharded(self) -> bool:
+        """Whether the policy trains sharded (``trainer.strategy=fsdp``)."""
+        return self.cfg.trainer.strategy == FSDP
+
+    def configure_model(self) -> None:
+        """``trainer.strategy=fsdp``: shard the policy with FSDP2 over the strategy's device mesh
+        (:func:`~framework.training.sharding.shard_policy`), after ``setup`` and before the
+        optimiser is built on its (sharded) parameters."""
+        if self.sharded:
+            mesh = self.device_mesh
+            assert mesh is not None  # the strategy sets it before this hook
+            shard_policy(self.policy, self.cfg.trainer.fsdp, mesh["data_parallel"])
+
+    def export_weights(self) -> dict[str, Tensor] | None:
+        """The sharded policy's whole state dict on rank 0 (an empty one elsewhere; every rank
+        calls it), for the export; None when the policy is not sharded (the export reads it)."""
+        return full_state_dict(self.policy, rank0_only=True) if self.sharded else None
 
     def _rollout_device(self) -> str:
         """``rollout.policy.device``, with a bare ``cuda`` made this process's GPU (under DDP each
@@ -120,9 +152,13 @@ class SearchAgentRL(L.LightningModule):
         return device
 
     def on_train_start(self) -> None:
-        # a resumed run's weights are restored after setup(): the backend's rollout copy follows
+        # a resumed run's weights are restored after setup() (and under trainer.strategy=fsdp,
+        # with the rest of the checkpoint, after on_fit_start): the backend's rollout copy and
+        # its call count, which seeds its sampling, follow here
         assert self.backend is not None  # setup() built it
         self.backend.update_weights(self.policy)
+        if self._restored_calls is not None and isinstance(self.backend, CountsCalls):
+            self.backend.calls = self._restored_calls
 
     def on_validation_start(self) -> None:
         assert self.backend is not None  # setup() built it
@@ -141,8 +177,6 @@ class SearchAgentRL(L.LightningModule):
     def on_fit_start(self) -> None:
         if isinstance(self.parts.reference, torch.nn.Module):
             self.parts.reference.to(self.device)
-        if self._restored_calls is not None and isinstance(self.backend, CountsCalls):
-            self.backend.calls = self._restored_calls
 
     def configure_optimizers(self) -> OptimizerLRSchedulerConfig:
         total = self.cfg.trainer.max_steps * self.cfg.optim.policy_epochs

@@ -37,6 +37,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 
@@ -76,6 +77,7 @@ from framework.training.checkpoints import (
     weights_only_error,
 )
 from framework.training.export import ExportError, ExportRecord, export_policy
+from framework.training.sharding import ShardingError
 
 #: figures on the plain progress lines of an RL run
 RL_PROGRESS_KEYS = ("rollout/reward", "rollout/accuracy", "rollout/format_valid", "loss/entropy")
@@ -89,7 +91,7 @@ def run(cfg: TrainConfig) -> float | None:
 
     Raises:
         SystemExit: status 2 with the message for what a user can fix (data, retriever, policy,
-            checkpoint); ``INTERRUPTED`` after SIGINT / SIGTERM, once the step checkpoint is saved;
+            checkpoint, sharding); ``INTERRUPTED`` after SIGINT / SIGTERM, once the step checkpoint is saved;
             ``HEALTH_STOPPED`` when a health monitor stopped a single run.
     """
     clock = time.perf_counter()
@@ -120,23 +122,27 @@ def run(cfg: TrainConfig) -> float | None:
     if ckpt is not None and not holds_training_state(ckpt):
         print(weights_only_error(ckpt), file=sys.stderr)
         raise SystemExit(2)
+    # ShardingError: a trainer.fsdp.wrap class the policy does not have
+    fit_errors = (CheckpointMismatch, CheckpointWriteError, RetrievalError, PolicyError)
     try:
-        with _user_errors(CheckpointMismatch, CheckpointWriteError, RetrievalError, PolicyError):
+        with _user_errors(*fit_errors, ShardingError):
             metrics = fit(rl, cfg, ckpt)
     except SystemExit:
         if checkpoints.aborted and trainer.is_global_zero:  # Lightning's exit after a Ctrl-C
             export_run_policy(cfg, rl, run_dir, resumed=ckpt)
         raise
+    # a sharded policy is gathered whole on rank 0 first (every rank takes part)
+    weights = module.export_weights() if cfg.trainer.export_policy else None
     if trainer.is_global_zero:
         final = None
-        exported = export_run_policy(cfg, rl, run_dir, resumed=ckpt)
+        exported = export_run_policy(cfg, rl, run_dir, resumed=ckpt, weights=weights)
         if exported is not None and not checkpoints.interrupted and health.stopped is None:
             job.end()
             if cfg.final_eval.enabled and val_items:
                 with job.stage("final comparison"):
-                    final = final_evaluation(
-                        cfg, run_dir, trained=(module.policy, module.tokenizer)
-                    )
+                    # the trained weights whole: a sharded policy's gathered rollout copy
+                    trained = module.parts.scoring_model
+                    final = final_evaluation(cfg, run_dir, trained=(trained, module.tokenizer))
         job.end()
         seconds = time.perf_counter() - clock
         summary = run_summary(
@@ -168,7 +174,11 @@ def run(cfg: TrainConfig) -> float | None:
 
 
 def export_run_policy(
-    cfg: TrainConfig, rl: RLRun, run_dir: Path, resumed: str | None
+    cfg: TrainConfig,
+    rl: RLRun,
+    run_dir: Path,
+    resumed: str | None,
+    weights: dict[str, Any] | None = None,
 ) -> ExportRecord | None:
     """Write the run's ``policy/`` in ``export.dtype`` (unless ``trainer.export_policy`` is off),
     however training ended; returns what was written, or None.
@@ -177,7 +187,8 @@ def export_run_policy(
     health monitor exports the weights in memory: they are its last step's, whole. A run that a
     KeyboardInterrupt aborted mid-step (a second Ctrl-C) may hold half-updated weights, so it
     exports its newest checkpoint (this run's, else the one it resumed from), or nothing if it
-    has none.
+    has none. ``weights``: a sharded policy's state dict, gathered whole on this process (None:
+    the policy's own).
     """
     if not cfg.trainer.export_policy:
         return None
@@ -193,6 +204,7 @@ def export_run_policy(
             return None
         with _user_errors(CheckpointLoadError):
             module.policy.load_state_dict(policy_weights(ckpt))
+        weights = None  # the checkpoint's, now in the policy
         step, source = checkpoint_step(ckpt), f"checkpoint {ckpt} (the run was aborted mid-step)"
     else:
         step = module.rl_step
@@ -204,7 +216,7 @@ def export_run_policy(
     folder = run_dir / "policy"
     record = ExportRecord(path=str(folder), step=step, dtype=cfg.export.dtype, source=source)
     with _user_errors(ExportError):  # float16 that cannot hold a weight: the checkpoints can
-        export_policy(module.policy, module.tokenizer, folder, cfg.export.dtype, record)
+        export_policy(module.policy, module.tokenizer, folder, cfg.export.dtype, record, weights)
     print(
         f"seekrl-train: exported the policy from step {step} ({cfg.export.dtype}) to {folder}: "
         f"{source}",
@@ -312,7 +324,8 @@ def fit(run: RLRun, cfg: TrainConfig, ckpt: str | None) -> dict[str, float]:
     resources are closed whatever happens.
 
     Raises:
-        CheckpointMismatch, CheckpointWriteError, RetrievalError, PolicyError: what a user can fix.
+        CheckpointMismatch, CheckpointWriteError, RetrievalError, PolicyError, ShardingError:
+            what a user can fix.
     """
     module, trainer = run.module, run.trainer
     try:

@@ -92,6 +92,10 @@ class StepParts:
         augment: the ``augment`` config (what else the step rolls out), or ``None`` for none.
         augmenter: the augmenter built once from ``augment`` through ``AUGMENTERS`` (when not
             given; ``None`` without an ``augment`` config).
+        scorer: the model that input providers and augmenters score rollouts with (no gradient),
+            ``None`` for ``policy``. A sharded policy's is the rollout backend's plain copy,
+            which holds the same weights: every forward of a sharded policy is a collective, and
+            the processes score different numbers of rows.
     """
 
     policy: torch.nn.Module
@@ -107,6 +111,7 @@ class StepParts:
     plan: PlanOptions | None = None
     augment: ComponentConfig | None = None
     augmenter: Augmenter | None = None
+    scorer: torch.nn.Module | None = None
 
     def __post_init__(self) -> None:
         if self.augmenter is None and self.augment is not None and self.augment.name != "none":
@@ -143,6 +148,11 @@ class StepParts:
             cfg.loss,
             augment=getattr(cfg, "augment", None),
         )
+
+    @property
+    def scoring_model(self) -> torch.nn.Module:
+        """What providers and augmenters score with: ``scorer``, else ``policy``."""
+        return self.policy if self.scorer is None else self.scorer
 
     def running_loop(self) -> RolloutLoop:
         """The rollout loop (raises before the Lightning module's ``setup`` has built it)."""
@@ -321,7 +331,7 @@ def augment(
     and its figures: ``augment/...``, the rollouts and tokens it generated, its seconds."""
     clock = time.perf_counter()
     loop = parts.running_loop()
-    ctx = AugmentContext(loop, parts.reward, parts.policy, loop.backend.tokenizer, progress)
+    ctx = AugmentContext(loop, parts.reward, parts.scoring_model, loop.backend.tokenizer, progress)
     out = augmenter.augment(kept, ctx)
     figures = {f"augment/{k}": float(v) for k, v in out.figures.items()}
     figures["augment/rollouts"] = float(len(ctx.generated))
@@ -385,7 +395,7 @@ def rl_step(
 
     mark = time.perf_counter()
     batch = RolloutBatch.build(kept.trajectories, kept.items, kept.scores, pad_id=parts.pad_id)
-    context = InputContext(parts.policy, loop.backend.tokenizer, batch, progress)
+    context = InputContext(parts.scoring_model, loop.backend.tokenizer, batch, progress)
     sections = {s: getattr(parts, s) for s in REQUIRING_SECTIONS}  # the components requiring
     batch.extras.update(provide_inputs(sections, context, have=batch.extras))
     advantages = batch.estimate(parts.estimator, parts.advantage.name)

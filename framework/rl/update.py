@@ -28,6 +28,7 @@ from framework.registry import KL_ESTIMATORS, POLICY_LOSSES
 from framework.registry.protocols import BoundKLFn, BoundPolicyLossFn
 from framework.rl.batch import MicroBatch, PlanOptions, UpdatePlan
 from framework.rl.config import OptimConfig
+from framework.training.sharding import is_sharded
 from framework.training.tokens import token_logprobs
 from framework.types import LossOutput, PolicyLossInputs
 
@@ -234,10 +235,17 @@ def _rollout_correction(
 
 
 @torch.no_grad()
-def behaviour_logprobs(model: torch.nn.Module, micro: Sequence[MicroBatch]) -> list[Tensor]:
-    """Log-probabilities of every micro-batch under the current weights (before any update)."""
+def behaviour_logprobs(
+    model: torch.nn.Module, micro: Sequence[MicroBatch], *, pad_id: int = 0, extra: int = 0
+) -> list[Tensor]:
+    """Log-probabilities of every micro-batch under the current weights (before any update);
+    ``extra`` more forward passes of one ``pad_id`` token, whose output is dropped (a sharded
+    policy: every process runs as many forwards as the busiest one)."""
     device = next(model.parameters()).device
-    return [token_logprobs(model, m.tokens.to(device))[0].detach() for m in micro]
+    out = [token_logprobs(model, m.tokens.to(device))[0].detach() for m in micro]
+    for _ in range(extra):
+        zero_loss(model, pad_id)
+    return out
 
 
 def run_update_pass(
@@ -419,6 +427,9 @@ def policy_update(
     """
     o, micro = optim, plan.micro
     spans = plan.mini_spans
+    # a sharded policy's every forward is a collective: forwards outside the accumulated passes
+    # (behaviour log-probs, the entropy probe) are padded to the busiest process's count too
+    lockstep = pad_passes if pad_passes is not None and is_sharded(model) else None
     if spec.stages_per_turn and plan.mini_batched:
         raise ValueError(
             "[optim.mini_batch_size] got a mini-batch size; expected 0 with a loss that trains "
@@ -439,9 +450,13 @@ def policy_update(
     elif len(spans) > 1:  # later mini-batches are off policy: one behaviour pass for them
         first = spans[0][1]
         kept = []
-        old = behaviour_logprobs(model, micro[first:])
+        old = behaviour_logprobs(
+            model, micro[first:], pad_id=plan.pad_id, extra=_more(lockstep, len(micro) - first)
+        )
     elif o.policy_epochs > 1:  # later epochs are off policy: keep the behaviour log-probs
-        old = behaviour_logprobs(model, micro)
+        old = behaviour_logprobs(
+            model, micro, pad_id=plan.pad_id, extra=_more(lockstep, len(micro))
+        )
     params = [p for p in model.parameters() if p.requires_grad]
     model.train()
     figures: dict[str, float] = {}
@@ -485,10 +500,14 @@ def policy_update(
         if history is None or epoch == passes - 1:
             scheduler.step()
     model.eval()
-    if "entropy" not in figures and plan.probe is not None:  # nothing was trained: measure anyway
-        ent = mean_entropy(model, plan.probe)
+    probe = plan.probe if "entropy" not in figures else None  # nothing trained: measure anyway
+    if probe is not None:
+        ent = mean_entropy(model, probe)
         if ent is not None:
             figures["entropy"] = ent
+    with torch.no_grad():
+        for _ in range(_more(lockstep, int(probe is not None))):
+            zero_loss(model, plan.pad_id)
     if history is not None:
         figures["turn_stages"] = float(passes)
     if many:
@@ -498,6 +517,11 @@ def policy_update(
     figures["trained_rollouts"] = float(plan.rollouts - plan.skipped)
     figures["advantage_abs_mean"] = plan.advantage_abs_mean
     return figures
+
+
+def _more(pad_passes: Callable[[int], int] | None, mine: int) -> int:
+    """The passes to add to this process's ``mine`` (0 without ``pad_passes``)."""
+    return pad_passes(mine) if pad_passes is not None else 0
 
 
 def _clip_and_step(

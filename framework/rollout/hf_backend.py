@@ -146,7 +146,11 @@ class TransformersBackend:
             owns_model = True
         self.dtype, self.dtype_reason = rollout_dtype(cfg.compute_dtype, cfg.policy.device)
         self.own_copy = False
-        if next(model.parameters()).dtype != self.dtype:
+        first = next(model.parameters())
+        # a model handed over is also moved to where rollouts run (a sharded policy's plain copy
+        # is made on the CPU, whatever the rollout device: framework/rl/module.py)
+        elsewhere = owns_model and first.device != torch.device(cfg.policy.device)
+        if first.dtype != self.dtype or elsewhere:
             if not owns_model:
                 import copy
 

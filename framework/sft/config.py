@@ -10,6 +10,7 @@ from omegaconf import MISSING
 
 from framework.config import option
 from framework.config.app import RUN_DIR, schedule_problems, target_problems
+from framework.lightning.strategy import FSDP
 from framework.lightning.trainer import TrainerConfig
 from framework.problems import Problem, check, check_range
 from framework.rollout.config import AgentConfig
@@ -93,4 +94,14 @@ class SFTConfig:
         out += check_range(self.val_fraction, "val_fraction", low=0.0, high=0.5)
         out += check_range(self.eval_questions, "eval_questions", low=0)
         out += expert_protocol_problems(self.agent, "the sft app")
+        if self.trainer.strategy == FSDP:
+            out.append(
+                Problem(
+                    "trainer.strategy",
+                    FSDP,
+                    "auto or ddp for the sft app (its module does not shard the policy; "
+                    "trainer=fsdp is for seekrl-train's RL stage)",
+                    "use trainer=ddp, or trainer.strategy=auto on one device",
+                )
+            )
         return out

@@ -71,6 +71,7 @@ def export_policy(
     folder: str | Path,
     dtype: str | None = None,
     provenance: Mapping[str, object] | None = None,
+    state_dict: Mapping[str, Any] | None = None,
 ) -> Path:
     """Save ``model`` (adapters merged into a copy) with its tokenizer as a Hugging Face folder.
 
@@ -81,6 +82,8 @@ def export_policy(
         dtype: one of :data:`EXPORT_DTYPES` (the weights are rounded to it on the CPU; the model
             itself is not changed), or None to keep the model's own.
         provenance: what the weights are (step, source), written to :data:`PROVENANCE`.
+        state_dict: the weights to save instead of ``model``'s own (a sharded policy's, gathered
+            whole: :func:`~framework.training.sharding.full_state_dict`).
 
     Raises:
         ExportError: a weight that is finite in the model but not in ``dtype`` (float16's range
@@ -92,9 +95,10 @@ def export_policy(
     shutil.rmtree(tmp, ignore_errors=True)  # left by an export that was cut short
     plain = merged_policy(model)
     if dtype is None:
-        plain.save_pretrained(tmp, safe_serialization=True)
+        given = None if state_dict is None else dict(state_dict)
+        plain.save_pretrained(tmp, safe_serialization=True, state_dict=given)
     else:
-        weights = cast_weights(plain, dtype)
+        weights = cast_weights(plain, dtype, state_dict)
         plain.save_pretrained(tmp, state_dict=weights, safe_serialization=True)
         config = copy.deepcopy(plain.config)  # save_pretrained wrote the model's own dtype
         config.dtype = dtype
@@ -106,9 +110,11 @@ def export_policy(
     return folder
 
 
-def cast_weights(model: Any, dtype: str) -> dict[str, Any]:
-    """``model``'s state dict on the CPU, its floating-point tensors in ``dtype`` (a tensor that is
-    there already is not copied).
+def cast_weights(
+    model: Any, dtype: str, state_dict: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """``model``'s state dict (or ``state_dict``) on the CPU, its floating-point tensors in
+    ``dtype`` (a tensor that is there already is not copied).
 
     Raises:
         ExportError: a tensor that is finite in the model but not once cast.
@@ -118,7 +124,8 @@ def cast_weights(model: Any, dtype: str) -> dict[str, Any]:
     target = getattr(torch, dtype)
     out = {}
     done: dict[tuple[Any, ...], Any] = {}  # tied weights stay one tensor (saved once)
-    for name, value in model.state_dict().items():
+    source = model.state_dict() if state_dict is None else state_dict
+    for name, value in source.items():
         key = (value.device, value.data_ptr(), value.shape, value.stride())
         cast = done.get(key)
         if cast is None:

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from framework.training.sharding import is_sharded
 from framework.types import Trajectory
 
 
@@ -233,9 +234,12 @@ def _picked_and_entropy(
 
 
 def _plain_head(model: Any) -> bool:
-    """True when logits are exactly ``lm_head(decoder(x))`` (no soft-capping or scaling)."""
+    """True when logits are exactly ``lm_head(decoder(x))`` (no soft-capping or scaling) and the
+    decoder and head may be called apart: not for a sharded policy, whose root unit (embeddings,
+    final norm, head) is gathered only by the model's own forward
+    (:func:`~framework.training.sharding.shard_policy`)."""
     config = getattr(model, "config", None)
-    if config is None or not hasattr(model, "get_decoder"):
+    if config is None or not hasattr(model, "get_decoder") or is_sharded(model):
         return False
     special = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier")
     return not any(getattr(config, k, None) not in (None, 1, 1.0) for k in special)
