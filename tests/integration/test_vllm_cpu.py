@@ -32,9 +32,10 @@ def backend():
         policy=PolicyConfig(source="smollm2", dtype="bfloat16"),
         sampling=SamplingConfig(temperature=0.0),
         max_model_len=2048,
-        # on CPU: the share of RAM for the process, the KV cache what is left after its own memory
-        # (about 1.5 GB with torch and vLLM loaded): 0.15 of 24 GB leaves the cache about 1.1 GB
-        gpu_memory_utilization=0.15,
+        # on CPU a share (gpu_memory_utilization) is of the NUMA node's memory less this process's
+        # own (1.8 GB with torch and vLLM loaded): 0.15 left 1.1 GB on a 24 GB node and nothing on
+        # a 10.6 GB one, so the cache is sized in GB
+        kv_cache_gb=1.0,
         enforce_eager=True,  # starts in seconds (no compile)
     )
     return VLLMBackend(cfg=cfg)
