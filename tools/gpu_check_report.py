@@ -17,17 +17,17 @@ marked met or missed; ``--write`` puts that between the ``gpu-check`` markers of
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
-import platform
-import statistics
-import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gpu_check_figures import FIGURES, machine_record
 
 SCHEMA = 1
 STATUSES = ("passed", "failed", "timed_out", "skipped")
@@ -48,89 +48,6 @@ class GpuCheckError(ValueError):
 
 def problem(field: str, got: object, expected: str, fix: str) -> str:
     return f"[gpu_check.{field}] got {got!r}; expected {expected}. Fix: {fix}."
-
-
-# -- what each phase wrote --------------------------------------------------------------------------
-def pytest_figures(junit: Path) -> dict[str, Any]:
-    """Counts of a pytest JUnit XML report, and the reasons tests were skipped."""
-    root = ET.parse(junit).getroot()
-    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
-    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-    for suite in suites:
-        for key in counts:
-            counts[key] += int(suite.get(key, 0))
-    reasons = sorted({s.get("message", "") for s in root.iter("skipped")} - {""})
-    failed = counts["failures"] + counts["errors"]
-    return {
-        "passed": counts["tests"] - failed - counts["skipped"],
-        "failed": failed,
-        "skipped": counts["skipped"],
-        "skip_reasons": reasons,
-    }
-
-
-def train_figures(run_dir: Path) -> dict[str, Any]:
-    """A train run's figures: per-step rows of ``csv/metrics.csv`` (``logger=csv``), the RL stage
-    of ``summary.json``. Step time is the median over the steps after the first (which warms the
-    kernels up), or the one step there is."""
-    with (run_dir / "csv" / "metrics.csv").open() as fh:
-        rows = [r for r in csv.DictReader(fh) if r.get("timing/step")]
-    if not rows:
-        raise ValueError(f"{run_dir}/csv/metrics.csv has no step rows")
-    steps = [float(r["timing/step"]) for r in rows]
-    step_s = statistics.median(steps[1:] or steps)
-    rollouts = float(rows[-1]["train/rollouts"])
-    peaks = [float(r["memory/peak_gpu_gb"]) for r in rows if r.get("memory/peak_gpu_gb")]
-    out: dict[str, Any] = {
-        "steps": len(rows),
-        "step_s": round(step_s, 3),
-        "steps_per_s": round(1 / step_s, 4),
-        "rollouts_per_step": rollouts,
-        "samples_per_s": round(rollouts / step_s, 3),
-        "optimizer_steps_per_step": float(rows[-1]["train/optimizer_steps"]),
-        "rollout_tokens_per_s": round(float(rows[-1]["timing/rollout_tokens_per_s"]), 1),
-        "peak_gpu_gb": round(max(peaks), 2) if peaks else None,
-    }
-    summary = run_dir / "summary.json"
-    if summary.is_file():
-        stages = {s["stage"]: s for s in json.loads(summary.read_text())["stages"]}
-        if "RL" in stages:
-            out["rl_stage_s"] = stages["RL"]["seconds"]
-            out["peak_rss_gb"] = stages["RL"]["peak_gb"]
-    return out
-
-
-def decode_figures(path: Path) -> dict[str, Any]:
-    """``tools/bench/decode_graphs.py``'s JSON, as it wrote it."""
-    data: dict[str, Any] = json.loads(path.read_text())
-    return data
-
-
-def trl_figures(path: Path) -> dict[str, Any]:
-    """``tools/bench/train_step.py``'s raw figures for its one policy: both sides' samples/s and
-    peak GPU memory."""
-    policies = json.loads(path.read_text())["policies"]
-    if len(policies) != 1:
-        raise ValueError(f"{path} holds {len(policies)} policies; expected one")
-    ((name, r),) = policies.items()
-    ours, trl = r["ours"], r["trl"]
-    return {
-        "policy": name,
-        "seekrl_samples_per_s": ours["samples_per_s"],
-        "trl_samples_per_s": trl["samples_per_s"],
-        "ratio_samples": r["ratio_samples"],
-        "seekrl_peak_gpu_gb": ours.get("peak_gpu_gb"),
-        "trl_peak_gpu_gb": trl.get("peak_gpu_gb"),
-        "report": str(path.with_suffix(".md")),
-    }
-
-
-FIGURES = {
-    "pytest": pytest_figures,
-    "train": train_figures,
-    "decode": decode_figures,
-    "trl": trl_figures,
-}
 
 
 # -- the JSON ---------------------------------------------------------------------------------------
@@ -186,8 +103,39 @@ def validate(data: object) -> list[str]:
             out.append(problem(f"{where}.reason", p.get("reason"), f"why it {status}", fix))
         if not isinstance(p.get("seconds"), int | float):
             out.append(problem(f"{where}.seconds", p.get("seconds"), "a number", fix))
-        if not isinstance(p.get("figures"), dict):
-            out.append(problem(f"{where}.figures", p.get("figures"), "an object", fix))
+        figures = p.get("figures")
+        if not isinstance(figures, dict):
+            out.append(problem(f"{where}.figures", figures, "an object", fix))
+        elif status == "passed":
+            out += figure_problems(where, str(p.get("name")), figures, fix)
+    return out
+
+
+#: what a passed phase's figures hold (what the table reads)
+REQUIRED_FIGURES = {
+    "gpu_tests": ("passed", "failed", "skipped"),
+    "train_135m": ("steps", "steps_per_s", "samples_per_s", "optimizer_steps_per_step"),
+    "train_1p5b": ("steps", "steps_per_s", "samples_per_s", "optimizer_steps_per_step"),
+    "decode_graphs": ("rollouts", "new_tokens", "variants"),
+    **{name: ("seekrl_samples_per_s", "trl_samples_per_s", "ratio_samples") for name in TRL_PHASES},
+}
+
+
+def figure_problems(where: str, name: str, figures: dict[str, Any], fix: str) -> list[str]:
+    """Figures a passed phase lacks, and decoding variants that are neither measured (with their
+    tokens/s) nor skipped (with a reason)."""
+    out = [
+        problem(f"{where}.figures.{key}", None, f"the {name} phase's {key}", fix)
+        for key in REQUIRED_FIGURES.get(name, ())
+        if key not in figures
+    ]
+    variants = figures.get("variants") if name == "decode_graphs" else {}
+    for v, d in (variants if isinstance(variants, dict) else {}).items():
+        at = f"{where}.figures.variants.{v}"
+        if not isinstance(d, dict) or d.get("status") not in ("measured", "skipped"):
+            out.append(problem(f"{at}.status", d, "measured or skipped", fix))
+        elif d["status"] == "measured" and not isinstance(d.get("tokens_per_s"), int | float):
+            out.append(problem(f"{at}.tokens_per_s", d.get("tokens_per_s"), "a number", fix))
     return out
 
 
@@ -196,60 +144,6 @@ def write(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2) + "\n")
     os.replace(tmp, path)
-
-
-def _run(cmd: list[str]) -> str | None:
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=True)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout.strip()
-
-
-def _version(name: str) -> str | None:
-    import importlib.metadata
-
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def machine_record() -> dict[str, Any]:
-    """This machine: its GPU (nvidia-smi), CPU, the versions that matter and the commit."""
-    gpu = _run(
-        ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"]
-    )
-    first = [x.strip() for x in gpu.splitlines()[0].split(",")] if gpu else []
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor() or platform.machine(),
-    )
-    try:
-        import torch
-
-        cuda = torch.version.cuda
-    except ImportError:
-        cuda = None
-    commit = os.environ.get("SEEKRL_COMMIT") or _run(["git", "rev-parse", "--short", "HEAD"])
-    return {
-        "gpu": first[0] if first else None,
-        "gpu_memory": first[1] if len(first) > 1 else None,
-        "driver": first[2] if len(first) > 2 else None,
-        "cpu": cpu,
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-        "torch": _version("torch"),
-        "cuda": cuda,
-        "transformers": _version("transformers"),
-        "lightning": _version("lightning"),
-        "trl": _version("trl"),
-        "commit": commit or "unknown (no git checkout; set SEEKRL_COMMIT)",
-    }
 
 
 def init(path: Path, mode: str, budget: float, bundle: str) -> dict[str, Any]:
@@ -351,7 +245,7 @@ def phase_cell(p: dict[str, Any]) -> str:
             if d["status"] != "measured":
                 parts.append(f"{v} {d['status']}")
             else:
-                ratio = "" if v == "generate" else f" ({_num(d['ratio_to_generate'])}x)"
+                ratio = "" if v == "generate" else f" ({_num(d.get('ratio_to_generate'))}x)"
                 parts.append(f"{v} {_num(d['tokens_per_s'], '.0f')} tokens/s{ratio}")
         head = f"{f['rollouts']} rollouts x {f['new_tokens']} tokens: "
         return head + "; ".join(parts) + f"; faster: {f.get('faster') or '?'}"
@@ -365,73 +259,69 @@ def phase_cell(p: dict[str, Any]) -> str:
 
 
 def target_rows(data: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """``(target, figure, verdict)`` for each target of issue 77; verdict met, missed, not
-    measured (its phase did not pass), or not judged (a --cpu run)."""
+    """``(target, figure, verdict)`` for each target of issue 77: met or missed; not measured
+    when its phase did not pass; not judged in a --cpu run (GPU targets)."""
     phases = {p["name"]: p for p in data["phases"]}
-    judged = data["mode"] == "gpu"
+    judge = (lambda ok: "met" if ok else "missed") if data["mode"] == "gpu" else None
 
     def verdict(ok: bool) -> str:
-        return ("met" if ok else "missed") if judged else "not judged (cpu mode)"
+        return judge(ok) if judge is not None else "not judged (cpu mode)"
 
     def absent(name: str) -> tuple[str, str]:
         p = phases.get(name)
-        why = "not run" if p is None else f"{p['status']}: {p['reason']}"
-        return f"not measured ({name} {why})", "not measured"
+        return ("not run" if p is None else f"{name} {p['status']}: {p['reason']}"), "not measured"
 
-    rows = []
+    rows: list[tuple[str, str, str]] = []
     for name, shape in TRL_PHASES.items():
+        speed, memory = (
+            f"{shape}: samples/s at least 2x TRL's",
+            f"{shape}: peak GPU memory at most TRL's",
+        )
         p = phases.get(name)
         if p is None or p["status"] != "passed":
-            rows += [(f"{shape}: samples/s at least 2x TRL's", *absent(name))]
-            rows += [(f"{shape}: peak GPU memory at most TRL's", *absent(name))]
+            rows += [(speed, *absent(name)), (memory, *absent(name))]
             continue
         f = p["figures"]
-        ratio = f["ratio_samples"]
-        rows.append(
-            (
-                f"{shape}: samples/s at least 2x TRL's",
-                f"{ratio:.2f}x ({f['seekrl_samples_per_s']:.2f} / {f['trl_samples_per_s']:.2f})",
-                verdict(ratio >= SAMPLES_RATIO_TARGET),
-            )
+        ratio, ours, theirs = (
+            f["ratio_samples"],
+            f.get("seekrl_peak_gpu_gb"),
+            f.get("trl_peak_gpu_gb"),
         )
-        ours, theirs = f.get("seekrl_peak_gpu_gb"), f.get("trl_peak_gpu_gb")
+        pair = f"{f['seekrl_samples_per_s']:.2f} / {f['trl_samples_per_s']:.2f}"
+        rows.append((speed, f"{ratio:.2f}x ({pair})", verdict(ratio >= SAMPLES_RATIO_TARGET)))
         if ours is None or theirs is None:
-            rows.append(
-                (f"{shape}: peak GPU memory at most TRL's", "no GPU figure", "not measured")
-            )
+            rows.append((memory, "no GPU figure", "not measured"))
         else:
-            rows.append(
-                (
-                    f"{shape}: peak GPU memory at most TRL's",
-                    f"{ours:.2f} / {theirs:.2f} GB ({ours / theirs:.2f}x)",
-                    verdict(ours <= theirs),
-                )
-            )
+            gb = f"{ours:.2f} / {theirs:.2f} GB ({ours / theirs:.2f}x)"
+            rows.append((memory, gb, verdict(ours <= theirs)))
     decode = phases.get("decode_graphs")
     for variant, what in (("loop", "the decoding loop (default)"), ("graphs", "CUDA graphs")):
         target = f"decode at 64 rollouts, {what}: at least 0.7 of a warmed-up generate"
         if decode is None or decode["status"] != "passed":
             rows.append((target, *absent("decode_graphs")))
             continue
-        d = decode["figures"]["variants"].get(variant, {"status": "absent", "reason": "not run"})
-        if d["status"] != "measured":
-            rows.append((target, f"not measured ({d.get('reason', d['status'])})", "not measured"))
-            continue
-        ratio = d["ratio_to_generate"]
-        rows.append((target, f"{ratio:.2f}x", verdict(ratio >= DECODE_RATIO_TARGET)))
+        d = decode["figures"]["variants"].get(variant, {"status": "not run"})
+        ratio = d.get("ratio_to_generate")
+        if d["status"] != "measured" or ratio is None:
+            why = d.get("reason", d["status"] if ratio is not None else "no generate to compare")
+            rows.append((target, f"{variant} {why}", "not measured"))
+        else:
+            rows.append((target, f"{ratio:.2f}x", verdict(ratio >= DECODE_RATIO_TARGET)))
     return rows
 
 
 def machine_line(data: dict[str, Any]) -> str:
+    """The machine, the versions and the commit, and the time the phases took, as one line."""
     m = data["machine"]
     gpu = f"{m['gpu']} ({m['gpu_memory']}, driver {m['driver']})" if m.get("gpu") else "no GPU"
+    cuda = f"CUDA {m['cuda']}" if m.get("cuda") else "no CUDA build"
     trl = f", trl {m['trl']}" if m.get("trl") else ", no TRL"
     spent = sum(p["seconds"] for p in data["phases"])
     return (
-        f"Machine: {gpu}; {m.get('cpus')} x {m.get('cpu')}; torch {m.get('torch')} "
-        f"({'CUDA ' + str(m['cuda']) if m.get('cuda') else 'no CUDA build'}), transformers {m.get('transformers')}, lightning {m.get('lightning')}"
-        f"{trl}; commit {m.get('commit')}. Started {data.get('started')}, {data['mode']} mode; "
-        f"phases took {spent:.0f} s of the {data.get('budget_s')} s budget."
+        f"Machine: {gpu}; {m.get('cpus')} x {m.get('cpu')}; torch {m.get('torch')} ({cuda}), "
+        f"transformers {m.get('transformers')}, lightning {m.get('lightning')}{trl}; commit "
+        f"{m.get('commit')}. Started {data.get('started')}, {data['mode']} mode; the phases took "
+        f"{spent:.0f} s of a {_num(data.get('budget_s'), '.0f')} s budget."
     )
 
 
