@@ -303,8 +303,8 @@ def target_rows(data: dict[str, Any]) -> list[tuple[str, str, str]]:
         d = decode["figures"]["variants"].get(variant, {"status": "not run"})
         ratio = d.get("ratio_to_generate")
         if d["status"] != "measured" or ratio is None:
-            why = d.get("reason", d["status"] if ratio is not None else "no generate to compare")
-            rows.append((target, f"{variant} {why}", "not measured"))
+            why = d.get("reason", d["status"]) if d["status"] != "measured" else "no generate run"
+            rows.append((target, f"{variant}: {why}", "not measured"))
         else:
             rows.append((target, f"{ratio:.2f}x", verdict(ratio >= DECODE_RATIO_TARGET)))
     return rows
