@@ -56,7 +56,7 @@ cd "$(dirname "$0")/.." || exit 2
 START=$(date +%s)
 DEADLINE=$((START + BUDGET))
 GRACE=5        # seconds `timeout -k` may add to a phase that ignores TERM
-MIN_PHASE=5    # a phase with less than this left is skipped, not started
+MIN_PHASE=5    # a phase that would start with less than this left is skipped
 mkdir -p "$DIR"
 DIR="$(cd "$DIR" && pwd)"
 JSON="$DIR/gpu_check.json"
@@ -120,7 +120,7 @@ budget_of() {
   local override="GPU_CHECK_BUDGET_$name"
   if [ -n "${!override:-}" ]; then share=${!override}; fi
   [ "$share" -gt "$left" ] && share=$left
-  echo "$share"
+  echo "$share $left"
 }
 
 # run_phase NAME FIGURES COMMAND...: the command under its budget, then its record
@@ -130,8 +130,9 @@ run_phase() {
     "${REPORT[@]}" phase "$JSON" --name "$name" --skip "${SKIP[$name]}"
     return
   fi
-  local budget; budget=$(budget_of "$name")
-  if [ "$budget" -lt "$MIN_PHASE" ]; then
+  local budget left
+  read -r budget left < <(budget_of "$name")
+  if [ "$left" -lt "$MIN_PHASE" ] || [ "$budget" -lt 1 ]; then
     "${REPORT[@]}" phase "$JSON" --name "$name" --skip "no time left in the ${BUDGET} s budget"
     return
   fi
@@ -163,7 +164,8 @@ train_run() {
     dataset=synth_small retriever=bm25 "${policy[@]}" "${size[@]}" agent.max_turns=1 \
     optim.skip_zero_advantage=false trainer.val_at_end=false final_eval.enabled=false \
     trainer.checkpoint_every_n_steps=0 trainer.checkpoint_at_end=false trainer.export_policy=false \
-    logging.dump_trajectories=false logger=csv "hydra.run.dir=$DIR/$name"
+    logging.dump_trajectories=false logger=csv +logger.flush_logs_every_n_steps=1 \
+    "hydra.run.dir=$DIR/$name"
 }
 
 # trl_run NAME SHAPE: seekrl and TRL side by side (docs/benchmarks.md "The TRL benchmark at two

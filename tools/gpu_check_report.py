@@ -194,7 +194,7 @@ def phase_record(
     status = status_of(rc)
     reason = {
         "passed": None,
-        "timed_out": f"stopped by its budget of {budget} s (exit {rc})",
+        "timed_out": f"stopped by its budget of {budget or 0:g} s (exit {rc})",
         "failed": f"exit {rc}",
     }[status]
     got: dict[str, Any] = {}
