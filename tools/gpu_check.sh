@@ -52,14 +52,15 @@ done
 [ -z "$BUDGET" ] && { BUDGET=540; [ "$CPU" = 1 ] && BUDGET=180; }
 case "$BUDGET" in ''|*[!0-9]*) echo "[--budget] got '$BUDGET'; expected whole seconds. Fix: --budget 540." >&2; exit 2 ;; esac
 
-cd "$(dirname "$0")/.." || exit 2
 START=$(date +%s)
 DEADLINE=$((START + BUDGET))
 GRACE=5        # seconds `timeout -k` may add to a phase that ignores TERM
 MIN_PHASE=5    # a phase that would start with less than this left is skipped
-mkdir -p "$DIR"
-DIR="$(cd "$DIR" && pwd)"
+mkdir -p "$DIR" || exit 2
+DIR="$(cd "$DIR" && pwd)"  # --out and --bundle as the caller named them, from where it stands
+[ -d "$BUNDLE" ] && BUNDLE="$(cd "$BUNDLE" && pwd)"
 JSON="$DIR/gpu_check.json"
+cd "$(dirname "$0")/.." || exit 2
 
 # the bundle: wheels, assets and the cache, installed once per machine
 sourced=0

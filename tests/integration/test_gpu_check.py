@@ -4,7 +4,6 @@ budget stopped and recorded as timed out while the check goes on to the next."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys

@@ -169,6 +169,44 @@ def test_failed_and_timed_out_phases_render_as_such():
     assert "Faster at" not in text  # no decoding figures, no advice
 
 
+def test_a_timed_out_phase_keeps_what_it_measured():
+    train = check()["phases"][1]["figures"]
+    variants = {
+        "generate": {"status": "measured", "tokens_per_s": 1000.0, "ratio_to_generate": 1.0},
+        "loop": {"status": "measured", "tokens_per_s": 800.0, "ratio_to_generate": 0.8},
+    }  # stopped while compiling the graphs
+    stopped = "stopped by its budget of 80 s (exit 124)"
+    data = check(
+        train_1p5b=phase("train_1p5b", {**train, "steps": 2}, 85.0, 80, "timed_out", stopped),
+        decode_graphs=phase(
+            "decode_graphs",
+            {"rollouts": 64, "new_tokens": 128, "variants": variants},
+            95.0,
+            90,
+            "timed_out",
+            "stopped by its budget of 90 s (exit 124)",
+        ),
+    )
+    text = report.render(data)
+    assert (
+        "| train_1p5b | timed out | 85.0 (80) | stopped by its budget of 80 s (exit 124); so far: "
+        "2 steps, 0.125 steps/s," in text
+    )
+    assert report.target_rows(data)[4:] == [
+        (
+            "decode at 64 rollouts, the decoding loop (default): at least 0.7 of a warmed-up "
+            "generate",
+            "0.80x",
+            "met",
+        ),
+        (
+            "decode at 64 rollouts, CUDA graphs: at least 0.7 of a warmed-up generate",
+            "graphs: not run",
+            "not measured",
+        ),
+    ]
+
+
 def test_a_cpu_check_judges_no_gpu_target():
     data = check()
     data["mode"] = "cpu"

@@ -142,17 +142,20 @@ def main() -> None:
 
         return call
 
-    backend = TransformersBackend(
-        cfg=TransformersBackendConfig(
-            name="transformers", policy=policy, micro_batch=args.rollouts, prefix_cache_tokens=0
-        ),
-        model=model,
-        tokenizer=tok,
-        owns_model=True,
-    )
+    attention = model.config._attn_implementation
 
-    def loop() -> int:
-        return sum(len(g.token_ids) for g in backend.generate(seqs, [n] * len(seqs), ()))
+    def loop() -> Callable[[], int]:
+        # the backend installs its attention path on the model (the same kernel on a GPU, a
+        # packed one for one-token queries on a CPU): put back for the variants after it
+        backend = TransformersBackend(
+            cfg=TransformersBackendConfig(
+                name="transformers", policy=policy, micro_batch=args.rollouts, prefix_cache_tokens=0
+            ),
+            model=model,
+            tokenizer=tok,
+            owns_model=True,
+        )
+        return lambda: sum(len(g.token_ids) for g in backend.generate(seqs, [n] * len(seqs), ()))
 
     def graphs() -> Callable[[], int]:
         from transformers import CompileConfig
@@ -161,7 +164,7 @@ def main() -> None:
 
     plans: dict[str, tuple[Callable[[], Callable[[], int]], int]] = {
         "generate": (lambda: generate(), 1),
-        "loop": (lambda: loop, 1),
+        "loop": (loop, 1),
         "graphs": (graphs, 2),
     }
     for name in args.variants:
@@ -175,6 +178,8 @@ def main() -> None:
         call = make()
         warm = [round(timed(call, cuda)[1], 2) for _ in range(warmups)]
         tokens, seconds = timed(call, cuda)
+        if model.config._attn_implementation != attention:
+            model.set_attn_implementation(attention)
         report["variants"][name] = {
             "status": "measured",
             "tokens": tokens,
