@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The GPU check of issue 77: one script, at most --budget seconds (540 by default), one JSON.
+# The GPU check of issue 77: one script, at most --budget seconds (540; 180 with --cpu), one JSON.
 #
 #   bash tools/gpu_check.sh                       # on the GPU machine, from the checkout
-#   bash tools/gpu_check.sh --cpu --out /tmp/gc   # the same plumbing on a CPU, in under a minute
+#   bash tools/gpu_check.sh --cpu --out /tmp/gc   # the same plumbing on a CPU, in about a minute
 #   bash tools/gpu_check.sh --phases decode_graphs,trl_135m --budget 300
 #
 # Phases, in order, each under its own `timeout` (a phase that fails or runs out of time is

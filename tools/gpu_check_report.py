@@ -230,6 +230,8 @@ def phase_cell(p: dict[str, Any]) -> str:
     written before it stopped (a train run's steps so far, the decoding variants measured)."""
     if p["status"] == "passed":
         return figures_cell(p["name"], p["figures"])
+    if p["status"] == "skipped":
+        return str(p["reason"])
     try:
         return f"{p['reason']}; so far: {figures_cell(p['name'], p['figures'])}"
     except (KeyError, TypeError, AttributeError):  # none, or not the whole set
