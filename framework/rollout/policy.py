@@ -65,6 +65,19 @@ SHAPES: dict[str, dict[str, Any]] = {
         "rope_theta": 130000.0,
         "rms_norm_eps": 1e-5,
     },
+    # Qwen2.5-1.5B's published dimensions as a plain Llama: without Qwen2's q/k/v biases and with
+    # SmolLM2's vocabulary (the tokenizer's 49,152, not Qwen's 151,936), so 1.39B parameters:
+    # Qwen2.5-1.5B's 1.31B outside the embeddings plus 75M of tied embeddings (Qwen's own
+    # vocabulary makes 1.54B). For timing and memory at that depth and width (tools/gpu_check.sh)
+    "qwen2.5-1.5b": {
+        "hidden_size": 1536,
+        "intermediate_size": 8960,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 12,
+        "num_key_value_heads": 2,
+        "rope_theta": 1000000.0,
+        "rms_norm_eps": 1e-6,
+    },
 }
 DTYPES = ("float32", "bfloat16")
 

@@ -6,7 +6,9 @@ with ``python3 -m pytest -m gpu``).
 - the decoding loop's greedy output equal to ``model.generate`` on CUDA, KV prefix reuse included;
 - a checkpoint written on CUDA, resumed, equal to the uninterrupted run.
 
-The tiny random policy keeps each test to seconds; ``tools/bench/train_step.py --device cuda``
+The tests with the faiss and hybrid retrievers need the MiniLM encoder package and are skipped
+without it (a bundle made with ``tools/offline_bundle.py --no-encoder``, as for
+``tools/gpu_check.sh``, carries none). The tiny random policy keeps each test to seconds; ``tools/bench/train_step.py --device cuda``
 measures the real shapes. The GPU machine needs the project installed (``tools/setup.sh --dev`` keeps
 a CUDA torch that is already there) with the asset packages, or a ``$SEEKRL_CACHE`` carried over
 holding the converted SmolLM2 tokenizer, the synthesized small dataset and its indexes.
@@ -22,6 +24,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from framework.paths import package_dir
+from framework.retrieval.encoder import MINILM_PACKAGE
 from tests.integration.test_train import train_in_process
 
 pytestmark = [
@@ -31,9 +35,20 @@ pytestmark = [
 
 REPO = Path(__file__).resolve().parents[2]
 GPU = ["trainer=gpu", "rollout.policy.device=cuda", "reward=test_length_mod"]
+needs_encoder = pytest.mark.skipif(
+    package_dir(MINILM_PACKAGE) is None,
+    reason=f"needs the MiniLM encoder ({MINILM_PACKAGE}; a --no-encoder bundle has none)",
+)
 
 
-@pytest.mark.parametrize("retriever", ["bm25", "faiss", "hybrid"])
+@pytest.mark.parametrize(
+    "retriever",
+    [
+        "bm25",
+        pytest.param("faiss", marks=needs_encoder),
+        pytest.param("hybrid", marks=needs_encoder),
+    ],
+)
 def test_one_training_step_on_cuda_with_each_retriever(tmp_path, retriever):
     run = tmp_path / retriever
     train_in_process(
@@ -45,6 +60,7 @@ def test_one_training_step_on_cuda_with_each_retriever(tmp_path, retriever):
     assert "accelerator: gpu" in config
 
 
+@needs_encoder
 def test_no_retriever_takes_gpu_memory(tmp_path):
     # in a fresh process: build and query each retriever, then read what CUDA holds
     code = """

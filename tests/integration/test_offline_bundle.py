@@ -80,3 +80,21 @@ def test_a_bundle_installs_on_the_other_side(tmp_path):
         offline / "cache" / "models" / "smollm2-135m-instruct" / "model.safetensors"
     ).exists()
     assert sorted(p.name for p in (offline / "done").iterdir()) == [p.name for p in parts]
+
+
+@pytest.mark.slow
+def test_a_bundle_without_the_encoder_carries_the_rest(tmp_path):
+    # the GPU check's bundle (tools/gpu_check.sh): BM25 and cached data only, to fit one transfer
+    cache = tmp_path / "cache"
+    model = cache / "models" / "smollm2-135m-instruct"
+    model.mkdir(parents=True)
+    (model / "tokenizer.json").write_text("{}")
+    out = tmp_path / "bundle"
+    cmd = [sys.executable, str(REPO / "tools" / "offline_bundle.py"), str(out), "--no-wheels"]
+    both = subprocess.run(
+        [*cmd, "--no-encoder", "--encoder-fp16"], cwd=REPO, capture_output=True, text=True
+    )
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr
+    subprocess.run([*cmd, "--cache", str(cache), "--no-encoder"], check=True, cwd=REPO)
+    files = sorted(f.name for p in out.glob("part-*") for f in p.iterdir())
+    assert files == ["cache-assets.tgz", "env.sh", "site-wiki.tgz"]

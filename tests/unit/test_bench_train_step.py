@@ -40,3 +40,36 @@ def test_the_report_is_written_where_asked(tmp_path, monkeypatch):
     assert out.read_text() == "# ['shape:smollm2-135m']\n"
     data = json.loads(out.with_suffix(".json").read_text())
     assert data["policies"]["shape:smollm2-135m"]["ratio_samples"] == 1.1
+
+
+def test_a_report_without_the_ceiling_says_so():
+    # tools/gpu_check.sh runs the comparison with --no-ceiling (it measures decoding on its own)
+    bench = load_bench()
+    side = {
+        "samples_per_s": 2.0,
+        "rollout_tokens_per_s": 500.0,
+        "total": 16.0,
+        "generation": 15.0,
+        "peak_rss_gb": 3.0,
+        "peak_gpu_gb": 12.0,
+    }
+    report = {
+        "argv": "--no-ceiling",
+        "machine": "m",
+        "date": "d",
+        "torch": "t",
+        "transformers": "x",
+        "trl": "y",
+        "questions": 8,
+        "group": 4,
+        "completion": 256,
+        "device": "cuda",
+        "precision": "bf16",
+        "steps": 1,
+        "rounds": 1,
+        "policies": {"shape:qwen2.5-1.5b": {"ours": side, "trl": side, "ratio_samples": 1.0}},
+        "backends": {},
+    }
+    text = bench.render(report)
+    assert "- ceiling not measured (--no-ceiling)" in text
+    assert "- seekrl / TRL peak GPU memory: **1.00x**" in text

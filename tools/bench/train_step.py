@@ -662,7 +662,7 @@ def render(report: dict[str, Any]) -> str:
     if not report["policies"]:
         lines = [x for x in lines if not x.startswith("Setting:")]
     for policy, r in report["policies"].items():
-        ours, trl, ceil = r["ours"], r["trl"], r["ceiling"]
+        ours, trl, ceil = r["ours"], r["trl"], r.get("ceiling")
         gpu = "peak_gpu_gb" in ours and "peak_gpu_gb" in trl
         lines += [
             f"## {policy}",
@@ -688,9 +688,15 @@ def render(report: dict[str, Any]) -> str:
                 if gpu
                 else []
             ),
-            f"- ceiling: raw batched generate {ceil['generate_tokens_per_s']:.1f} tokens/s; raw forward+backward "
-            f"{ceil['forward_backward_tokens_per_s']:.0f} tokens/s on {ceil['shape']}",
-            f"- seekrl rollout decode at {r['decode_fraction']:.2f} of the raw generate ceiling",
+            *(
+                [
+                    f"- ceiling: raw batched generate {ceil['generate_tokens_per_s']:.1f} tokens/s; raw forward+backward "
+                    f"{ceil['forward_backward_tokens_per_s']:.0f} tokens/s on {ceil['shape']}",
+                    f"- seekrl rollout decode at {r['decode_fraction']:.2f} of the raw generate ceiling",
+                ]
+                if ceil is not None
+                else ["- ceiling not measured (--no-ceiling)"]
+            ),
             "",
         ]
         agents = {k: v for k, v in r.items() if k.startswith("agent")}
@@ -765,6 +771,13 @@ def main() -> None:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="the seekrl / TRL comparison and ceilings",
+    )
+    p.add_argument(
+        "--ceiling",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the raw generate and forward+backward ceilings beside the comparison (--no-ceiling: "
+        "not measured, a worker less; tools/gpu_check.sh measures decoding on its own)",
     )
     p.add_argument(
         "--device",
@@ -857,8 +870,9 @@ def main() -> None:
                 print(f"[bench] {policy}: round {rnd + 1}, {side}", flush=True)
                 runs[side].append(spawn(side, args, policy))
         r = {side: aggregate(v) for side, v in runs.items()}
-        print(f"[bench] {policy}: ceiling", flush=True)
-        r["ceiling"] = spawn("ceiling", args, policy)
+        if args.ceiling:
+            print(f"[bench] {policy}: ceiling", flush=True)
+            r["ceiling"] = spawn("ceiling", args, policy)
         if args.agent:
             for decoder in ("loop", "generate"):
                 print(f"[bench] {policy}: search agent, decoder={decoder}", flush=True)
@@ -868,9 +882,10 @@ def main() -> None:
                     print(err, file=sys.stderr)
                     r[f"agent_{decoder}"] = {"error": str(err).splitlines()[0]}
         r["ratio_samples"] = r["ours"]["samples_per_s"] / r["trl"]["samples_per_s"]
-        r["decode_fraction"] = (
-            r["ours"]["rollout_tokens_per_s"] / r["ceiling"]["generate_tokens_per_s"]
-        )
+        if args.ceiling:
+            r["decode_fraction"] = (
+                r["ours"]["rollout_tokens_per_s"] / r["ceiling"]["generate_tokens_per_s"]
+            )
         report["policies"][policy] = r
         write_report(report, args)  # each finished policy is kept if a later one is stopped
     for decoder in args.backends:

@@ -27,6 +27,10 @@ def parameters_on_meta(shape: str) -> int:
         ("smollm2-135m", 134_515_008),
         # 49152 x 2048 + 24 x (4 x 2048^2 + 3 x 2048 x 8192 + 2 x 2048) + 2048
         ("smollm2-1.7b", 1_711_376_384),
+        # 49152 x 1536 + 28 x (q, o 1536^2; k, v 1536 x 256 (2 KV heads of 128); 3 MLP
+        # 1536 x 8960; 2 norms) + final norm: 75,497,472 + 28 x 46,795,776 + 1536; outside the
+        # embeddings 1.31B, Qwen2.5-1.5B's published non-embedding count (it adds q/k/v biases)
+        ("qwen2.5-1.5b", 1_385_780_736),
     ],
 )
 def test_named_shapes_have_the_published_parameter_counts(shape: str, expected: int) -> None:
