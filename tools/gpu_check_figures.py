@@ -17,6 +17,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+from framework.training.precision import cpu_name
+
 
 def pytest_figures(junit: Path) -> dict[str, Any]:
     """Counts of a pytest JUnit XML report, and the reasons tests were skipped."""
@@ -123,14 +125,6 @@ def machine_record() -> dict[str, Any]:
         ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"]
     )
     first = [x.strip() for x in gpu.splitlines()[0].split(",")] if gpu else []
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor() or platform.machine(),
-    )
     try:
         import torch
 
@@ -142,7 +136,7 @@ def machine_record() -> dict[str, Any]:
         "gpu": first[0] if first else None,
         "gpu_memory": first[1] if len(first) > 1 else None,
         "driver": first[2] if len(first) > 2 else None,
-        "cpu": cpu,
+        "cpu": cpu_name(),
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
         "torch": _version("torch"),
