@@ -28,7 +28,7 @@ from framework.registry import ALL
 from framework.registry.listing import describe
 from framework.registry.listing import render as render_components
 from framework.retrieval.bm25 import BM25RetrieverConfig, bm25_index_dir
-from framework.retrieval.corpus import CorpusConfig, corpus_fingerprint, iter_documents, store_path
+from framework.retrieval.corpus import CorpusConfig, corpus_fingerprint, document_count, store_path
 from framework.retrieval.dense import FaissRetrieverConfig, embeddings_path, faiss_index_dir
 from framework.retrieval.local import MANIFEST, LocalRetrieverConfig
 from framework.retrieval.types import RetrievalError, RetrieverConfigBase
@@ -146,15 +146,19 @@ def model_factor() -> float:
 def corpus_stages(corpus: CorpusConfig, cache_dir: str | None) -> tuple[str, int, Stage]:
     """The corpus fingerprint, its document count and the passage-store stage.
 
+    Nothing here reads the whole source on a launch after the first: the fingerprint reuses the
+    source's recorded digest, the count is the built store's (else an estimate from sampled lines,
+    said "about").
+
     Raises:
         RetrievalError: a corpus source that cannot be found.
     """
-    fingerprint = corpus_fingerprint(corpus)
-    path = store_path(cache_root(cache_dir), fingerprint)
-    documents = sum(1 for _ in iter_documents(corpus))
-    stage = Stage(
-        "passage store", path.is_file(), str(path), f"{documents} documents, seconds", 10.0
-    )
+    root = cache_root(cache_dir)
+    fingerprint = corpus_fingerprint(corpus, root)
+    path = store_path(root, fingerprint)
+    documents, exact = document_count(corpus, path)
+    count = f"{documents} documents" if exact else f"about {documents} documents"
+    stage = Stage("passage store", path.is_file(), str(path), f"{count}, seconds", 10.0)
     return fingerprint, documents, stage
 
 
