@@ -136,6 +136,8 @@ def run_workers(
         _collect(procs, cfg.devices, results, {n for n, _ in shards}, finished, on_rows)
     finally:
         _stop(procs)
+        for q in (tasks, results):
+            q.close()
 
 
 def _collect(
