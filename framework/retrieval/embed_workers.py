@@ -74,6 +74,14 @@ def _worker(
     ``("rows", worker, n)``, ``("done", worker, shard)`` and, on failure, ``("error", worker, msg)``."""
     # Ctrl-C reaches the whole process group: the parent decides, and ends the workers
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def stop(signum: int, frame: Any) -> None:
+        # the parent's SIGTERM: exit through Python so the finalisers release the semaphores
+        # (a killed worker leaves a "leaked semaphore" warning), reporting nothing more
+        results.cancel_join_thread()
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
     try:
         from framework.retrieval.corpus import CorpusStore
         from framework.retrieval.embeddings import encode_shard
@@ -89,7 +97,7 @@ def _worker(
             shard, bounds = task
             encode_shard(store, encoder, out, bounds, lambda n: results.put(("rows", worker, n)))
             results.put(("done", worker, shard))
-    except BaseException as exc:  # any failure is reported to the parent, then ends it
+    except Exception as exc:  # any failure is reported to the parent, then ends it
         results.put(("error", worker, f"{type(exc).__name__}: {exc}"))
         results.close()
         results.join_thread()
@@ -134,6 +142,10 @@ def run_workers(
         for p in procs:
             p.start()
         _collect(procs, cfg.devices, results, {n for n, _ in shards}, finished, on_rows)
+        for p in procs:  # each has its end-of-queue mark: let it exit on its own, its finalisers
+            p.join(
+                _JOIN_S
+            )  # run (a worker ended mid-exit leaves a semaphore behind, and a warning)
     finally:
         _stop(procs)
         for q in (tasks, results):
