@@ -10,6 +10,8 @@ import _thread
 import copy
 import json
 import multiprocessing
+import os
+import signal
 import threading
 import time
 from dataclasses import replace
@@ -47,6 +49,15 @@ class FailsOnShard3(FakeEncoder):
     def encode_passages(self, passages, *, progress=False):
         if passages[0] == TEXTS[20]:
             raise RuntimeError("no memory left on the fake device")
+        return super().encode_passages(passages, progress=progress)
+
+
+class KilledOnShard2(FakeEncoder):
+    """Killed from outside (as by the out-of-memory killer) on the shard of rows 10-19."""
+
+    def encode_passages(self, passages, *, progress=False):
+        if passages[0] == TEXTS[10]:
+            os.kill(os.getpid(), signal.SIGKILL)
         return super().encode_passages(passages, progress=progress)
 
 
@@ -104,6 +115,22 @@ def test_a_failing_worker_stops_the_run_with_its_message_and_keeps_finished_shar
     rerun = FakeEncoder(SHARDED)
     emb = compute_embeddings(store, rerun, path, progress=False)
     assert rerun.passages_encoded == 20  # shards 3 and 4 only
+    assert np.array_equal(np.asarray(emb), embed(TEXTS))
+
+
+def test_a_killed_worker_stops_the_run_with_its_exit_code(tmp_path, store):
+    path = tmp_path / "emb.npy"
+    cfg = replace(SHARDED, devices=["cpu"])
+    with pytest.raises(RetrievalError, match=r"worker on cpu died \(exit code -9;"):
+        compute_embeddings(store, FakeEncoder(cfg), path, progress=False, factory=KilledOnShard2)
+    # a SIGKILL may take shard 1's report with it (the queue sends from a thread): the record
+    # names it or nothing, never the shard the worker died in
+    record = path.with_suffix(".done.json")
+    done = json.loads(record.read_text())["done"] if record.exists() else []
+    assert done in ([], [0])
+    rerun = FakeEncoder(SHARDED)
+    emb = compute_embeddings(store, rerun, path, progress=False)
+    assert rerun.passages_encoded == 40 - 10 * len(done)
     assert np.array_equal(np.asarray(emb), embed(TEXTS))
 
 
