@@ -25,7 +25,8 @@ from framework.lightning.trainer import INTERRUPTED
 from framework.registry import RETRIEVERS
 from framework.registry.protocols import Describes
 from framework.retrieval.config import IndexConfig
-from framework.retrieval.coverage import CoverageConfig, run_coverage, summary_table
+from framework.retrieval.coverage import CoverageConfig
+from framework.retrieval.coverage_report import run_coverage, summary_table
 from framework.retrieval.types import RetrievalError, remote_problem
 
 INTERRUPTED_MESSAGE = (
