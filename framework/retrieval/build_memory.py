@@ -107,14 +107,15 @@ def quantizer_bytes(dim: int, shape: IndexShape) -> int:
 
 
 def train_work_bytes(dim: int, shape: IndexShape) -> int:
-    """faiss's own buffers while training on ``shape.train_rows`` rows (float32 sample excluded).
+    """The training phase's buffers besides the float32 sample, for ``shape.train_rows`` rows.
 
-    k-means: 12 bytes per row. IVF-PQ: the residuals of the rows the codebook trains on (at most
-    ``256 * 2^bits``), plus faiss's subsample copy of them when the sample is larger. OPQ: the rotated
-    copy of the whole sample, plus ``4`` copies of the (at most 65,536) rows its rotation trains on.
+    One chunk of the sample as read (``add_chunk`` rows, <= 4 bytes a value); k-means: 12 bytes
+    per row. IVF-PQ: the residuals of the rows the codebook trains on (at most ``256 * 2^bits``),
+    plus faiss's subsample copy of them when the sample is larger. OPQ: the rotated copy of the
+    whole sample, plus ``4`` copies of the (at most 65,536) rows its rotation trains on.
     """
     t = shape.train_rows
-    out = t * KMEANS_BYTES_PER_ROW
+    out = min(shape.add_chunk, t) * dim * FLOAT + t * KMEANS_BYTES_PER_ROW
     if shape.type == "ivfpq":
         pq_rows = PQ_ROWS_PER_CENTROID * 2**shape.pq_bits
         out += min(t, pq_rows) * dim * FLOAT * (2 if t > pq_rows else 1)
@@ -135,8 +136,9 @@ def estimate_build_memory(n: int, dim: int, shape: IndexShape) -> BuildMemory:
         The parts; ``.peak`` is the larger of the training and the add phase.
     """
     trains = shape.type in ("ivf", "ivfpq") and shape.train_rows > 0
-    ivf_block = min(shape.add_chunk, IVF_ADD_BLOCK)
-    add_work = shape.add_chunk * dim * 2 * FLOAT  # the chunk as read (<= 4 bytes) + float32 copy
+    chunk = min(shape.add_chunk, n)
+    ivf_block = min(chunk, IVF_ADD_BLOCK)
+    add_work = chunk * dim * 2 * FLOAT  # the chunk as read (<= 4 bytes a value) + float32 copy
     if shape.type in ("ivf", "ivfpq"):
         add_work += ivf_block * KMEANS_BYTES_PER_ROW
     if shape.type == "ivfpq":
@@ -200,8 +202,11 @@ def memory_budget(limit_gb: float) -> tuple[int, str]:
 
 
 def peak_rss_bytes() -> int:
-    """The process's peak resident set since it started (``ru_maxrss``, KiB on Linux)."""
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+    """The process's peak resident set since it started: ``ru_maxrss`` (KiB on Linux), or
+    ``VmHWM`` when larger (the kernel batches RSS counters, so the two can differ by a few
+    hundred KiB and ``ru_maxrss`` can trail ``VmRSS``)."""
+    usage = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+    return max(usage, _meminfo_bytes("VmHWM", Path("/proc/self/status")) or 0)
 
 
 def current_rss_bytes() -> int:

@@ -193,13 +193,20 @@ def resolve_shape(n: int, dim: int, cfg: DenseIndexConfig, budget: int) -> Index
                 f"{n} passages; expected at least as many passages as centroids. "
                 "Fix: lower pq_bits or use index.type=ivf."
             )
+        if cfg.opq and n < dim:
+            raise RetrievalError(
+                f"[retriever.index.opq] got true for {n} passages of dim {dim}; expected at least "
+                f"{dim} passages (faiss fits the rotation on at least as many rows as dimensions, "
+                "and crashes on fewer). Fix: set retriever.index.opq=false."
+            )
         shape = replace(shape, pq_m=_pq_m(cfg.pq_m, dim), pq_bits=cfg.pq_bits, opq=cfg.opq)
-    needed = max(nlist, 2**shape.pq_bits if cfg.type == "ivfpq" else 0)
+    needed = min_train_rows(dim, shape)
     if cfg.train_size:
         if cfg.train_size < needed:
             raise RetrievalError(
                 f"[retriever.index.train_size] got {cfg.train_size}; expected at least {needed} "
-                f"(one row per IVF cell and PQ centroid). Fix: raise train_size, or 0 for auto."
+                "(a row per IVF cell and PQ centroid, and one per dimension for OPQ). "
+                "Fix: raise train_size, or 0 for auto."
             )
         rows = min(cfg.train_size, n)
     else:
@@ -211,10 +218,17 @@ def auto_train_rows(n: int, dim: int, shape: IndexShape, budget: int) -> int:
     """Training rows for ``train_size=0``: 256 per IVF cell (and per PQ centroid), or fewer down
     to 39 per cell when the training phase would take more than half of ``budget``."""
     cells = [shape.nlist] + ([2**shape.pq_bits] if shape.type == "ivfpq" else [])
-    low = min(n, MIN_ROWS_PER_CELL * max(cells))
+    low = max(min(n, MIN_ROWS_PER_CELL * max(cells)), min_train_rows(dim, shape))
     high = min(n, MAX_ROWS_PER_CELL * max(cells))
     fitting = largest_train_rows(n, dim, shape, int(budget * TRAIN_SHARE), low, high)
     return fitting if fitting is not None else low
+
+
+def min_train_rows(dim: int, shape: IndexShape) -> int:
+    """The fewest training rows faiss accepts: one per IVF cell and per PQ centroid, and one per
+    dimension for OPQ."""
+    pq = [2**shape.pq_bits, dim if shape.opq else 0] if shape.type == "ivfpq" else []
+    return max([shape.nlist, *pq])
 
 
 def largest_train_rows(
@@ -252,31 +266,47 @@ def memory_refusal(
     n: int, dim: int, shape: IndexShape, memory: BuildMemory, budget: int, source: str
 ) -> RetrievalError:
     """The error for a build whose estimated peak exceeds ``budget``, naming the setting that
-    shrinks its largest part."""
-    parts = (
-        f"training sample {gb(memory.train_copy)}, faiss training buffers "
-        f"{gb(memory.train_work + memory.sample_choice)}, index {gb(memory.index)}, "
-        f"add chunk {gb(memory.add_work)}"
-    )
-    if memory.train_peak >= memory.add_peak:
-        field = "train_size"
-        needed = max(shape.nlist, 2**shape.pq_bits if shape.type == "ivfpq" else 0)
-        rows = largest_train_rows(n, dim, shape, budget, needed, shape.train_rows)
-        fix = f"set retriever.index.train_size={rows}" if rows else "lower retriever.index.nlist"
-    elif memory.index >= memory.add_work and shape.type == "ivfpq":
-        field, fix = "pq_m", f"lower retriever.index.pq_m (each sub-quantizer costs {gb(n)})"
-    elif memory.index >= memory.add_work:
-        pq = IndexShape("ivfpq", shape.nlist, auto_pq_m(dim))
-        field = "type"
-        fix = f"use retriever.index.type=ivfpq (about {gb(index_bytes(n, dim, pq))} of index)"
-    else:
-        field, fix = "add_chunk", "lower retriever.index.add_chunk"
+    shrinks its largest part (and a value that fits, where one does)."""
+    named = {
+        "training sample": memory.train_copy,
+        "faiss training buffers": memory.train_work + memory.sample_choice,
+        "index": memory.index,
+        "add chunk": memory.add_work,
+    }
+    parts = ", ".join(f"{name} {gb(size)}" for name, size in named.items() if size)
+    field, fix = _memory_fix(n, dim, shape, memory, budget)
     return RetrievalError(
-        f"[retriever.index.{field}] got a {shape.type} build over {n:,} vectors of dim {dim} "
-        f"whose estimated peak is {gb(memory.peak)} ({parts}); expected at most {gb(budget)} "
-        f"({source}). Fix: {fix}; or set retriever.index.memory_limit_gb if this machine can "
-        "give more."
+        f"[retriever.index.{field}] got an estimated peak of {gb(memory.peak)} for this "
+        f"{shape.type} build over {n:,} vectors of dim {dim} ({parts}); expected at most "
+        f"{gb(budget)} ({source}). Fix: {fix}; or set retriever.index.memory_limit_gb if this "
+        "machine can give more."
     )
+
+
+def _memory_fix(
+    n: int, dim: int, shape: IndexShape, memory: BuildMemory, budget: int
+) -> tuple[str, str]:
+    """``(field, fix)``: the setting that shrinks the phase at the peak, with a value that fits."""
+
+    def fits(smaller: IndexShape) -> bool:
+        return estimate_build_memory(n, dim, smaller).peak <= budget
+
+    if memory.train_peak >= memory.add_peak:
+        rows = largest_train_rows(n, dim, shape, budget, min_train_rows(dim, shape), n)
+        return "train_size", (
+            f"set retriever.index.train_size={rows}" if rows else "lower retriever.index.nlist"
+        )
+    if memory.index < memory.add_work:
+        chunk = min(shape.add_chunk, n) // 2
+        while chunk > 1 and not fits(replace(shape, add_chunk=chunk)):
+            chunk //= 2
+        return "add_chunk", f"set retriever.index.add_chunk={chunk}"
+    if shape.type == "ivfpq":
+        smaller = [m for m in divisors(dim) if m < shape.pq_m and fits(replace(shape, pq_m=m))]
+        fix = f"set retriever.index.pq_m={smaller[-1]}" if smaller else "lower retriever.index.pq_m"
+        return "pq_m", f"{fix} (each sub-quantizer costs {gb(n)})"
+    pq = IndexShape("ivfpq", shape.nlist, auto_pq_m(dim))
+    return "type", f"use retriever.index.type=ivfpq (about {gb(index_bytes(n, dim, pq))} of index)"
 
 
 def gpu_device(device: str) -> int | None:
@@ -353,7 +383,13 @@ def new_index(dim: int, shape: IndexShape) -> Any:
     ivfpq = faiss.IndexIVFPQ(quantizer, dim, shape.nlist, shape.pq_m, shape.pq_bits, metric)
     if not shape.opq:
         return ivfpq
-    return faiss.IndexPreTransform(faiss.OPQMatrix(dim, shape.pq_m), ivfpq)
+    opq: Any = faiss.OPQMatrix(dim, shape.pq_m)  # Any: the stub lacks referenced_objects
+    # the rotation is fitted for the index's own quantizer (faiss would use 8 bits whatever
+    # pq_bits is); the Python reference keeps that quantizer alive while the C++ side points to it
+    pq = faiss.ProductQuantizer(dim, shape.pq_m, shape.pq_bits)
+    opq.pq = pq
+    opq.referenced_objects = [pq]
+    return faiss.IndexPreTransform(opq, ivfpq)
 
 
 def training_sample(embeddings: Any, rows: np.ndarray, chunk: int) -> np.ndarray:
