@@ -161,6 +161,7 @@ class FaissRetriever(IndexBacked):
             self.directory = self._index_dir()
             self.build_seconds: float | None = None
             self.build_info: dict[str, Any] | None = None
+            self.adopted: dict[str, Any] | None = None  # what adopt checked, for an adopted index
             self.index = self._load_or_build()
             set_search_params(self.index, cfg.index)
         except BaseException:
@@ -194,11 +195,18 @@ class FaissRetriever(IndexBacked):
         if not self.index_found(keys, may_build=may_build, missing=missing):
             return self.build()
         found = read_manifest(self.directory) or {}
-        self.build_info = found.get("build") or found.get("adopted")
+        self.build_info, self.adopted = found.get("build"), found.get("adopted")
+        path = self.directory / "index.faiss"
+        if path.is_symlink() and not path.exists():  # an adopted index whose file went away
+            raise RetrievalError(
+                f"[retriever.index] {path} links to {os.readlink(path)}, which is missing. "
+                "Fix: put the index file back there, or adopt it again from where it is now "
+                "(seekrl-index adopt=<file>)."
+            )
         try:
             # mapped, not read: an index larger than memory loads, and processes share its pages
             flags = load_flags(self.cfg.index.type)
-            index = faiss.read_index(str(self.directory / "index.faiss"), flags)
+            index = faiss.read_index(str(path), flags)
         except RuntimeError as exc:
             raise RetrievalError(
                 f"[retriever.index] {self.directory / 'index.faiss'} is unreadable (corrupt or "
@@ -253,6 +261,7 @@ class FaissRetriever(IndexBacked):
             "build_seconds": self.build_seconds,
             # the build's plan, estimated and measured peak memory (or, adopted, what was checked)
             "build": self.build_info,
+            "adopted": self.adopted,
             "corpus": str(self.store.path),
             "encoder": asdict(self.cfg.encoder),
         }
