@@ -60,13 +60,11 @@ def index(cfg: IndexConfig) -> dict[str, Any]:
 
 def adopt(cfg: IndexConfig) -> FaissRetriever:
     """Check and link the prebuilt index ``cfg.adopt``, then load it as a built one would be."""
-    from framework.retrieval.adopt import SKIPPED_WARNING, adopt_index
+    from framework.retrieval.adopt import adopt_index
     from framework.retrieval.encoder import SentenceEncoder
 
     assert cfg.adopt is not None
     encoder = SentenceEncoder(cfg.retriever.encoder)  # one load for the check and the searches
-    if cfg.adopt_sample == 0:
-        print(SKIPPED_WARNING, file=sys.stderr)
     adopted = adopt_index(
         cfg.retriever,
         Path(cfg.adopt),
