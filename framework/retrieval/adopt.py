@@ -183,8 +183,8 @@ def check_vectors(
             f"[adopt] {len(bad)} of {len(rows)} sampled rows do not match their passages encoded "
             f"by the configured encoder (expected cosine >= {min_cosine} with the stored vector, "
             f"or the row in its own top {ADOPT_TOPK}):\n  {lines}\nFix: set retriever.encoder.path "
-            "and retriever.encoder.passage_prefix to what built the index (Search-R1's "
-            "e5_Flat.index: e5-base-v2 with passage_prefix='passage: '), and check that row i of "
+            "and its prefixes to what built the index (Search-R1's e5_Flat.index: e5-base-v2 with "
+            "retriever.encoder.family=e5), and check that row i of "
             "retriever.corpus.path is vector i (same file, no chunking or limit); adopt_sample=0 "
             "skips this check."
         )
