@@ -48,6 +48,7 @@ from framework.retrieval.local import (
     open_store,
     read_manifest,
 )
+from framework.retrieval.refine import rerank_exact
 from framework.retrieval.types import RetrievalError, check_request
 from framework.types import Hit
 
@@ -102,6 +103,9 @@ class FaissRetriever(IndexBacked):
             self.adopted: dict[str, Any] | None = None  # what adopt checked, for an adopted index
             self.index = self._load_or_build()
             set_search_params(self.index, cfg.index)
+            self._embeddings: np.ndarray | None = None
+            if cfg.index.refine > 1:
+                self._stored_embeddings()  # refuse at load, not at the first query
         except BaseException:
             self.store.close()
             raise
@@ -187,9 +191,32 @@ class FaissRetriever(IndexBacked):
         return self.search_embeddings(self.encoder.encode_queries(queries), k)
 
     def search_embeddings(self, embeddings: np.ndarray, k: int) -> list[list[Hit]]:
-        """Top-``k`` passages for already-encoded queries ``[q, dim]``."""
-        scores, ids = self.index.search(np.ascontiguousarray(embeddings, dtype=np.float32), k)
+        """Top-``k`` passages for already-encoded queries ``[q, dim]``; with ``index.refine`` > 1,
+        ``refine * k`` candidates re-ranked by their exact scores against the stored embeddings."""
+        queries = np.ascontiguousarray(embeddings, dtype=np.float32)
+        scores, ids = self.index.search(queries, k * self.cfg.index.refine)
+        if self.cfg.index.refine > 1:
+            scores, ids = rerank_exact(queries, ids, self._stored_embeddings(), k)
         return self.store.ranked_hits(ids.tolist(), scores.tolist(), keep=lambda i, _: i >= 0)
+
+    def _stored_embeddings(self) -> np.ndarray:
+        """The passage embeddings the index was built from, memory-mapped (read at candidates'
+        rows only), for ``index.refine``.
+
+        Raises:
+            RetrievalError: none stored for this index (an adopted index brings none).
+        """
+        if self._embeddings is None:
+            path = self._embeddings_path()
+            if not path.is_file():
+                raise RetrievalError(
+                    f"[retriever.index.refine] got {self.cfg.index.refine} but {path} holds no "
+                    "stored embeddings of this corpus and encoder; expected the embeddings the "
+                    "index was built from (an adopted index brings none). Fix: set "
+                    "retriever.index.refine=1, or build the index with seekrl-index."
+                )
+            self._embeddings = np.load(path, mmap_mode="r")
+        return self._embeddings
 
     def describe(self) -> dict[str, Any]:
         """Where the index is and what it holds (for the index command)."""

@@ -61,6 +61,11 @@ class DenseIndexConfig:
     ef_search: int = option(64, "HNSW search beam (search time)")
     nlist: int = option(0, "IVF cells; 0 = min(4 sqrt(n), n / 39)")
     nprobe: int = option(16, "IVF cells visited (search time)")
+    refine: int = option(
+        1,
+        "re-rank refine x k candidates exactly from the stored embeddings (search time; "
+        "IVF-PQ's approximate top k alone misses many exact neighbours); 1 = off",
+    )
     pq_m: int = option(0, "IVF-PQ sub-quantizers (a divisor of dim); 0 = dim / 8 (auto_pq_m)")
     pq_bits: int = option(8, "IVF-PQ bits per sub-quantizer code")
     opq: bool = option(False, "IVF-PQ behind a learned OPQ rotation (better recall, slower build)")
@@ -76,7 +81,7 @@ class DenseIndexConfig:
 
     def problems(self) -> list[Problem]:
         out = check_choice(self.type, "type", INDEX_TYPES)
-        for name in ("hnsw_m", "ef_construction", "ef_search", "nprobe", "add_chunk"):
+        for name in ("hnsw_m", "ef_construction", "ef_search", "nprobe", "add_chunk", "refine"):
             out += check_range(getattr(self, name), name, low=1)
         for name in ("nlist", "pq_m", "train_size", "memory_limit_gb"):
             out += check_range(getattr(self, name), name, low=0)
