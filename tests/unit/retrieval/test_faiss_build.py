@@ -412,3 +412,16 @@ def test_each_type_loads_memory_mapped(tmp_path: Path, monkeypatch, kind: str) -
             index = faiss.downcast_index(loaded.index)
             storage = index if kind == "flat" else faiss.downcast_index(index.storage)
             assert storage.codes.is_owned is False
+
+
+def test_peak_rss_is_the_process_own_not_its_parents() -> None:
+    """ru_maxrss survives execve: a build started by a process that had touched 1 GB would report
+    1 GB. VmHWM is the child's own high-water mark."""
+    import subprocess
+    import sys
+
+    touched = np.ones(2**30 // 8)  # 1 GiB, every page written
+    code = "from framework.retrieval.build_memory import peak_rss_bytes; print(peak_rss_bytes())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert touched.sum() == 2**27
+    assert int(out.stdout) < 2**29, int(out.stdout)  # the child's own imports: ~0.1-0.3 GB
