@@ -29,18 +29,19 @@ from framework.retrieval.encoder import (
     encoder_fingerprint,
     fingerprint_key,
 )
+from framework.retrieval.faiss_build import (
+    AUTO_REFINE,
+    build_record,
+    load_flags,
+    plan_build,
+    set_search_params,
+)
 
 # the index build moved to faiss_build; these names stay importable from here
 from framework.retrieval.faiss_build import INDEX_TYPES as INDEX_TYPES
 from framework.retrieval.faiss_build import DenseIndexConfig as DenseIndexConfig
 from framework.retrieval.faiss_build import auto_nlist as auto_nlist
 from framework.retrieval.faiss_build import build_faiss_index as build_faiss_index
-from framework.retrieval.faiss_build import (
-    build_record,
-    load_flags,
-    plan_build,
-    set_search_params,
-)
 from framework.retrieval.local import (
     IndexBacked,
     LocalRetrieverConfig,
@@ -104,7 +105,8 @@ class FaissRetriever(IndexBacked):
             self.index = self._load_or_build()
             set_search_params(self.index, cfg.index)
             self._embeddings: np.ndarray | None = None
-            if cfg.index.refine > 1:
+            self.refine = self._resolved_refine()
+            if self.refine > 1:
                 self._stored_embeddings()  # refuse at load, not at the first query
         except BaseException:
             self.store.close()
@@ -194,10 +196,18 @@ class FaissRetriever(IndexBacked):
         """Top-``k`` passages for already-encoded queries ``[q, dim]``; with ``index.refine`` > 1,
         ``refine * k`` candidates re-ranked by their exact scores against the stored embeddings."""
         queries = np.ascontiguousarray(embeddings, dtype=np.float32)
-        scores, ids = self.index.search(queries, k * self.cfg.index.refine)
-        if self.cfg.index.refine > 1:
+        scores, ids = self.index.search(queries, k * self.refine)
+        if self.refine > 1:
             scores, ids = rerank_exact(queries, ids, self._stored_embeddings(), k)
         return self.store.ranked_hits(ids.tolist(), scores.tolist(), keep=lambda i, _: i >= 0)
+
+    def _resolved_refine(self) -> int:
+        """``index.refine``, with 0 (auto) resolved: :data:`AUTO_REFINE` for IVF-PQ where the
+        embeddings it was built from are stored, else 1 (off)."""
+        if self.cfg.index.refine:
+            return self.cfg.index.refine
+        stored = self._embeddings_path().is_file()
+        return AUTO_REFINE if self.cfg.index.type == "ivfpq" and stored else 1
 
     def _stored_embeddings(self) -> np.ndarray:
         """The passage embeddings the index was built from, memory-mapped (read at candidates'
@@ -210,7 +220,7 @@ class FaissRetriever(IndexBacked):
             path = self._embeddings_path()
             if not path.is_file():
                 raise RetrievalError(
-                    f"[retriever.index.refine] got {self.cfg.index.refine} but {path} holds no "
+                    f"[retriever.index.refine] got {self.refine} but {path} holds no "
                     "stored embeddings of this corpus and encoder; expected the embeddings the "
                     "index was built from (an adopted index brings none). Fix: set "
                     "retriever.index.refine=1, or build the index with seekrl-index."
@@ -226,6 +236,7 @@ class FaissRetriever(IndexBacked):
             "passages": len(self.store),
             "dim": self.encoder.dim,
             "index": self.cfg.index.build_params(),
+            "refine": self.refine,
             "built_now": self.build_seconds is not None,
             "build_seconds": self.build_seconds,
             # the build's plan, estimated and measured peak memory (or, adopted, what was checked)

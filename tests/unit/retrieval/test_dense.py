@@ -373,8 +373,8 @@ def test_build_faiss_index_rejects_impossible_parameters() -> None:
     emb = embed(passage_texts())  # 10 x 64
     with pytest.raises(RetrievalError, match=r"pq_m\] got 12") as info:
         build_faiss_index(emb, DenseIndexConfig(type="ivfpq", nlist=2, pq_m=12, pq_bits=2))
-    # auto is 64 / 8 = 8; the divisors nearest it by ratio: 8, then 4 and 16, then 32 over 2
-    assert "Fix:" in str(info.value) and "(auto: 8) or a divisor such as [4, 8, 16, 32]" in str(
+    # auto is 64 / 4 = 16; the divisors nearest it by ratio: 16, then 8 and 32, then 64 over 4
+    assert "Fix:" in str(info.value) and "(auto: 16) or a divisor such as [8, 16, 32, 64]" in str(
         info.value
     )
     for kind in ("ivf", "ivfpq"):

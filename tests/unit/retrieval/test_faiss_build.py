@@ -166,12 +166,13 @@ def test_float16_memmap_is_read_in_sorted_chunks_never_whole(tmp_path: Path, spy
 # --------------------------------------------------------------------------- pq_m, OPQ, recall
 
 
-def test_auto_pq_m_is_the_divisor_nearest_dim_over_8() -> None:
-    assert auto_pq_m(768) == 96  # e5-base: 8 dims and 1 byte (8 bits) per sub-quantizer
-    assert auto_pq_m(384) == 48  # MiniLM
-    assert auto_pq_m(64) == 8
-    assert auto_pq_m(100) == 10  # 12.5 wanted; divisors 10 and 20: 10 is nearer
-    assert auto_pq_m(4) == 1  # 0.5 wanted; 1 is the nearest divisor (tie with none)
+def test_auto_pq_m_is_the_divisor_nearest_dim_over_4() -> None:
+    assert auto_pq_m(768) == 192  # e5-base: 4 dims and 1 byte (8 bits) per sub-quantizer
+    assert auto_pq_m(384) == 96  # MiniLM
+    assert auto_pq_m(64) == 16
+    assert auto_pq_m(100) == 25  # 25 wanted, a divisor
+    assert auto_pq_m(90) == 18  # 22.5 wanted; divisors 18 and 30: 18 is nearer
+    assert auto_pq_m(4) == 1
 
 
 def test_explicit_pq_m_must_divide_dim() -> None:
@@ -186,20 +187,20 @@ def test_ivfpq_auto_pq_m_and_opq_recall_against_flat() -> None:
     # a query's true top 10 lie in its cluster of ~100 vectors (2000 / 20): finding the right
     # cell alone, then picking at random, would give 10 / 100 = 0.1 recall
     recall = {}
-    for name, extra in {"auto": {}, "m4": {"pq_m": 4}, "opq": {"opq": True}}.items():
+    for name, extra in {"auto": {}, "m8": {"pq_m": 8}, "opq": {"opq": True}}.items():
         cfg = DenseIndexConfig(type="ivfpq", nlist=16, nprobe=16, **extra)
         index = build_faiss_index(x, cfg)
         set_search_params(index, cfg)
         recall[name] = recall_at_10(index, x, queries)
         if name == "auto":
-            assert faiss.downcast_index(index).pq.M == 8  # 64 / 8
+            assert faiss.downcast_index(index).pq.M == 16  # 64 / 4
         if name == "opq":
             assert isinstance(faiss.downcast_index(index), faiss.IndexPreTransform)
             assert isinstance(faiss.downcast_VectorTransform(index.chain.at(0)), faiss.OPQMatrix)
-    # measured 0.39 / 0.25 / 0.74: the bounds keep a margin while failing a broken build
-    assert recall["auto"] >= 0.3  # 3x the right-cell-alone baseline
-    assert recall["auto"] > recall["m4"]  # 8 dims per sub-quantizer beat 16
-    assert recall["opq"] >= recall["auto"] + 0.2  # the rotation spreads the strong dimensions
+    # measured 0.59 / 0.385 / 0.855: the bounds keep a margin while failing a broken build
+    assert recall["auto"] >= 0.45  # 4.5x the right-cell-alone baseline
+    assert recall["auto"] > recall["m8"]  # 4 dims per sub-quantizer beat 8
+    assert recall["opq"] >= recall["auto"] + 0.15  # the rotation spreads the strong dimensions
 
 
 def test_opq_needs_as_many_rows_as_dimensions() -> None:
@@ -286,8 +287,8 @@ def test_build_refused_before_starting_when_memory_is_short(monkeypatch) -> None
     # 21,015,324 * 768 * 4 * 1.3 = 83.93 GB of index, + 65,536 * 768 * 8 chunk + 64 MiB
     assert message.startswith("[retriever.index.type] got an estimated peak of 84.40 GB")
     assert "expected at most 8.00 GB (MemAvailable / cgroup limit)" in message
-    # ivfpq at auto pq_m 96: 21,015,324 * (96 + 8) = 2.19 GB
-    assert "Fix: use retriever.index.type=ivfpq (about 2.19 GB of index)" in message
+    # ivfpq at auto pq_m 192: 21,015,324 * (192 + 8) = 4.20 GB
+    assert "Fix: use retriever.index.type=ivfpq (about 4.20 GB of index)" in message
 
     with pytest.raises(RetrievalError) as info:
         plan_build(WIKI18, 768, DenseIndexConfig(type="ivfpq", train_size=256 * 18336))
@@ -297,7 +298,7 @@ def test_build_refused_before_starting_when_memory_is_short(monkeypatch) -> None
     assert str(info.value).startswith("[retriever.index.train_size] got an estimated peak of")
     assert "Fix: set retriever.index.train_size=2303396;" in str(info.value)
     plan = plan_build(WIKI18, 768, DenseIndexConfig(type="ivfpq", train_size=2303396))
-    assert plan.memory.peak <= 8_000_000_000 and plan.shape.pq_m == 96
+    assert plan.memory.peak <= 8_000_000_000 and plan.shape.pq_m == 192
 
     with pytest.raises(RetrievalError, match=r"^\[retriever.index.pq_m\].*Fix: set retriever"):
         plan_build(WIKI18, 768, DenseIndexConfig(type="ivfpq", pq_m=384, train_size=100_000))

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from framework.retrieval.dense import FaissRetriever
+from framework.retrieval.faiss_build import AUTO_REFINE
 from framework.retrieval.refine import rerank_exact
 from framework.retrieval.types import RetrievalError
 from tests.unit.retrieval.corpus_fixtures import FakeEncoder, faiss_cfg, write_jsonl
@@ -89,3 +90,18 @@ def test_refine_without_stored_embeddings_is_refused_at_load(tmp_path: Path) -> 
     cfg = faiss_cfg(corpus, tmp_path / "cache", refine=4)
     with pytest.raises(RetrievalError, match=r"^\[retriever.index.refine\] got 4 .* Fix: set"):
         FaissRetriever(cfg=cfg, encoder=enc)
+
+
+def test_auto_refine_is_on_for_ivfpq_with_stored_embeddings_only(tmp_path: Path) -> None:
+    corpus = write_jsonl(tmp_path / "c.jsonl", _docs(400))
+    enc = FakeEncoder()
+    pq = {"type": "ivfpq", "nlist": 4, "pq_m": 4, "pq_bits": 4, "train_size": 400}
+    with FaissRetriever(cfg=faiss_cfg(corpus, tmp_path / "cache", **pq), encoder=enc) as r:
+        assert r.cfg.index.refine == 0 and r.refine == AUTO_REFINE == 4
+        assert r.describe()["refine"] == 4
+        stored = r._embeddings_path()
+    with FaissRetriever(cfg=faiss_cfg(corpus, tmp_path / "cache"), encoder=enc) as flat:
+        assert flat.refine == 1  # exact already
+    stored.unlink()  # an adopted IVF-PQ index brings no embeddings: auto is off, not refused
+    with FaissRetriever(cfg=faiss_cfg(corpus, tmp_path / "cache", **pq), encoder=enc) as r:
+        assert r.refine == 1
