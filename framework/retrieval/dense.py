@@ -2,7 +2,7 @@
 
 Embeddings are computed once per (corpus, encoder) and kept as ``.npy`` beside the indexes, so
 building a second index type does not re-encode the corpus; an interrupted embedding run resumes
-where it stopped. Each index directory holds ``index.faiss`` and a ``manifest.json`` that records the
+from its finished shards (:mod:`framework.retrieval.embeddings`). Each index directory holds ``index.faiss`` and a ``manifest.json`` that records the
 corpus fingerprint, encoder, dimension, metric, index type and parameters; loading refuses a
 manifest that does not match the configuration.
 """
@@ -22,9 +22,8 @@ import numpy as np
 
 from framework.config import Problem, check_choice, check_range, option
 from framework.paths import cache_root
-from framework.progress import Progress
 from framework.registry.kinds import RETRIEVERS
-from framework.retrieval.corpus import CorpusStore
+from framework.retrieval.embeddings import compute_embeddings, embeddings_path
 from framework.retrieval.encoder import (
     EncoderConfig,
     SentenceEncoder,
@@ -80,57 +79,6 @@ class FaissRetrieverConfig(LocalRetrieverConfig):
 def auto_nlist(n: int) -> int:
     """IVF cells for ``n`` vectors: ``4 sqrt(n)``, keeping >= 39 training points per cell."""
     return max(1, min(int(4 * math.sqrt(n)), n // 39))
-
-
-def compute_embeddings(
-    store: CorpusStore, encoder: SentenceEncoder, path: Path, *, progress: bool = True
-) -> np.ndarray:
-    """Embeddings of every passage of ``store`` (memory-mapped ``.npy`` at ``path``), resumable.
-
-    A partial file and a progress record are kept beside ``path`` while encoding; a rerun after
-    Ctrl-C, SIGTERM or a kill continues from the last completed batch (the record is written after
-    the batch's rows are flushed, and atomically, so it never claims rows that are not there).
-    """
-    if path.is_file():
-        return np.load(path, mmap_mode="r")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".partial.npy")
-    done_file = path.with_suffix(".done.json")
-    n, dim = len(store), encoder.dim
-    done = _rows_done(done_file, [n, dim]) if partial.is_file() else 0
-    if done == 0:
-        out = np.lib.format.open_memmap(partial, mode="w+", dtype=np.float32, shape=(n, dim))
-    else:
-        out = np.load(partial, mmap_mode="r+")
-    with Progress("embed", n, "passage", initial=done, enabled=progress) as bar:
-        row = 0
-        for texts in store.iter_texts(batch=max(encoder.cfg.batch_size * 16, 1024)):
-            if row + len(texts) <= done:  # already embedded in an earlier run
-                row += len(texts)
-                continue
-            emb = encoder.encode_passages(texts)
-            out[row : row + len(texts)] = emb
-            row += len(texts)
-            out.flush()
-            tmp = done_file.with_name(done_file.name + ".tmp")
-            tmp.write_text(json.dumps({"shape": [n, dim], "rows": row}))
-            os.replace(tmp, done_file)
-            bar.update(len(texts))
-    del out
-    os.replace(partial, path)
-    done_file.unlink(missing_ok=True)
-    return np.load(path, mmap_mode="r")
-
-
-def _rows_done(record: Path, shape: list[int]) -> int:
-    """Rows a progress record says are embedded; 0 for a missing or unreadable record, or one of
-    another shape (another corpus or encoder)."""
-    try:
-        state = json.loads(record.read_text())
-        rows = int(state["rows"]) if state.get("shape") == shape else 0
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
-        return 0
-    return rows if 0 <= rows <= shape[0] else 0
 
 
 def build_faiss_index(embeddings: np.ndarray, cfg: DenseIndexConfig, seed: int = 0) -> Any:
@@ -206,16 +154,6 @@ def faiss_index_dir(
     enc = fingerprint_key(encoder or encoder_fingerprint(cfg.encoder))
     params = _params_key(cfg.index.build_params())
     return cache_root(cfg.cache_dir) / "index" / f"{corpus}-{enc}-{params}"
-
-
-def embeddings_path(
-    cfg: FaissRetrieverConfig, corpus: str, encoder: dict[str, Any] | None = None
-) -> Path:
-    """The cached passage embeddings of ``cfg``'s encoder over the corpus ``corpus``."""
-    # passage embeddings do not depend on the query prefix: changing it must not re-encode
-    fp = encoder or encoder_fingerprint(cfg.encoder)
-    enc = fingerprint_key({k: v for k, v in fp.items() if k != "query_prefix"})
-    return cache_root(cfg.cache_dir) / "embeddings" / f"{corpus}-{enc}.npy"
 
 
 @RETRIEVERS.register("faiss", config=FaissRetrieverConfig)
@@ -294,9 +232,13 @@ class FaissRetriever(IndexBacked):
 
         clock = Stopwatch()
         emb = compute_embeddings(
-            self.store, self.encoder, self._embeddings_path(), progress=self.cfg.progress
+            self.store,
+            self.encoder,
+            self._embeddings_path(),
+            progress=self.cfg.progress,
+            fingerprint=self.manifest["encoder"],
         )
-        index = build_faiss_index(emb, self.cfg.index)
+        index = build_faiss_index(emb, self.cfg.index)  # faiss converts float16 chunks itself
         self.directory.mkdir(parents=True, exist_ok=True)
         tmp = self.directory / "index.faiss.tmp"
         faiss.write_index(index, str(tmp))

@@ -94,7 +94,7 @@ def open_store(cfg: LocalRetrieverConfig) -> CorpusStore:
     """The corpus store of ``cfg`` (built into the cache when missing and allowed)."""
     root = cache_root(cfg.cache_dir)
     if not cfg.build_if_missing:
-        return CorpusStore(store_path(root, corpus_fingerprint(cfg.corpus)))
+        return CorpusStore(store_path(root, corpus_fingerprint(cfg.corpus, root)))
     return open_corpus(cfg.corpus, root, progress=cfg.progress)
 
 

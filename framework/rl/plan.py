@@ -19,6 +19,7 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from framework.data.datasets import SynthDatasetConfig, answerability_retriever_config, synth_ready
 from framework.data.schema import DatasetError
@@ -28,8 +29,11 @@ from framework.registry import ALL
 from framework.registry.listing import describe
 from framework.registry.listing import render as render_components
 from framework.retrieval.bm25 import BM25RetrieverConfig, bm25_index_dir
-from framework.retrieval.corpus import CorpusConfig, corpus_fingerprint, iter_documents, store_path
-from framework.retrieval.dense import FaissRetrieverConfig, embeddings_path, faiss_index_dir
+from framework.retrieval.corpus import CorpusConfig, corpus_fingerprint, document_count, store_path
+from framework.retrieval.dense import FaissRetrieverConfig, faiss_index_dir
+from framework.retrieval.embed_rates import RATES_FILE, embed_rate, worker_devices
+from framework.retrieval.embeddings import embeddings_path
+from framework.retrieval.encoder import encoder_fingerprint
 from framework.retrieval.local import MANIFEST, LocalRetrieverConfig
 from framework.retrieval.types import RetrievalError, RetrieverConfigBase
 from framework.rl.config import TrainConfig
@@ -50,11 +54,6 @@ from framework.types import ComponentConfig
 #: the machine the rates and peaks below were recorded on (a fresh run of the README's main command,
 #: 2026-11-25: 13 min 45 s in all)
 RECORDED_ON = "2 cores of an AMD EPYC (Zen 5, avx512_bf16), bf16 training and rollouts"
-#: passages embedded per second by the packaged MiniLM encoder in bf16 (the recorded machine) and
-#: in fp32 with AVX2 kernels only (the CPU without native bf16: 2 cores of a Zen 4 limited to AVX2,
-#: 2026-12-02, 31.5/s with nothing else running; the recorded machine's AVX512 fp32 gave 45/s)
-EMBED_PASSAGES_PER_S = 85.0
-EMBED_PASSAGES_PER_S_FP32 = 31.0
 #: seconds per synthesized question asked for, with the answerability check (1,300 in 29 s)
 SYNTH_SECONDS_PER_QUESTION = 29.4 / 1300
 #: expert trajectories kept per question asked for (30 of 64); seconds to make one (scripted
@@ -132,9 +131,27 @@ def _native_bf16() -> bool:
     return native_bf16_on("cpu")[0]
 
 
-def embed_rate() -> float:
-    """Recorded passages per second of the encoder in the dtype this machine runs it in."""
-    return EMBED_PASSAGES_PER_S if _native_bf16() else EMBED_PASSAGES_PER_S_FP32
+def embed_estimate(
+    rcfg: FaissRetrieverConfig, passages: int, rates: Path
+) -> tuple[float | None, str]:
+    """Seconds to embed ``passages`` passages with ``rcfg``'s encoder on its devices, and the plan's
+    words for it: from a rate measured by an earlier run here (``rates``, the cache's
+    ``rates.json``), else one recorded in :data:`~framework.retrieval.embed_rates.RECORDED_RATES`,
+    else no time ("no recorded rate for <model> on <device>"), never another encoder's or device's.
+    """
+    fp = encoder_fingerprint(rcfg.encoder)
+    where = ", ".join(worker_devices(rcfg.encoder))
+    rate = embed_rate(rcfg.encoder, fp, rates)
+    if rate is None:
+        return None, (
+            f"embed at least {passages} passages, no recorded rate for {fp['model']} "
+            f"({fp['dtype']}) on {where}"
+        )
+    seconds = passages / rate.passages_per_s
+    return seconds, (
+        f"embed at least {passages} passages, {minutes(seconds)} at "
+        f"{rate.passages_per_s:.0f} passages/s on {where}: {rate.source}"
+    )
 
 
 def model_factor() -> float:
@@ -146,15 +163,19 @@ def model_factor() -> float:
 def corpus_stages(corpus: CorpusConfig, cache_dir: str | None) -> tuple[str, int, Stage]:
     """The corpus fingerprint, its document count and the passage-store stage.
 
+    Nothing here reads the whole source on a launch after the first: the fingerprint reuses the
+    source's recorded digest, the count is the built store's (else an estimate from sampled lines,
+    said "about").
+
     Raises:
         RetrievalError: a corpus source that cannot be found.
     """
-    fingerprint = corpus_fingerprint(corpus)
-    path = store_path(cache_root(cache_dir), fingerprint)
-    documents = sum(1 for _ in iter_documents(corpus))
-    stage = Stage(
-        "passage store", path.is_file(), str(path), f"{documents} documents, seconds", 10.0
-    )
+    root = cache_root(cache_dir)
+    fingerprint = corpus_fingerprint(corpus, root)
+    path = store_path(root, fingerprint)
+    documents, exact = document_count(corpus, path)
+    count = f"{documents} documents" if exact else f"about {documents} documents"
+    stage = Stage("passage store", path.is_file(), str(path), f"{count}, seconds", 10.0)
     return fingerprint, documents, stage
 
 
@@ -166,12 +187,7 @@ def retriever_stages(rcfg: RetrieverConfigBase) -> Iterator[Stage]:
     yield store
     if isinstance(rcfg, FaissRetrieverConfig):
         emb = embeddings_path(rcfg, fingerprint)
-        device = rcfg.encoder.device
-        seconds: float | None = None
-        embed = f"embed at least {documents} passages on {device}, {NO_GPU_FIGURES}"
-        if not device.startswith("cuda"):  # the recorded rates are the CPU's
-            seconds = documents / embed_rate()
-            embed = f"embed at least {documents} passages, {minutes(seconds)}"
+        seconds, embed = embed_estimate(rcfg, documents, emb.parent / RATES_FILE)
         yield Stage("passage embeddings", emb.is_file(), str(emb), embed, seconds)
         index = faiss_index_dir(rcfg, fingerprint)
         work = f"{rcfg.index.type} index over the embeddings, seconds to minutes"
@@ -305,8 +321,8 @@ def _gpu_estimate(name: str, seconds: float | None, gpu: GpuPlan) -> Estimate:
 
 def _estimate_line(e: Estimate) -> str:
     """One stage's line: its time and peak memory, or that there are no figures for it."""
-    if e.seconds is None:
-        return f"  {e.stage:<18} {NO_GPU_FIGURES}"
+    if e.seconds is None:  # a model stage of a GPU run, or an encoder without a rate
+        return f"  {e.stage:<18} {NO_GPU_FIGURES if e.stage in MODEL_STAGES else 'no figures'}"
     time_text = minutes(e.seconds) if e.seconds else "cached, seconds"
     if e.gpu_gb is not None:
         memory = f"peak GPU about {e.gpu_gb:.1f} GB, host {e.peak_gb:.1f} GB"

@@ -215,7 +215,8 @@ def faiss_cfg(
     corpus_path: Path, cache_dir: Path, *, corpus: dict | None = None, **index
 ) -> FaissRetrieverConfig:
     """A faiss config over ``corpus_path`` caching under ``cache_dir`` (index fields as kwargs)."""
-    encoder = index.pop("encoder", None) or EncoderConfig()
+    # float32 storage: the exactness tests compare scores with numpy's float32 brute force
+    encoder = index.pop("encoder", None) or EncoderConfig(store_dtype="float32")
     build = index.pop("build_if_missing", True)
     return FaissRetrieverConfig(
         name="faiss",

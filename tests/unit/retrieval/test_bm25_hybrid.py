@@ -300,7 +300,7 @@ def hybrid_cfg(corpus_path: Path, cache: Path, **kw) -> HybridRetrieverConfig:
         corpus=corpus_cfg(corpus_path),
         cache_dir=str(cache),
         progress=False,
-        encoder=EncoderConfig(),
+        encoder=EncoderConfig(store_dtype="float32"),  # scores compared with float32 numpy
         index=DenseIndexConfig(),
         **kw,
     )

@@ -207,7 +207,7 @@ def test_chunked_rows_map_to_numbered_passage_ids(tmp_path: Path, cache: Path) -
             ("short", "short", "Short", "one two three"),
             ("four", "four", "Four", "w x y z"),
         ]
-        # the document keeps its whole text
+        # the document comes back whole, put together from its passages
         assert store.document(doc_id="long").text == docs[0][2]
     finally:
         store.close()

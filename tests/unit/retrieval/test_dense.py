@@ -152,7 +152,9 @@ def test_second_construction_reuses_the_cached_index(corpus_path: Path, cache: P
     assert manifest["dim"] == DIM and manifest["index"] == {"type": "flat"}
     assert manifest["corpus"]["passages"] == len(DOCS)
 
-    second, fake2 = open_faiss(faiss_cfg(corpus_path, cache, encoder=EncoderConfig(batch_size=7)))
+    second, fake2 = open_faiss(
+        faiss_cfg(corpus_path, cache, encoder=EncoderConfig(batch_size=7, store_dtype="float32"))
+    )
     with second:
         assert second.build_seconds is None
         assert second.describe()["built_now"] is False
@@ -212,7 +214,8 @@ def big_store(tmp_path: Path, cache: Path):
 @pytest.mark.parametrize("fail_after", [0, 1, 2])
 def test_interrupted_embeddings_resume(tmp_path: Path, big_store, fail_after: int) -> None:
     store, texts = big_store
-    enc_cfg = EncoderConfig(batch_size=1)  # store batches of max(1 * 16, 1024) = 1024 rows
+    # shards of 1024 rows: 1024, 1024 and 452 (one encoder call each: store batches of 1024)
+    enc_cfg = EncoderConfig(batch_size=1, shard_rows=1024, store_dtype="float32")
     path = tmp_path / "emb" / "run.npy"
     batches = [1024, 1024, 452]
 
@@ -242,14 +245,14 @@ def test_interrupted_embeddings_resume(tmp_path: Path, big_store, fail_after: in
 
 def test_partial_embeddings_of_another_shape_are_not_resumed(tmp_path: Path, big_store) -> None:
     store, texts = big_store
-    enc_cfg = EncoderConfig(batch_size=1)
+    enc_cfg = EncoderConfig(batch_size=1, shard_rows=1024, store_dtype="float32")
     path = tmp_path / "emb" / "run.npy"
     with pytest.raises(RuntimeError):
         compute_embeddings(store, FakeEncoder(enc_cfg, fail_after=1), path, progress=False)
     record = path.with_suffix(".done.json")
     state = json.loads(record.read_text())
-    assert state == {"shape": [2500, DIM], "rows": 1024}
-    record.write_text(json.dumps({"shape": [2500, DIM + 1], "rows": 1024}))  # another encoder
+    assert state == {"shape": [2500, DIM], "dtype": "float32", "shard_rows": 1024, "done": [0]}
+    record.write_text(json.dumps({**state, "shape": [2500, DIM + 1]}))  # another encoder
     fresh = FakeEncoder(enc_cfg)
     emb = compute_embeddings(store, fresh, path, progress=False)
     assert fresh.passages_encoded == 2500

@@ -1,7 +1,7 @@
 """An index build stopped by Ctrl-C or SIGTERM: it stops within seconds, keeps the embedding
-batches it finished, and the same command goes on from them to the result of an uninterrupted
-build. A fake encoder stands in for the model; the store has 2500 passages, embedded in batches of
-1024, 1024 and 452."""
+shards it finished, and the same command goes on from them to the result of an uninterrupted
+build. A fake encoder stands in for the model; the store has 2500 passages, embedded in shards of
+1024, 1024 and 452 (float32 storage, so the result equals the fake's embeddings exactly)."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ DOCS = [
     for i in range(2500)
 ]
 TEXTS = [f"{title}\n{text}" for _, title, text in DOCS]
+SHARDS = EncoderConfig(shard_rows=1024, store_dtype="float32")
 
 
 @pytest.fixture
@@ -40,7 +41,7 @@ class CtrlC(FakeEncoder):
     """Raises KeyboardInterrupt (what Ctrl-C raises) on the batch after ``after`` finished ones."""
 
     def __init__(self, after: int) -> None:
-        super().__init__(EncoderConfig())
+        super().__init__(SHARDS)
         self.after = after
 
     def encode_passages(self, passages, *, progress=False):
@@ -55,9 +56,10 @@ def test_ctrl_c_keeps_finished_batches_and_the_rerun_equals_an_uninterrupted_bui
         compute_embeddings(store, CtrlC(after=2), path, progress=False)
     assert not path.exists()
     record = json.loads(path.with_suffix(".done.json").read_text())
-    assert record == {"shape": [2500, 64], "rows": 2048}  # two finished batches are kept
+    # two finished shards are kept
+    assert record == {"shape": [2500, 64], "dtype": "float32", "shard_rows": 1024, "done": [0, 1]}
 
-    rerun = FakeEncoder(EncoderConfig())
+    rerun = FakeEncoder(SHARDS)
     emb = compute_embeddings(store, rerun, path, progress=False)
     assert rerun.passages_encoded == 452  # only the batch that was cut short
     assert np.array_equal(np.asarray(emb), embed(TEXTS))  # = an uninterrupted build
@@ -69,7 +71,7 @@ def test_an_unreadable_progress_record_starts_over_instead_of_failing(tmp_path, 
     with pytest.raises(KeyboardInterrupt):
         compute_embeddings(store, CtrlC(after=1), path, progress=False)
     path.with_suffix(".done.json").write_text('{"shape": [2500')  # cut by a kill (older code)
-    rerun = FakeEncoder(EncoderConfig())
+    rerun = FakeEncoder(SHARDS)
     emb = compute_embeddings(store, rerun, path, progress=False)
     assert rerun.passages_encoded == 2500
     assert np.array_equal(np.asarray(emb), embed(TEXTS))
@@ -151,6 +153,8 @@ def test_sigterm_during_the_index_build_stops_in_seconds_and_the_rerun_resumes(t
         f"retriever.corpus.path={corpus}",
         f"retriever.cache_dir={cache}",
         "smoke_query=null",
+        "retriever.encoder.shard_rows=1024",
+        "retriever.encoder.store_dtype=float32",
         f"hydra.run.dir={tmp_path / 'run'}",
     ]
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1"}
@@ -171,7 +175,7 @@ def test_sigterm_during_the_index_build_stops_in_seconds_and_the_rerun_resumes(t
     assert "[index] interrupted; the passage embeddings computed so far are kept" in err
     assert "encoded 1024" in out
     [record] = (cache / "embeddings").glob("*.done.json")
-    assert json.loads(record.read_text())["rows"] == 1024
+    assert json.loads(record.read_text())["done"] == [0]  # the first shard, 1024 rows
     assert not list(cache.glob("index/*/manifest.json"))  # no index claims to be built
     assert not list(cache.glob("corpus/*/*.tmp-*"))  # the finished passage store is kept as is
 
