@@ -4,6 +4,8 @@ seekrl-index                                   # FAISS flat over the shipped Wik
 seekrl-index retriever=bm25                    # BM25 instead
 seekrl-index retriever=hybrid                  # both
 seekrl-index retriever.index.type=hnsw retriever.corpus.source=jsonl retriever.corpus.path=c.jsonl
+seekrl-index adopt=e5_Flat.index retriever.corpus.source=jsonl retriever.corpus.path=wiki-18.jsonl \
+    retriever.encoder.path=/models/e5-base-v2 retriever.encoder.family=e5   # a prebuilt index
 seekrl-index coverage dataset=synth_demo       # how many questions the corpus and the retriever answer
 seekrl-index coverage dataset=files dataset.test=nq_test.jsonl retriever=bm25 k=5
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
@@ -27,6 +30,7 @@ from framework.registry.protocols import Describes
 from framework.retrieval.config import IndexConfig
 from framework.retrieval.coverage import CoverageConfig
 from framework.retrieval.coverage_report import run_coverage, summary_table
+from framework.retrieval.dense import FaissRetriever
 from framework.retrieval.types import RetrievalError, remote_problem
 
 INTERRUPTED_MESSAGE = (
@@ -47,7 +51,7 @@ def index(cfg: IndexConfig) -> dict[str, Any]:
         raise SystemExit(2)
     try:
         with stop_on_interrupt(INTERRUPTED_MESSAGE, INTERRUPTED):
-            retriever = RETRIEVERS.bind(cfg.retriever)()
+            retriever = adopt(cfg) if cfg.adopt else RETRIEVERS.bind(cfg.retriever)()
     except RetrievalError as exc:
         print(exc, file=sys.stderr)
         raise SystemExit(1) from None
@@ -60,6 +64,24 @@ def index(cfg: IndexConfig) -> dict[str, Any]:
             print(f"  {hit.score:8.4f}  {hit.title}  ({hit.passage_id})")
     retriever.close()
     return summary
+
+
+def adopt(cfg: IndexConfig) -> FaissRetriever:
+    """Check and link the prebuilt index ``cfg.adopt``, then load it as a built one would be."""
+    from framework.retrieval.adopt import adopt_index
+    from framework.retrieval.encoder import SentenceEncoder
+
+    assert cfg.adopt is not None
+    encoder = SentenceEncoder(cfg.retriever.encoder)  # one load for the check and the searches
+    adopted = adopt_index(
+        cfg.retriever,
+        Path(cfg.adopt),
+        sample=cfg.adopt_sample,
+        min_cosine=cfg.adopt_min_cosine,
+        encoder=encoder,
+    )
+    print(f"adopted {adopted['source']} into {adopted['directory']} (linked, not copied)")
+    return FaissRetriever(cfg=cfg.retriever, encoder=encoder)
 
 
 COVERAGE_INTERRUPTED = (

@@ -4,6 +4,7 @@ and ``seekrl-serve`` (:class:`ServeConfig`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from omegaconf import MISSING
@@ -16,7 +17,8 @@ from framework.retrieval.types import remote_problem
 
 @dataclass
 class IndexConfig:
-    """The ``index`` app: build (or reuse) the configured retriever's corpus store and index."""
+    """The ``index`` app: build (or reuse) the configured retriever's corpus store and index, or
+    adopt a prebuilt FAISS index file (``adopt=``)."""
 
     seed: int = 0
     run_dir: str = RUN_DIR
@@ -24,6 +26,38 @@ class IndexConfig:
     smoke_query: str | None = option(
         "2001: A Space Odyssey", "query run once after building; null skips"
     )
+    adopt: str | None = option(
+        None,
+        "prebuilt FAISS index file to adopt instead of building (row i = passage i of "
+        "retriever.corpus, as Search-R1's e5_Flat.index and wiki-18.jsonl); linked, not copied",
+    )
+    adopt_sample: int = option(
+        16, "rows whose stored vector is checked against the encoder; 0 skips the check (warns)"
+    )
+    adopt_min_cosine: float = option(
+        0.8, "least cosine between a sampled row's stored vector and its passage encoded now"
+    )
+
+    def problems(self) -> list[Problem]:
+        out = check_range(self.adopt_sample, "adopt_sample", low=0)
+        out += check_range(self.adopt_min_cosine, "adopt_min_cosine", low=-1.0, high=1.0)
+        if self.adopt is not None:
+            out += check(
+                Path(self.adopt).expanduser().is_file(),
+                "adopt",
+                self.adopt,
+                "an existing FAISS index file",
+                "point adopt= at the index file (e.g. e5_Flat.index)",
+            )
+            name = getattr(self.retriever, "name", None)
+            out += check(
+                name == "faiss",
+                "adopt",
+                self.adopt,
+                f"retriever=faiss (adopting a FAISS index), not {name}",
+                "drop the retriever= override, or set retriever=faiss",
+            )
+        return out
 
 
 @dataclass

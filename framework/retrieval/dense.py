@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -20,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from framework.config import Problem, check_choice, check_range, option
 from framework.paths import cache_root
 from framework.registry.kinds import RETRIEVERS
+from framework.retrieval.build_memory import current_rss_bytes
 from framework.retrieval.embeddings import compute_embeddings, embeddings_path
 from framework.retrieval.encoder import (
     EncoderConfig,
@@ -30,114 +29,34 @@ from framework.retrieval.encoder import (
     encoder_fingerprint,
     fingerprint_key,
 )
-from framework.retrieval.local import IndexBacked, LocalRetrieverConfig, Stopwatch, open_store
+
+# the index build moved to faiss_build; these names stay importable from here
+from framework.retrieval.faiss_build import INDEX_TYPES as INDEX_TYPES
+from framework.retrieval.faiss_build import DenseIndexConfig as DenseIndexConfig
+from framework.retrieval.faiss_build import auto_nlist as auto_nlist
+from framework.retrieval.faiss_build import build_faiss_index as build_faiss_index
+from framework.retrieval.faiss_build import (
+    build_record,
+    load_flags,
+    plan_build,
+    set_search_params,
+)
+from framework.retrieval.local import (
+    IndexBacked,
+    LocalRetrieverConfig,
+    Stopwatch,
+    open_store,
+    read_manifest,
+)
+from framework.retrieval.refine import rerank_exact
 from framework.retrieval.types import RetrievalError, check_request
 from framework.types import Hit
-
-INDEX_TYPES = ("flat", "hnsw", "ivf", "ivfpq")
-_BUILD_PARAMS = {
-    "flat": (),
-    "hnsw": ("hnsw_m", "ef_construction"),
-    "ivf": ("nlist",),
-    "ivfpq": ("nlist", "pq_m", "pq_bits"),
-}
-
-
-@dataclass
-class DenseIndexConfig:
-    """FAISS index type and parameters (inner product over normalised embeddings = cosine)."""
-
-    type: str = option("flat", f"one of {INDEX_TYPES}")
-    hnsw_m: int = option(32, "HNSW neighbours per node")
-    ef_construction: int = option(200, "HNSW build beam")
-    ef_search: int = option(64, "HNSW search beam (search time)")
-    nlist: int = option(0, "IVF cells; 0 = min(4 sqrt(n), n / 39)")
-    nprobe: int = option(16, "IVF cells visited (search time)")
-    pq_m: int = option(16, "IVF-PQ sub-quantizers (must divide dim)")
-    pq_bits: int = option(8, "IVF-PQ bits per sub-quantizer code")
-    path: str | None = option(None, "use this index directory instead of the cache")
-
-    def problems(self) -> list[Problem]:
-        out = check_choice(self.type, "type", INDEX_TYPES)
-        for name in ("hnsw_m", "ef_construction", "ef_search", "nprobe", "pq_m"):
-            out += check_range(getattr(self, name), name, low=1)
-        out += check_range(self.nlist, "nlist", low=0)
-        out += check_range(self.pq_bits, "pq_bits", low=1, high=16)
-        return out
-
-    def build_params(self) -> dict[str, Any]:
-        """The parameters that change the built index (search-time ones excluded)."""
-        return {"type": self.type, **{k: getattr(self, k) for k in _BUILD_PARAMS[self.type]}}
 
 
 @dataclass
 class FaissRetrieverConfig(LocalRetrieverConfig):
     encoder: EncoderConfig = field(default_factory=EncoderConfig)
     index: DenseIndexConfig = field(default_factory=DenseIndexConfig)
-
-
-def auto_nlist(n: int) -> int:
-    """IVF cells for ``n`` vectors: ``4 sqrt(n)``, keeping >= 39 training points per cell."""
-    return max(1, min(int(4 * math.sqrt(n)), n // 39))
-
-
-def build_faiss_index(embeddings: np.ndarray, cfg: DenseIndexConfig, seed: int = 0) -> Any:
-    """A FAISS inner-product index of ``embeddings [n, dim]`` for ``cfg``.
-
-    Raises:
-        RetrievalError: parameters that cannot work for this corpus (PQ dimensions, too few points).
-    """
-    import faiss
-
-    n, dim = embeddings.shape
-    metric = faiss.METRIC_INNER_PRODUCT
-    index: Any
-    if cfg.type == "flat":
-        index = faiss.IndexFlatIP(dim)
-    elif cfg.type == "hnsw":
-        index = faiss.IndexHNSWFlat(dim, cfg.hnsw_m, metric)
-        index.hnsw.efConstruction = cfg.ef_construction
-    else:
-        nlist = cfg.nlist or auto_nlist(n)
-        if nlist > n:
-            raise RetrievalError(
-                f"[retriever.index.nlist] got {nlist} for {n} passages; expected at most {n}. "
-                "Fix: lower nlist or use index.type=flat."
-            )
-        quantizer = faiss.IndexFlatIP(dim)
-        if cfg.type == "ivf":
-            index = faiss.IndexIVFFlat(quantizer, dim, nlist, metric)
-        else:
-            if dim % cfg.pq_m:
-                raise RetrievalError(
-                    f"[retriever.index.pq_m] got {cfg.pq_m}; expected a divisor of the embedding "
-                    f"dimension {dim}. Fix: choose e.g. {[m for m in (8, 12, 16, 24, 32, 48) if dim % m == 0]}."
-                )
-            if n < 2**cfg.pq_bits:
-                raise RetrievalError(
-                    f"[retriever.index.pq_bits] got {cfg.pq_bits} ({2**cfg.pq_bits} centroids) for "
-                    f"{n} passages; expected at least as many passages as centroids. "
-                    "Fix: lower pq_bits or use index.type=ivf."
-                )
-            index = faiss.IndexIVFPQ(quantizer, dim, nlist, cfg.pq_m, cfg.pq_bits, metric)
-        rng = np.random.default_rng(seed)
-        sample = min(n, max(nlist * 256, 2**cfg.pq_bits * 256 if cfg.type == "ivfpq" else 0))
-        rows = np.sort(rng.choice(n, size=sample, replace=False))
-        index.train(np.ascontiguousarray(embeddings[rows]))
-    for start in range(0, n, 65536):
-        index.add(np.ascontiguousarray(embeddings[start : start + 65536]))
-    return index
-
-
-def set_search_params(index: Any, cfg: DenseIndexConfig) -> None:
-    """Apply the search-time parameters (HNSW beam, IVF probes)."""
-    import faiss
-
-    if cfg.type == "hnsw":
-        hnsw: Any = faiss.downcast_index(index)  # IndexHNSWFlat, which the stub's Index is not
-        hnsw.hnsw.efSearch = cfg.ef_search
-    elif cfg.type in ("ivf", "ivfpq"):
-        faiss.extract_index_ivf(index).nprobe = cfg.nprobe
 
 
 def _params_key(params: dict[str, Any]) -> str:
@@ -180,8 +99,13 @@ class FaissRetriever(IndexBacked):
             self.manifest = self._expected_manifest()
             self.directory = self._index_dir()
             self.build_seconds: float | None = None
+            self.build_info: dict[str, Any] | None = None
+            self.adopted: dict[str, Any] | None = None  # what adopt checked, for an adopted index
             self.index = self._load_or_build()
             set_search_params(self.index, cfg.index)
+            self._embeddings: np.ndarray | None = None
+            if cfg.index.refine > 1:
+                self._stored_embeddings()  # refuse at load, not at the first query
         except BaseException:
             self.store.close()
             raise
@@ -212,8 +136,19 @@ class FaissRetriever(IndexBacked):
         may_build = not self.cfg.index.path and self.cfg.build_if_missing
         if not self.index_found(keys, may_build=may_build, missing=missing):
             return self.build()
+        found = read_manifest(self.directory) or {}
+        self.build_info, self.adopted = found.get("build"), found.get("adopted")
+        path = self.directory / "index.faiss"
+        if path.is_symlink() and not path.exists():  # an adopted index whose file went away
+            raise RetrievalError(
+                f"[retriever.index] {path} links to {os.readlink(path)}, which is missing. "
+                "Fix: put the index file back there, or adopt it again from where it is now "
+                "(seekrl-index adopt=<file>)."
+            )
         try:
-            index = faiss.read_index(str(self.directory / "index.faiss"), faiss.IO_FLAG_MMAP)
+            # mapped, not read: an index larger than memory loads, and processes share its pages
+            flags = load_flags(self.cfg.index.type)
+            index = faiss.read_index(str(path), flags)
         except RuntimeError as exc:
             raise RetrievalError(
                 f"[retriever.index] {self.directory / 'index.faiss'} is unreadable (corrupt or "
@@ -231,6 +166,8 @@ class FaissRetriever(IndexBacked):
         import faiss
 
         clock = Stopwatch()
+        # before the embeddings, which can take hours: refuses a build that cannot fit
+        plan = plan_build(len(self.store), self.encoder.dim, self.cfg.index)
         emb = compute_embeddings(
             self.store,
             self.encoder,
@@ -238,12 +175,14 @@ class FaissRetriever(IndexBacked):
             progress=self.cfg.progress,
             fingerprint=self.manifest["encoder"],
         )
-        index = build_faiss_index(emb, self.cfg.index)  # faiss converts float16 chunks itself
+        rss_before = current_rss_bytes()
+        index = build_faiss_index(emb, self.cfg.index, plan=plan)
         self.directory.mkdir(parents=True, exist_ok=True)
         tmp = self.directory / "index.faiss.tmp"
         faiss.write_index(index, str(tmp))
         os.replace(tmp, self.directory / "index.faiss")
-        self.finish_build(clock, faiss_version=faiss.__version__)
+        self.build_info = build_record(plan, rss_before)
+        self.finish_build(clock, faiss_version=faiss.__version__, build=self.build_info)
         return index
 
     def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
@@ -252,9 +191,32 @@ class FaissRetriever(IndexBacked):
         return self.search_embeddings(self.encoder.encode_queries(queries), k)
 
     def search_embeddings(self, embeddings: np.ndarray, k: int) -> list[list[Hit]]:
-        """Top-``k`` passages for already-encoded queries ``[q, dim]``."""
-        scores, ids = self.index.search(np.ascontiguousarray(embeddings, dtype=np.float32), k)
+        """Top-``k`` passages for already-encoded queries ``[q, dim]``; with ``index.refine`` > 1,
+        ``refine * k`` candidates re-ranked by their exact scores against the stored embeddings."""
+        queries = np.ascontiguousarray(embeddings, dtype=np.float32)
+        scores, ids = self.index.search(queries, k * self.cfg.index.refine)
+        if self.cfg.index.refine > 1:
+            scores, ids = rerank_exact(queries, ids, self._stored_embeddings(), k)
         return self.store.ranked_hits(ids.tolist(), scores.tolist(), keep=lambda i, _: i >= 0)
+
+    def _stored_embeddings(self) -> np.ndarray:
+        """The passage embeddings the index was built from, memory-mapped (read at candidates'
+        rows only), for ``index.refine``.
+
+        Raises:
+            RetrievalError: none stored for this index (an adopted index brings none).
+        """
+        if self._embeddings is None:
+            path = self._embeddings_path()
+            if not path.is_file():
+                raise RetrievalError(
+                    f"[retriever.index.refine] got {self.cfg.index.refine} but {path} holds no "
+                    "stored embeddings of this corpus and encoder; expected the embeddings the "
+                    "index was built from (an adopted index brings none). Fix: set "
+                    "retriever.index.refine=1, or build the index with seekrl-index."
+                )
+            self._embeddings = np.load(path, mmap_mode="r")
+        return self._embeddings
 
     def describe(self) -> dict[str, Any]:
         """Where the index is and what it holds (for the index command)."""
@@ -266,6 +228,9 @@ class FaissRetriever(IndexBacked):
             "index": self.cfg.index.build_params(),
             "built_now": self.build_seconds is not None,
             "build_seconds": self.build_seconds,
+            # the build's plan, estimated and measured peak memory (or, adopted, what was checked)
+            "build": self.build_info,
+            "adopted": self.adopted,
             "corpus": str(self.store.path),
             "encoder": asdict(self.cfg.encoder),
         }

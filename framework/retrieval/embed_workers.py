@@ -84,7 +84,7 @@ def _worker(
     signal.signal(signal.SIGTERM, stop)
     try:
         from framework.retrieval.corpus import CorpusStore
-        from framework.retrieval.embeddings import encode_shard
+        from framework.retrieval.embed_shards import encode_shard
 
         if threads is not None:
             import torch

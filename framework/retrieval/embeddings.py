@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -30,25 +29,16 @@ from framework.paths import cache_root
 from framework.progress import Progress
 from framework.retrieval.corpus import CorpusStore
 from framework.retrieval.embed_rates import record_rate
+from framework.retrieval.embed_shards import (
+    EncoderFactory,
+    PassageEncoder,
+    encode_shard,
+)
 from framework.retrieval.encoder import EncoderConfig, encoder_fingerprint, fingerprint_key
 
 #: beside ``x.npy`` while it is computed: the preallocated rows and the record of finished shards
 PARTIAL_SUFFIX = ".partial.npy"
 RECORD_SUFFIX = ".done.json"
-
-
-class PassageEncoder(Protocol):
-    """What encoding passages needs of an encoder (:class:`~framework.retrieval.encoder.SentenceEncoder`
-    or a test's fake)."""
-
-    cfg: EncoderConfig
-    dim: int
-
-    def encode_passages(self, passages: Sequence[str], *, progress: bool = False) -> np.ndarray: ...
-
-
-#: makes a worker's encoder from its config (``device`` set to the worker's)
-EncoderFactory = Callable[[EncoderConfig], PassageEncoder]
 
 
 @dataclass(frozen=True)
@@ -100,41 +90,6 @@ def write_done(record: Path, layout: Layout, done: set[int]) -> None:
     tmp = record.with_name(record.name + ".tmp")
     tmp.write_text(json.dumps({**layout.header(), "done": sorted(done)}))
     os.replace(tmp, record)
-
-
-def shard_batches(
-    store: CorpusStore, start: int, stop: int, batch: int
-) -> Iterator[tuple[int, list[str]]]:
-    """``(first row, texts)`` of rows ``[start, stop)`` of ``store``, ``batch`` at a time; the text
-    is the title, a newline, the passage (as :meth:`CorpusStore.iter_texts` gives it)."""
-    for first in range(start, stop, batch):
-        rows = list(range(first, min(first + batch, stop)))
-        yield first, [f"{title}\n{text}" for _, _, title, text in store.passages(rows)]
-
-
-def read_batch(cfg: EncoderConfig) -> int:
-    """Passages read from the store per encoder call (the encoder batches them again)."""
-    return max(cfg.batch_size * 16, 1024)
-
-
-def encode_shard(
-    store: CorpusStore,
-    encoder: PassageEncoder,
-    out: np.ndarray,
-    bounds: tuple[int, int],
-    on_rows: Callable[[int], None],
-) -> None:
-    """Encode rows ``bounds`` of ``store`` into ``out`` (a memmap, cast to its dtype) and flush them.
-
-    Args:
-        on_rows: called with the number of rows after each encoder call (progress).
-    """
-    for first, texts in shard_batches(store, *bounds, read_batch(encoder.cfg)):
-        out[first : first + len(texts)] = encoder.encode_passages(texts)
-        on_rows(len(texts))
-    flush = getattr(out, "flush", None)
-    if flush is not None:
-        flush()
 
 
 def _open_partial(partial: Path, record: Path, layout: Layout) -> set[int]:

@@ -14,7 +14,7 @@ from typing import Any
 
 from framework.data.datasets import data_key
 from framework.paths import cache_root
-from framework.retrieval.encoder import fingerprint_key, resolved_dtype
+from framework.retrieval.encoder import fingerprint_key, resolved_dtype, resolved_prefixes
 from framework.sft.config import SFTConfig
 from framework.sft.stage import run_sft
 from framework.training.checkpoints import policy_folder
@@ -48,6 +48,15 @@ def warm_start_sft(cfg: Any) -> tuple[SFTConfig, Path]:
     encoder = getattr(cfg.retriever, "encoder", None)
     if encoder is not None and "encoder" in keyed["retriever"]:  # the dtype run, not "auto"
         keyed["retriever"]["encoder"]["dtype"] = resolved_dtype(encoder)
+        # how the embeddings are computed (shards, workers), not what they are; a prefix family
+        # is in the key through the prefixes it resolves to
+        for name in ("shard_rows", "devices", "family"):
+            keyed["retriever"]["encoder"].pop(name, None)
+        if keyed["retriever"]["encoder"].get("store_dtype") == "float32":  # keys made before it
+            keyed["retriever"]["encoder"].pop("store_dtype")
+        prefixes = resolved_prefixes(encoder)
+        keyed["retriever"]["encoder"]["query_prefix"] = prefixes[0]
+        keyed["retriever"]["encoder"]["passage_prefix"] = prefixes[1]
     keyed["data"] = data_key(cfg.dataset)  # the questions themselves (synthesis code, files' bytes)
     keyed["trainer"] = {
         "accelerator": cfg.trainer.accelerator,

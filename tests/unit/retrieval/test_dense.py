@@ -373,7 +373,10 @@ def test_build_faiss_index_rejects_impossible_parameters() -> None:
     emb = embed(passage_texts())  # 10 x 64
     with pytest.raises(RetrievalError, match=r"pq_m\] got 12") as info:
         build_faiss_index(emb, DenseIndexConfig(type="ivfpq", nlist=2, pq_m=12, pq_bits=2))
-    assert "Fix:" in str(info.value) and "[8, 16, 32]" in str(info.value)
+    # auto is 64 / 8 = 8; the divisors nearest it by ratio: 8, then 4 and 16, then 32 over 2
+    assert "Fix:" in str(info.value) and "(auto: 8) or a divisor such as [4, 8, 16, 32]" in str(
+        info.value
+    )
     for kind in ("ivf", "ivfpq"):
         with pytest.raises(RetrievalError, match=r"nlist\] got 20 for 10 passages") as info:
             build_faiss_index(emb, DenseIndexConfig(type=kind, nlist=20, pq_m=8, pq_bits=2))
@@ -383,14 +386,16 @@ def test_build_faiss_index_rejects_impossible_parameters() -> None:
     assert "Fix:" in str(info.value)
 
 
-def test_failed_build_writes_no_manifest(corpus_path: Path, cache: Path) -> None:
+def test_impossible_build_is_refused_before_embedding(corpus_path: Path, cache: Path) -> None:
     bad = faiss_cfg(corpus_path, cache, type="ivf", nlist=20)
+    refused = FakeEncoder(bad.encoder)
     with pytest.raises(RetrievalError, match="nlist"):
-        open_faiss(bad)
+        open_faiss(bad, refused)
+    assert refused.passage_calls == 0  # the plan is checked before hours of embedding
     assert list(cache.glob("index/*/manifest.json")) == []
     ok, fake = open_faiss(faiss_cfg(corpus_path, cache, type="ivf", nlist=2, nprobe=2))
     with ok:
-        assert fake.passage_calls == 0  # the failed build had already cached the embeddings
+        assert fake.passages_encoded == len(DOCS)
         assert len(ok.search(["coffee"], 3)[0]) == 3
 
 
