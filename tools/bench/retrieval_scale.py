@@ -180,12 +180,13 @@ def build_child(base: Path, index_file: Path, params: dict[str, Any]) -> dict[st
     """Build one index with the framework's builder and write it; returns its figures."""
     import faiss
 
-    from framework.retrieval.dense import DenseIndexConfig, build_faiss_index
+    from framework.retrieval.faiss_build import DenseIndexConfig, build_faiss_index, plan_build
 
     emb = np.load(base, mmap_mode="r")
     cfg = DenseIndexConfig(**params)
+    plan = plan_build(*emb.shape, cfg)  # refuses a build whose estimate exceeds the memory
     start = time.perf_counter()
-    index = build_faiss_index(emb, cfg)
+    index = build_faiss_index(emb, cfg, plan=plan)
     seconds = time.perf_counter() - start
     tmp = index_file.with_suffix(".tmp")
     faiss.write_index(index, str(tmp))
@@ -195,6 +196,7 @@ def build_child(base: Path, index_file: Path, params: dict[str, Any]) -> dict[st
         "peak_rss_gb": peak_rss_gb(),
         "disk_gb": index_file.stat().st_size / 1e9,
         "params": params,
+        "plan": plan.summary(),
     }
 
 
@@ -244,10 +246,9 @@ def search_child(
     """Recall@10 and queries/s at batch 1 and 64, per search setting."""
     import faiss
 
-    try:
-        index = faiss.read_index(str(index_file), faiss.IO_FLAG_MMAP)
-    except RuntimeError:
-        index = faiss.read_index(str(index_file))
+    from framework.retrieval.faiss_build import load_flags
+
+    index = faiss.read_index(str(index_file), load_flags(kind))
     vectors = np.load(base, mmap_mode="r")
     rows = []
     for setting in settings or [{}]:
@@ -310,7 +311,11 @@ def index_params(kind: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
         return {"type": "flat"}
     if kind == "hnsw":
         return {"type": "hnsw", "hnsw_m": 32, "ef_construction": args.ef_construction}
-    params: dict[str, Any] = {"type": kind, "nlist": nlist}
+    params: dict[str, Any] = {
+        "type": kind,
+        "nlist": nlist,
+        "train_size": args.train_per_cell * nlist,
+    }
     params.update(json.loads(args.extra_ivf or "{}"))
     if kind == "ivfpq":
         params.update(json.loads(args.extra_pq or "{}"))
@@ -794,6 +799,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--clusters", type=int, default=1024)
     parser.add_argument("--nlist", type=int, default=0, help="IVF cells; 0 = 4 sqrt(n)")
+    parser.add_argument(
+        "--train-per-cell", type=int, default=50, help="IVF training rows per cell (FAISS: 39-256)"
+    )
     parser.add_argument("--ef-construction", type=int, default=40)
     parser.add_argument("--extra-ivf", default="", help="JSON of further IVF build settings")
     parser.add_argument("--extra-pq", default="", help="JSON of further IVF-PQ build settings")
