@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
@@ -27,10 +26,10 @@ from framework.interrupt import stop_on_interrupt
 from framework.lightning.trainer import INTERRUPTED
 from framework.registry import RETRIEVERS
 from framework.registry.protocols import Describes
+from framework.retrieval.adopt import adopt_and_load
 from framework.retrieval.config import IndexConfig
 from framework.retrieval.coverage import CoverageConfig
-from framework.retrieval.coverage_report import run_coverage, summary_table
-from framework.retrieval.dense import FaissRetriever
+from framework.retrieval.coverage_report import coverage_text, run_coverage
 from framework.retrieval.types import RetrievalError, remote_problem
 
 INTERRUPTED_MESSAGE = (
@@ -51,7 +50,11 @@ def index(cfg: IndexConfig) -> dict[str, Any]:
         raise SystemExit(2)
     try:
         with stop_on_interrupt(INTERRUPTED_MESSAGE, INTERRUPTED):
-            retriever = adopt(cfg) if cfg.adopt else RETRIEVERS.bind(cfg.retriever)()
+            retriever = (
+                adopt_and_load(cfg.retriever, cfg.adopt, cfg.adopt_sample, cfg.adopt_min_cosine)
+                if cfg.adopt
+                else RETRIEVERS.bind(cfg.retriever)()
+            )
     except RetrievalError as exc:
         print(exc, file=sys.stderr)
         raise SystemExit(1) from None
@@ -64,24 +67,6 @@ def index(cfg: IndexConfig) -> dict[str, Any]:
             print(f"  {hit.score:8.4f}  {hit.title}  ({hit.passage_id})")
     retriever.close()
     return summary
-
-
-def adopt(cfg: IndexConfig) -> FaissRetriever:
-    """Check and link the prebuilt index ``cfg.adopt``, then load it as a built one would be."""
-    from framework.retrieval.adopt import adopt_index
-    from framework.retrieval.encoder import SentenceEncoder
-
-    assert cfg.adopt is not None
-    encoder = SentenceEncoder(cfg.retriever.encoder)  # one load for the check and the searches
-    adopted = adopt_index(
-        cfg.retriever,
-        Path(cfg.adopt),
-        sample=cfg.adopt_sample,
-        min_cosine=cfg.adopt_min_cosine,
-        encoder=encoder,
-    )
-    print(f"adopted {adopted['source']} into {adopted['directory']} (linked, not copied)")
-    return FaissRetriever(cfg=cfg.retriever, encoder=encoder)
 
 
 COVERAGE_INTERRUPTED = (
@@ -107,12 +92,7 @@ def coverage(cfg: CoverageConfig) -> dict[str, Any]:
     except (RetrievalError, DatasetError, SynthesisError, LeakError) as exc:
         print(exc, file=sys.stderr)
         raise SystemExit(1) from None
-    passages = report["corpus"]["passages"]
-    print(f"dataset {report['dataset']}, {passages} passages, retriever {report['retriever_name']}")
-    for split, part in report["splits"].items():
-        print(f"\n{split}:")
-        print("\n".join(summary_table(part["summary"], report["k"])))
-    print(f"\nwritten: {cfg.run_dir}/coverage.json and coverage.md")
+    print(coverage_text(report, cfg.run_dir))
     return report
 
 

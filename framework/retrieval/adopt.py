@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from framework.retrieval.corpus import CorpusStore
-from framework.retrieval.dense import FaissRetrieverConfig, faiss_index_dir
+from framework.retrieval.dense import FaissRetriever, FaissRetrieverConfig, faiss_index_dir
 from framework.retrieval.encoder import SentenceEncoder, encoder_fingerprint
 from framework.retrieval.faiss_build import set_search_params
 from framework.retrieval.local import MANIFEST, open_store, write_manifest
@@ -314,3 +314,14 @@ def link_index(source: Path, directory: Path) -> None:
     tmp.unlink(missing_ok=True)
     os.symlink(source, tmp)
     os.replace(tmp, target)
+
+
+def adopt_and_load(
+    cfg: FaissRetrieverConfig, source: str, sample: int, min_cosine: float
+) -> FaissRetriever:
+    """``seekrl-index adopt=<source>``: check and link the prebuilt index, then load it as a built
+    one would be (one encoder load for the check and the searches)."""
+    encoder = SentenceEncoder(cfg.encoder)
+    adopted = adopt_index(cfg, Path(source), sample=sample, min_cosine=min_cosine, encoder=encoder)
+    print(f"adopted {adopted['source']} into {adopted['directory']} (linked, not copied)")
+    return FaissRetriever(cfg=cfg, encoder=encoder)

@@ -166,3 +166,15 @@ def run_coverage(cfg: CoverageConfig, label: str | None = None) -> dict[str, Any
 
 
 __all__ = ["coverage_markdown", "run_coverage", "summary_table"]
+
+
+def coverage_text(report: dict[str, Any], run_dir: str) -> str:
+    """What ``seekrl-index coverage`` prints: the corpus, then one table per split."""
+    passages = report["corpus"]["passages"]
+    lines = [
+        f"dataset {report['dataset']}, {passages} passages, retriever {report['retriever_name']}"
+    ]
+    for split, part in report["splits"].items():
+        lines += ["", f"{split}:", *summary_table(part["summary"], report["k"])]
+    lines += ["", f"written: {run_dir}/coverage.json and coverage.md"]
+    return "\n".join(lines)

@@ -33,14 +33,8 @@ PASSAGES = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def one_faiss_thread():
-    """faiss's OpenMP threads spin while they wait: on a busy 2-core machine two threads made these
-    builds several times slower than one."""
-    before = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(1)
-    yield
-    faiss.omp_set_num_threads(before)
+# faiss's OpenMP threads spin while they wait (conftest.py's one_faiss_thread)
+pytestmark = pytest.mark.usefixtures("one_faiss_thread")
 
 
 @pytest.fixture(scope="module")

@@ -30,14 +30,8 @@ from tests.unit.retrieval.test_dense import INDEXES, QUERIES, open_faiss
 WIKI18 = 21_015_324  # passages of wiki-18; auto_nlist gives int(4 * sqrt(n)) = 18,336 cells
 
 
-@pytest.fixture(autouse=True)
-def one_faiss_thread():
-    """faiss's OpenMP threads spin while they wait: on a busy 2-core machine two threads made these
-    builds several times slower than one."""
-    before = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(1)
-    yield
-    faiss.omp_set_num_threads(before)
+# faiss's OpenMP threads spin while they wait (conftest.py's one_faiss_thread)
+pytestmark = pytest.mark.usefixtures("one_faiss_thread")
 
 
 class SpyIndex:
@@ -418,3 +412,16 @@ def test_each_type_loads_memory_mapped(tmp_path: Path, monkeypatch, kind: str) -
             index = faiss.downcast_index(loaded.index)
             storage = index if kind == "flat" else faiss.downcast_index(index.storage)
             assert storage.codes.is_owned is False
+
+
+def test_peak_rss_is_the_process_own_not_its_parents() -> None:
+    """ru_maxrss survives execve: a build started by a process that had touched 1 GB would report
+    1 GB. VmHWM is the child's own high-water mark."""
+    import subprocess
+    import sys
+
+    touched = np.ones(2**30 // 8)  # 1 GiB, every page written
+    code = "from framework.retrieval.build_memory import peak_rss_bytes; print(peak_rss_bytes())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert touched.sum() == 2**27
+    assert int(out.stdout) < 2**29, int(out.stdout)  # the child's own imports: ~0.1-0.3 GB
