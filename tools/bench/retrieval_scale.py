@@ -33,7 +33,6 @@ import argparse
 import json
 import math
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -173,7 +172,10 @@ def ground_truth(work: Path, n: int, base: Path, queries: np.ndarray) -> np.ndar
 
 
 def peak_rss_gb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # KiB on Linux
+    """This process's own peak (VmHWM: ru_maxrss would carry the parent's over execve)."""
+    from framework.retrieval.build_memory import peak_rss_bytes
+
+    return peak_rss_bytes() / 1e9
 
 
 def build_child(base: Path, index_file: Path, params: dict[str, Any]) -> dict[str, Any]:
@@ -304,8 +306,21 @@ def run_child(what: str, payload: dict[str, Any], log: Path) -> Any:
 # --- the plan of cells -----------------------------------------------------------------------------
 
 
+def split_kind(kind: str) -> tuple[str, dict[str, int]]:
+    """``ivfpq:pq_m=96`` -> ``("ivfpq", {"pq_m": 96})``: an index type and build settings of its
+    own (a cell of its own in the results)."""
+    base, _, rest = kind.partition(":")
+    extra = dict(item.split("=", 1) for item in rest.split(",") if item)
+    return base, {k: int(v) for k, v in extra.items()}
+
+
 def index_params(kind: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
     """The build settings of one index type at ``n`` passages (nlist and sample sizes explicit)."""
+    kind, extra = split_kind(kind)
+    return {**base_params(kind, n, args), **extra}
+
+
+def base_params(kind: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
     nlist = args.nlist or max(1, int(4 * math.sqrt(n)))
     if kind == "flat":
         return {"type": "flat"}
@@ -328,7 +343,7 @@ def search_settings(kind: str) -> list[dict[str, int]]:
     if kind == "ivf":
         return [{"nprobe": p} for p in (8, 16, 32, 64)]
     if kind == "ivfpq":
-        return [{"nprobe": p, "refine": r} for r in (1, 4) for p in (8, 16, 32, 64)]
+        return [{"nprobe": p, "refine": r} for r in (1, 4, 16) for p in (8, 16, 32, 64)]
     return [{}]
 
 
@@ -385,7 +400,7 @@ def run_indexes(args: argparse.Namespace, res: Results, stats: dict[str, np.ndar
             if res.has(key) and not args.redo:
                 continue
             print(f"[bench] {key}: building", flush=True)
-            index_file = work / f"n{n}" / f"{kind}.faiss"
+            index_file = work / f"n{n}" / f"{kind.replace(':', '_')}.faiss"
             payload = {"base": str(base), "index": str(index_file)}
             built = run_child("build", {**payload, "params": index_params(kind, n, args)}, log)
             searched = run_child(
@@ -395,14 +410,14 @@ def run_indexes(args: argparse.Namespace, res: Results, stats: dict[str, np.ndar
                     "base": str(base),
                     "queries": str(queries_file),
                     "gt": str(work / f"n{n}" / "gt.npy"),
-                    "type": kind,
-                    "settings": search_settings(kind),
+                    "type": split_kind(kind)[0],
+                    "settings": search_settings(split_kind(kind)[0]),
                 },
                 log,
             )
             res.put(key, {"n": n, "type": kind, "build": built, "search": searched})
             print(f"[bench] {key}: {json.dumps(res.data['cells'][key])[:400]}", flush=True)
-            if kind != "ivfpq" and not args.keep_indexes:
+            if kind != "ivfpq" and not args.keep_indexes:  # the served one is kept
                 index_file.unlink(missing_ok=True)
 
 
@@ -599,6 +614,12 @@ def run_serve(args: argparse.Namespace, res: Results) -> None:
 # --- the page --------------------------------------------------------------------------------------
 
 
+def kinds_in(cells: dict[str, Any]) -> list[str]:
+    """The index kinds measured, the four types first, then variants (``ivfpq:pq_m=96``)."""
+    found = {c.get("type_label", c["type"]) for c in cells.values() if "build" in c}
+    return [k for k in DEFAULT_TYPES if k in found] + sorted(found - set(DEFAULT_TYPES))
+
+
 def power_fit(points: list[tuple[float, float]]) -> tuple[float, float] | None:
     """``(a, b)`` of ``y = a n^b`` through the points (least squares in log-log; exact for two)."""
     pts = [(math.log(n), math.log(y)) for n, y in points if n > 0 and y > 0]
@@ -666,7 +687,7 @@ def render(data: dict[str, Any], command: str) -> str:
     for n in sizes:
         flat = cells.get(f"{n}/flat")
         flat_qps = flat["search"][0]["qps_batch64"] if flat else None
-        for kind in DEFAULT_TYPES:
+        for kind in kinds_in(cells):
             c = cells.get(f"{n}/{kind}")
             if not c:
                 continue
@@ -686,7 +707,7 @@ def render(data: dict[str, Any], command: str) -> str:
         "|---|---|---|---|---|---|",
     ]
     for n in sizes:
-        for kind in DEFAULT_TYPES:
+        for kind in kinds_in(cells):
             for row in cells.get(f"{n}/{kind}", {}).get("search", []):
                 lines.append(
                     f"| {n:,} | {kind} | {setting_text(row['setting'])} | "
@@ -715,7 +736,7 @@ def render_fits(cells: dict[str, Any], sizes: list[int]) -> list[str]:
         "| index | figure | exponent b | predicted at 21M |",
         "|---|---|---|---|",
     ]
-    for kind in DEFAULT_TYPES:
+    for kind in kinds_in(cells):
         rows = [cells[f"{n}/{kind}"] for n in sizes if f"{n}/{kind}" in cells]
         if len(rows) < 2:
             continue
