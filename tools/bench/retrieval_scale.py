@@ -639,6 +639,13 @@ def chosen(rows: list[dict[str, Any]], floor: float = 0.9) -> dict[str, Any]:
     return max(rows, key=lambda r: r["recall_at_10"])
 
 
+def label(cell: dict[str, Any]) -> str:
+    """The index kind with its resolved PQ size (``ivfpq, pq_m 48``)."""
+    kind = cell["type"].partition(":")[0]
+    pq_m = cell["build"].get("plan", {}).get("pq_m")
+    return f"{kind}, pq_m {pq_m}" if kind == "ivfpq" and pq_m else kind
+
+
 def setting_text(setting: dict[str, int]) -> str:
     return ", ".join(f"{k} {v}" for k, v in setting.items()) or "exact"
 
@@ -694,7 +701,7 @@ def render(data: dict[str, Any], command: str) -> str:
             b, best = c["build"], chosen(c["search"])
             speed = f"{best['qps_batch64'] / flat_qps:.1f}x" if flat_qps else "–"
             lines.append(
-                f"| {n:,} | {kind} | {b['build_s']:.0f} | {b['peak_rss_gb']:.2f} | "
+                f"| {n:,} | {label(c)} | {b['build_s']:.0f} | {b['peak_rss_gb']:.2f} | "
                 f"{b['disk_gb']:.3f} | {setting_text(best['setting'])} | "
                 f"{best['recall_at_10']:.3f} | {best['qps_batch1']:.0f} | "
                 f"{best['qps_batch64']:.0f} | {speed} |"
@@ -708,9 +715,10 @@ def render(data: dict[str, Any], command: str) -> str:
     ]
     for n in sizes:
         for kind in kinds_in(cells):
-            for row in cells.get(f"{n}/{kind}", {}).get("search", []):
+            cell = cells.get(f"{n}/{kind}", {})
+            for row in cell.get("search", []):
                 lines.append(
-                    f"| {n:,} | {kind} | {setting_text(row['setting'])} | "
+                    f"| {n:,} | {label(cell)} | {setting_text(row['setting'])} | "
                     f"{row['recall_at_10']:.3f} | {row['qps_batch1']:.0f} | "
                     f"{row['qps_batch64']:.0f} |"
                 )
@@ -845,12 +853,15 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     res.data["machine"] = machine()
     stats_file = work / "stats.npz"
+    emb = None
     if stats_file.is_file():
         stats = dict(np.load(stats_file))
     else:
         emb = shipped_embeddings(work)
         stats = fit_statistics(emb, args.clusters, args.seed)
         np.savez(stats_file, **stats)
+    if "statistics" not in res.data:  # a new results file over a work folder made before
+        emb = shipped_embeddings(work) if emb is None else emb
         model = draw(stats, len(emb), np.random.default_rng([args.seed, 7]))
         res.data["statistics"] = {
             "shipped_vectors": len(emb),
