@@ -664,6 +664,8 @@ def render(data: dict[str, Any], command: str) -> str:
         "embeddings' statistics (not real encodings); corpus figures use generated text.",
         "",
     ]
+    lines += [f"- {note}" for note in data.get("notes", [])]
+    lines += [""] if data.get("notes") else []
     st = data.get("statistics")
     if st:
         r, g = st["real"], st["model_same_size"]
