@@ -393,8 +393,7 @@ def run_indexes(args: argparse.Namespace, res: Results, stats: dict[str, np.ndar
     log = work / "children.log"
     for n in args.sizes:
         base = base_vectors(work, n, stats, args.seed)
-        gt = ground_truth(work, n, base, queries)
-        np.save(work / f"n{n}" / "gt.npy", gt)
+        ground_truth(work, n, base, queries)  # made once, read by the search children
         for kind in args.types:
             key = f"{n}/{kind}"
             if res.has(key) and not args.redo:
