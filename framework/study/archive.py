@@ -51,7 +51,7 @@ from framework.study.layout import (
     saved_config,
 )
 from framework.study.runs import RunState, train_finished
-from framework.study.schema import StudyConfig, arm_seeds
+from framework.study.schema import LearningBarConfig, StudyConfig, arm_seeds
 from framework.study.types import JSON, Method, RunRecord
 
 #: training curves drawn per arm (mean over seeds, band = min..max)
@@ -93,6 +93,7 @@ CONFIG_KEYS = (
     "eval",
     "bootstrap",
     "min_effect",
+    "learning_bar",
     "screen",
     "inert_arms",
     "only_arms",
@@ -147,6 +148,9 @@ def study_settings(cfg: StudyConfig) -> dict[str, JSON]:
     for key in ("only_arms", "parts", "baseline_seeds", "inert_arms"):
         if not out.get(key):
             out.pop(key, None)
+    bar = out.get("learning_bar")
+    if not isinstance(bar, dict) or not bar.get("arm"):  # no bar: as recorded before it existed
+        out.pop("learning_bar", None)
     return out
 
 
@@ -155,8 +159,11 @@ def archived_config(saved: dict[str, JSON], cfg: StudyConfig) -> StudyConfig:
     made with (arms, seeds, baseline, evaluation, analysis); settings the archive predates keep
     ``cfg``'s values, and so does ``publish`` (where a screen's page goes is the command's choice:
     a copy of a published archive reported elsewhere must not overwrite the committed page)."""
-    fields = {k: v for k, v in saved.items() if k not in ("eval", "publish")}
+    fields = {k: v for k, v in saved.items() if k not in ("eval", "publish", "learning_bar")}
     evaluation = cast(dict[str, JSON], saved.get("eval", {}))  # study_settings wrote an object
+    bar = saved.get("learning_bar")
+    if isinstance(bar, dict):
+        fields["learning_bar"] = LearningBarConfig(**bar)  # type: ignore[assignment,arg-type]
     return replace(cfg, **fields, eval=replace(cfg.eval, **evaluation))  # type: ignore[arg-type]
 
 
@@ -196,6 +203,7 @@ def _run_record(run: Path, state: RunState, evals: Path | None = None) -> RunRec
         "status": state.status,
         "seconds": round(float(state.seconds), 1),
         "train_seconds": round(sum(v for _, v in steps), 1) if steps else None,
+        "eval_seconds": _eval_seconds(evals),
         "steps": len(steps),
         "peak_gb": max(peaks) if peaks else None,
         "earlier_launches_peak_gb": earlier,
@@ -217,6 +225,14 @@ def _run_record(run: Path, state: RunState, evals: Path | None = None) -> RunRec
     if provenance is not None:
         record["provenance"] = provenance
     return record
+
+
+def _eval_seconds(evals: Path | None) -> float | None:
+    """How long the run's evaluation took (its ``results.json``; the last launch's time where an
+    interrupted evaluation was finished from its journal); None before it finished."""
+    result = read_json_object(evals / "results.json") if evals is not None else None
+    seconds = (result or {}).get("seconds")
+    return float(seconds) if isinstance(seconds, int | float) else None
 
 
 class _Stage(TypedDict, total=False):

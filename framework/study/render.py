@@ -10,6 +10,7 @@ from pathlib import Path
 
 from framework.eval.paired import interval_side, questions_needed
 from framework.study.integrity import integrity_lines
+from framework.study.learning_bar import bar_lines
 from framework.study.schema import StudyConfig, arm_seeds
 from framework.study.summary import FIGURES, PoweredResult, Result, StudySummary
 from framework.study.types import PooledHistogram
@@ -263,6 +264,7 @@ def study_markdown(
         lines += [screen_table, ""]
     else:  # the runs' commits and pre-registration (a screen's table begins with them)
         lines += integrity_lines(s.get("integrity"))
+    lines += bar_lines(s.get("learning_bar"))  # issue 79's bar, where the study sets one
     lines += _arm_lines(s)
     lines += _versus_lines("the warm start", s["versus_start"])
     lines += _hop_lines(s)

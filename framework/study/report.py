@@ -20,9 +20,10 @@ from framework.study.archive import CURVE_TAGS, StudyArchive, archive_study
 from framework.study.entity_credit import pooled
 from framework.study.integrity import integrity, integrity_lines
 from framework.study.layout import published_records
+from framework.study.learning_bar import learning_bar
 from framework.study.render import study_markdown
 from framework.study.runs import RunState
-from framework.study.schema import StudyConfig, all_seeds
+from framework.study.schema import StudyConfig, all_seeds, arm_seeds
 from framework.study.screen import row_machines, screen_parts, screen_rows
 from framework.study.screen_render import parts_markdown, screen_markdown
 from framework.study.summary import StudySummary, summarize_study
@@ -104,6 +105,10 @@ def write_report(
     provenance = integrity(archive, archive.runs(arms))
     if provenance is not None:
         summary["integrity"] = provenance
+    bar = getattr(cfg, "learning_bar", None)  # a config from before the bar has none
+    if bar is not None and bar.arm:  # does the learning arm learn here (issue 79)?
+        bar_seeds = [s for s in arm_seeds(cfg, bar.arm) if s in seeds]
+        summary["learning_bar"] = learning_bar(archive, summary, bar, bar_seeds)
     table = ""
     if getattr(cfg, "screen", False):
         summary["screen"] = screen_rows(summary, archive, arms, cfg.baseline, cfg=cfg)

@@ -10,6 +10,37 @@ from framework.problems import Problem, check, check_range
 
 
 @dataclass
+class LearningBarConfig:
+    """Issue 79's bar for a regime where RL learns (:mod:`framework.study.learning_bar` computes it)."""
+
+    arm: str = option("", "the arm that must learn; '' = the report has no learning-bar section")
+    control: str = option(
+        "placebo", "the control arm whose training reward it must exceed seed by seed"
+    )
+    reward_tag: str = option("rollout/reward", "the training curve compared")
+    min_gain: float = option(0.05, "the smallest pooled Pass@1 gain over the warm start")
+    min_positive_share: float = option(
+        0.8, "share of seeds whose gain must be positive (rounded up: 4 of 5)"
+    )
+    hops: int = option(2, "the hop count whose pooled Pass@1 must reach min_hop_pass1")
+    min_hop_pass1: float = option(0.10, "the Pass@1 the hops-hop questions must reach")
+    max_run_minutes: float = option(60.0, "the most a run may take, training plus evaluation")
+
+    def problems(self) -> list[Problem]:
+        out = check_range(self.min_positive_share, "min_positive_share", low=0.0, high=1.0)
+        out += check_range(self.hops, "hops", low=1)
+        out += check_range(self.max_run_minutes, "max_run_minutes", low=0.0)
+        out += check(
+            not self.arm or self.arm != self.control,
+            "control",
+            self.control,
+            f"an arm other than learning_bar.arm ({self.arm!r})",
+            "name the placebo arm as the control",
+        )
+        return out
+
+
+@dataclass
 class StudyEvalConfig:
     """How every policy of the study (and the warm start) is evaluated: the same questions, the
     same sampling seed (common random numbers), k samples each."""
@@ -75,6 +106,7 @@ class StudyConfig:
         default_factory=list, help="seekrl-train overrides shared by every run"
     )
     eval: StudyEvalConfig = field(default_factory=StudyEvalConfig)
+    learning_bar: LearningBarConfig = field(default_factory=LearningBarConfig)
     bootstrap: int = option(10000, "bootstrap resamples (paired CIs)")
     min_effect: float = option(
         0.05,
@@ -263,6 +295,15 @@ class StudyConfig:
             self.only_seeds,
             "[] unless report_only=true",
             "add report_only=true (a subset report is made from a study's records)",
+        )
+        bar = self.learning_bar
+        out += check(
+            not bar.arm or self.screen or {bar.arm, bar.control} <= set(self.arms),
+            "learning_bar",
+            f"arm={bar.arm}, control={bar.control}",
+            f"two of the arms {sorted(self.arms)}",
+            "name the learning arm and its control (the placebo) among the study's arms, or "
+            "set learning_bar.arm='' for no bar",
         )
         out += check(
             not (self.dry_run and self.report_only),

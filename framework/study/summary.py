@@ -34,6 +34,7 @@ from framework.types import STATUS_FORMAT_ERROR, STATUS_OVER_BUDGET
 
 if TYPE_CHECKING:
     from framework.study.integrity import Integrity
+    from framework.study.learning_bar import LearningBar
 
 
 class Result(TypedDict):
@@ -254,6 +255,7 @@ class StudySummary(_Summary, total=False):
     integrity: Integrity
     screen: list[ScreenRow]
     screen_parts: list[PartRows]
+    learning_bar: LearningBar
 
 
 #: per-rollout figures compared between arms (figure -> label)

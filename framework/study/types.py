@@ -96,6 +96,7 @@ class RunRecord(TypedDict, total=False):
     status: str
     seconds: float
     train_seconds: float | None
+    eval_seconds: float | None
     steps: int
     peak_gb: float | None
     earlier_launches_peak_gb: float | None
