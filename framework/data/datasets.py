@@ -32,7 +32,9 @@ from framework.data.leakage import (
 from framework.data.quality import answerability, report, write_report
 from framework.data.schema import DatasetError, QAItem, read_dataset, write_split
 from framework.data.synthesis import (
+    ALL_SPLITS,
     SPLITS,
+    VALIDATION2,
     QuestionSynthesizer,
     SynthesisError,
     SynthesisStats,
@@ -91,7 +93,19 @@ class SynthDatasetConfig(ComponentConfig):
         "split no earlier run has seen); '' = the unsalted partition of format 4",
     )
     max_answer_repeats: int = option(
-        1, "validation / test questions per answer at most (0 = no cap)"
+        1, "validation / test (/ validation2) questions per answer at most (0 = no cap)"
+    )
+    validation2_size: int = option(
+        0,
+        "questions of a second validation split, validation2: a share of the answers the "
+        "main salt gives train is moved to it by validation2_salt, it is drawn like "
+        "validation and test, and train is kept off it like them; validation and test stay "
+        "the same questions; 0 = none (the splits and data key of earlier versions)",
+    )
+    validation2_salt: str = option(
+        "fresh-1",
+        "salt of the second hash that moves a share of train's answers to validation2 "
+        "(only with validation2_size > 0): a new salt draws other validation2 questions",
     )
     fuzz_prob: float = option(0.3, "chance a clue's years become decades")
     attempts_per_question: int = option(
@@ -107,7 +121,7 @@ class SynthDatasetConfig(ComponentConfig):
 
     def problems(self) -> list[Problem]:
         out: list[Problem] = []
-        for name in ("train_size", "validation_size", "test_size"):
+        for name in ("train_size", "validation_size", "test_size", "validation2_size"):
             out += check_range(getattr(self, name), name, low=0)
         out += check(
             bool(self.hop_weights)
@@ -122,12 +136,35 @@ class SynthDatasetConfig(ComponentConfig):
         out += check_range(self.attempts_per_question, "attempts_per_question", low=1)
         out += check_range(self.min_fill, "min_fill", low=0.0, high=1.0)
         out += check_range(self.max_answer_repeats, "max_answer_repeats", low=0)
+        out += check(
+            self.validation2_size <= 0 or bool(self.validation2_salt),
+            "validation2_salt",
+            self.validation2_salt,
+            "a non-empty salt when validation2_size > 0",
+            "e.g. dataset.validation2_salt=fresh-1",
+        )
+        return out
+
+    def sizes(self) -> dict[str, int]:
+        """Questions asked per split, in the order they are written (validation2 only when on)."""
+        out = {"train": self.train_size, "validation": self.validation_size, "test": self.test_size}
+        if self.validation2_size > 0:
+            out[VALIDATION2] = self.validation2_size
+        return out
+
+    def settings(self) -> dict[str, Any]:
+        """Every field but ``name``, without validation2's when it is off (so the data key and
+        the quality report of a config without validation2 are those of earlier versions)."""
+        out = {k: v for k, v in dataclasses.asdict(self).items() if k != "name"}
+        if self.validation2_size <= 0:
+            out.pop("validation2_size")
+            out.pop("validation2_salt")
         return out
 
     def key(self) -> str:
         """Identifies the output: every setting that changes the questions, and the corpus bytes."""
-        settings = dataclasses.asdict(self)
-        for name in ("output_dir", "cache_dir", "progress", "name"):
+        settings = self.settings()
+        for name in ("output_dir", "cache_dir", "progress"):
             settings.pop(name)
         payload = {"format": FORMAT_VERSION, "corpus": corpus_fingerprint(self.corpus), **settings}
         if self.answerability.enabled:
@@ -180,7 +217,8 @@ def _answerability_retriever(cfg: SynthDatasetConfig) -> Any:
 
 @dataclass
 class SynthConfig:
-    """The ``synth`` app (``seekrl-synth``, :func:`synthesize`): write the synthesized train / validation / test splits."""
+    """The ``synth`` app (``seekrl-synth``, :func:`synthesize`): write the synthesized train /
+    validation / test (/ validation2) splits."""
 
     run_dir: str = RUN_DIR
     dataset: Any = MISSING
@@ -218,7 +256,8 @@ def synthesize(cfg: SynthDatasetConfig, *, log: Any = print) -> Path:
     """Build the graph, sample questions, check answerability, write splits and reports.
 
     Returns:
-        The output directory (``train/validation/test`` ``.jsonl`` and ``.parquet``,
+        The output directory (``train/validation/test`` ``.jsonl`` and ``.parquet``, and
+        ``validation2`` when ``cfg.validation2_size`` > 0,
         ``graph_stats.json``, ``quality_report.md/.json``, ``manifest.json``).
 
     An interrupted run (Ctrl-C, SIGTERM, a kill) leaves no ``manifest.json``, so the next run
@@ -240,21 +279,25 @@ def synthesize(cfg: SynthDatasetConfig, *, log: Any = print) -> Path:
         f"entity graph: {stats['articles']} articles, {stats['edges']} edges, "
         f"{stats['articles_with_out_edges']} with out-links"
     )
-    sizes = {"train": cfg.train_size, "validation": cfg.validation_size, "test": cfg.test_size}
+    sizes = cfg.sizes()
     synth = QuestionSynthesizer(
         graph,
         seed=cfg.seed,
         fuzz_prob=cfg.fuzz_prob,
         split_salt=cfg.split_salt,
         max_answer_repeats=cfg.max_answer_repeats,
+        validation2_salt=cfg.validation2_salt,
     )
     wanted = {s: quotas_for(n, cfg.hop_weights) for s, n in sizes.items()}
-    kept: dict[str, list[QAItem]] = {s: [] for s in SPLITS}
+    kept: dict[str, list[QAItem]] = {s: [] for s in sizes}
     fill = _Fill(cfg, synth, sizes, kept)
     retriever = _answerability_retriever(cfg) if cfg.answerability.enabled else None
     try:
-        # the held-out splits first; then train, kept off their answers and links
-        fill.run({s: dict(q) for s, q in wanted.items() if s != "train"}, retriever)
+        # the held-out splits first (validation and test as without validation2, which comes
+        # after them so that their random draws are unchanged); then train, kept off them all
+        fill.run({s: dict(wanted[s]) for s in SPLITS if s != "train"}, retriever)
+        if VALIDATION2 in wanted:
+            fill.run({VALIDATION2: dict(wanted[VALIDATION2])}, retriever)
         synth.held_out = HeldOut.of(kept)
         fill.run({"train": dict(wanted["train"])}, retriever)
     finally:
@@ -276,7 +319,7 @@ def synthesize(cfg: SynthDatasetConfig, *, log: Any = print) -> Path:
             )
     overlaps = split_overlaps(kept)
     refuse_leaks(overlaps, "dataset")  # never reached unless the synthesizer's filter is broken
-    for split in SPLITS:
+    for split in sizes:
         items = [
             dataclasses.replace(it, id=f"seekrl-synth-{split}-{i:06d}")
             for i, it in enumerate(sorted(kept[split], key=lambda it: (it.hops, it.chain)))
@@ -300,13 +343,12 @@ def synthesize(cfg: SynthDatasetConfig, *, log: Any = print) -> Path:
         "skipped": dict(synth.stats.skipped),
         "search_steps": synth.stats.search_steps,
     }
-    settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "name"}
     data, markdown = report(
         kept,
         graph_stats=stats,
         sampling=sampling,
         answerability_rates=rates,
-        settings=settings,
+        settings=cfg.settings(),
         seed=cfg.seed,
         shortfall=shortfall,
         overlaps=overlaps,
@@ -358,11 +400,13 @@ class _Fill:
                 break
             new = self.synth.generate(
                 quotas,
-                [sizes[s] for s in SPLITS],
+                # (train, validation, test[, validation2]): see split_of_answer
+                [sizes[s] for s in ALL_SPLITS if s in sizes],
                 max_attempts=cfg.attempts_per_question * want,
                 # the search tries every walk of a small corpus; on a large one random walks fill
-                # the quotas, so it runs only for rare (split, hops) pairs and stops soon
-                max_search_steps=cfg.attempts_per_question * sum(sizes.values()),
+                # the quotas, so it runs only for rare (split, hops) pairs and stops soon;
+                # validation2 does not enlarge it, so validation and test stay as without it
+                max_search_steps=cfg.attempts_per_question * sum(sizes[s] for s in SPLITS),
                 progress=cfg.progress,
             )
             for split, items in new.items():
@@ -452,8 +496,18 @@ def synth_ready(cfg: SynthDatasetConfig) -> bool:
 
 @DATASETS.register("synth", config=SynthDatasetConfig)
 def synth_dataset(split: str, *, cfg: SynthDatasetConfig) -> list[QAItem]:
-    """The synthesized ``split``; synthesizes first when these settings have no output yet."""
-    _check_split(split)
+    """The synthesized ``split``; synthesizes first when these settings have no output yet.
+
+    Raises:
+        DatasetError: an unknown split, or validation2 when ``cfg.validation2_size`` is 0.
+    """
+    _check_split(split, ALL_SPLITS)
+    if split == VALIDATION2 and cfg.validation2_size <= 0:
+        raise DatasetError(
+            f"[dataset.validation2_size] got {cfg.validation2_size}; expected > 0 to read the "
+            "validation2 split. Fix: set dataset.validation2_size (e.g. 100) or use "
+            "dataset=synth_easy_v2."
+        )
     if not synth_ready(cfg):
         synthesize(cfg)
     return read_dataset(cfg.directory() / f"{split}.jsonl")
@@ -527,9 +581,12 @@ def files_dataset(split: str, *, cfg: FilesDatasetConfig) -> list[QAItem]:
     return read_dataset(Path(path).expanduser())
 
 
-def _check_split(split: str) -> None:
-    if split not in SPLITS:
-        raise DatasetError(f"[dataset] got split {split!r}; expected one of {list(SPLITS)}.")
+def _check_split(split: str, names: tuple[str, ...] = SPLITS) -> None:
+    if split not in names:
+        raise DatasetError(
+            f"[dataset] got split {split!r}; expected one of {list(names)}. Fix: choose one of "
+            "those splits."
+        )
 
 
 __all__ = ["FilesDatasetConfig", "SynthDatasetConfig", "SynthesisError", "synthesize"]

@@ -1,8 +1,8 @@
 """Held-out questions must not be learnable from the training data: the overlap check.
 
-A test (or validation) question measures generalisation only when its answer, and the steps that
-lead to it, were never shown in training. The splits of ``seekrl-synth`` are checked for each way a
-held-out question can leak into the training data:
+A held-out (validation, validation2 or test) question measures generalisation only when its
+answer, and the steps that lead to it, were never shown in training. The splits of
+``seekrl-synth`` are checked for each way a held-out question can leak into the training data:
 
 * ``{split}_answer_in_train_chain``: the held-out answer is an entity (anchor, bridge or answer) of
   a train question's chain, or a whole-word part of one's name (``Ural`` in ``Ural Mountains``), so
@@ -34,7 +34,8 @@ from framework.data.entity_graph import strip_qualifier
 from framework.data.schema import DatasetError, QAItem
 from framework.rewards.entity_match import EntityMatching, normalize_for_matching
 
-HELD_OUT = ("validation", "test")
+#: the held-out splits, each kept off the training data (validation2 only when synthesized)
+HELD_OUT = ("validation", "test", "validation2")
 KINDS = (
     "answer_in_train_chain",
     "answer_in_train_question",
@@ -82,7 +83,7 @@ def links(keys: Sequence[str]) -> set[frozenset[str]]:
 class HeldOut:
     """What training must not show: the answers and chain links of the held-out questions."""
 
-    answers: set[str] = field(default_factory=set)  # answer keys of validation and test
+    answers: set[str] = field(default_factory=set)  # answer keys of the held-out splits
     links: set[frozenset[str]] = field(default_factory=set)  # links of their chains
     longest: int = 1  # words of the longest answer key (for text matching)
 
@@ -118,7 +119,8 @@ class HeldOut:
 
 def split_overlaps(splits: Mapping[str, Sequence[QAItem]]) -> dict[str, int]:
     """Per kind and held-out split (``test_answer_in_train_chain``, ...): how many held-out
-    questions leak into the train split in that way (see the module docstring)."""
+    questions leak into the train split in that way (see the module docstring). Only the held-out
+    splits in ``splits`` are counted (validation2 exists only when it was synthesized)."""
     train = splits.get("train", ())
     train_entities: set[str] = set()
     train_links: set[frozenset[str]] = set()
@@ -135,7 +137,7 @@ def split_overlaps(splits: Mapping[str, Sequence[QAItem]]) -> dict[str, int]:
     for key in train_entities:
         in_chains |= held.mentioned(key)
     out: dict[str, int] = {}
-    for split in HELD_OUT:
+    for split in (s for s in HELD_OUT if s in splits):
         counts: Counter = Counter()
         for it in splits.get(split, ()):
             key = answer_key(it)

@@ -19,6 +19,12 @@ answers are capped at ``max_answer_repeats`` questions each, so that questions a
 independent. Quotas per (split, hops) give the configured hop mix: random walks fill them, and what
 random walks leave open is filled by searching every walk, so a quota stays short only when the
 corpus has no further valid walk for it (``stats.search`` says which).
+
+A fourth held-out split, ``validation2``, is optional (off unless it has a size): answers the main
+salt puts in train are hashed again with a second salt, and a share of them becomes validation2's
+(:meth:`QuestionSynthesizer.split_of_answer`). Validation and test keep the answers, and so the
+questions, they have without it; validation2 is drawn after them and before train, and train walks
+are kept off its answers and links like theirs.
 """
 
 from __future__ import annotations
@@ -37,7 +43,12 @@ from framework.data.schema import QAItem
 from framework.progress import Progress
 from framework.rewards.entity_match import entities_found_by_any
 
+#: the main partition of answers, by the salted hash (:func:`split_of`)
 SPLITS = ("train", "validation", "test")
+#: the optional second validation split, carved out of train's answers by a second salt
+VALIDATION2 = "validation2"
+#: every split a synthesized dataset can have, in the order they are written
+ALL_SPLITS = (*SPLITS, VALIDATION2)
 _PAREN = re.compile(r"\s*\([^()]*\)")
 _YEAR = re.compile(r"\b(1[0-9]{3}|20[0-9]{2})\b")
 _PREDICATE = re.compile(
@@ -200,18 +211,21 @@ def render_question(anchor: str, clues: Sequence[Clue], rng: random.Random) -> t
     return " ".join(parts), f"chain-{o}{m}{c_}"
 
 
-def split_of(answer: str, seed: int | str, weights: Sequence[float]) -> str:
+def split_of(
+    answer: str, seed: int | str, weights: Sequence[float], names: Sequence[str] = SPLITS
+) -> str:
     """The split an answer belongs to, by a seeded hash (stable across runs and machines); ``seed``
-    may carry a salt (``"0:leakfree-1"``) that draws another partition."""
+    may carry a salt (``"0:leakfree-1"``) that draws another partition. ``weights`` are those of
+    ``names``, in order."""
     h = hashlib.blake2b(f"{seed}:{answer}".encode(), digest_size=8).digest()
     u = int.from_bytes(h, "big") / 2**64
     total = sum(weights)
     acc = 0.0
-    for name, w in zip(SPLITS, weights, strict=True):
+    for name, w in zip(names, weights, strict=True):
         acc += w / total
         if u < acc:
             return name
-    return SPLITS[-1]
+    return names[-1]
 
 
 @dataclass
@@ -238,6 +252,8 @@ class QuestionSynthesizer:
         split_salt: mixed into the answer -> split hash; another salt draws another partition
             (a fresh test split), "" keeps the unsalted partition of earlier versions.
         max_answer_repeats: held-out questions per answer at most (0 = no cap).
+        validation2_salt: the second salt, which carves validation2's answers out of train's
+            (used only when ``generate`` is given a validation2 weight).
 
     Attributes:
         held_out: once set (after the held-out splits are drawn), train walks that would leak one
@@ -252,10 +268,13 @@ class QuestionSynthesizer:
         fuzz_prob: float,
         split_salt: str = "",
         max_answer_repeats: int = 0,
+        validation2_salt: str = "",
     ) -> None:
         self.graph = graph
         self.seed = seed
         self.split_seed: int | str = f"{seed}:{split_salt}" if split_salt else seed
+        # its own namespace ("v2"), so that no salt makes the second hash repeat the first
+        self.validation2_seed = f"{seed}:{split_salt}:v2:{validation2_salt}"
         self.max_answer_repeats = max_answer_repeats
         self.held_out: HeldOut | None = None
         self.answer_counts: Counter = Counter()  # (split, answer key) -> questions kept
@@ -395,8 +414,9 @@ class QuestionSynthesizer:
         Random walks come first (at most ``max_attempts``); what they leave open is filled by
         :meth:`search` (at most ``max_search_steps`` expanded prefixes per hop count, default
         ``max_attempts``), which records in ``stats.search`` whether each quota it leaves open ran
-        out of walks or of budget. ``split_weights`` (train, validation, test) decide which split
-        each answer belongs to; walks already produced by this synthesizer are never repeated.
+        out of walks or of budget. ``split_weights`` (train, validation, test, and optionally
+        validation2) decide which split each answer belongs to (:meth:`split_of_answer`); walks
+        already produced by this synthesizer are never repeated.
         """
         left = {s: dict(q) for s, q in quotas.items()}
         out: dict[str, list[QAItem]] = {s: [] for s in quotas}
@@ -448,6 +468,17 @@ class QuestionSynthesizer:
                 self.stats.search[(s, hops)] = "cut" if self.search_cut else "exhausted"
         return added
 
+    def split_of_answer(self, answer_key: str, split_weights: Sequence[float]) -> str:
+        """The split of an answer: the main partition by ``split_weights[:3]`` (train, validation,
+        test); with a fourth weight (validation2), train's answers are hashed again with the
+        second salt and go to validation2 with odds validation2 : train, so that validation2's
+        share of train's answers is sized like the other held-out splits' share of all answers."""
+        split = split_of(answer_key, self.split_seed, split_weights[: len(SPLITS)])
+        if split != "train" or len(split_weights) <= len(SPLITS):
+            return split
+        pair = (split_weights[0], split_weights[len(SPLITS)])
+        return split_of(answer_key, self.validation2_seed, pair, ("train", VALIDATION2))
+
     def _offer(
         self,
         walk: list[str],
@@ -461,7 +492,7 @@ class QuestionSynthesizer:
         # by the qualifier-free name: "Mercury (planet)" and "Mercury (element)" both accept
         # "Mercury", so they must land in the same split
         answer_key = strip_qualifier(self.graph.articles[walk[-1]].title).lower()
-        split = split_of(answer_key, self.split_seed, split_weights)
+        split = self.split_of_answer(answer_key, split_weights)
         if left.get(split, {}).get(hops, 0) == 0:
             return "quota_full"
         if tuple(walk) in self.seen:

@@ -12,6 +12,7 @@ from omegaconf import MISSING
 
 from framework.config import option
 from framework.config.app import RUN_DIR
+from framework.data.synthesis import ALL_SPLITS
 from framework.problems import Problem, check, check_choice, check_range
 from framework.rollout.config import AgentConfig
 
@@ -30,8 +31,9 @@ class EvalConfig:
     dataset: Any = MISSING
     split: str = option(
         "validation",
-        "split of the configured dataset: validation for choices; test only for a "
-        "pre-registered study (docs/study.md, Protocol); not evaluated when files= names any",
+        "split of the configured dataset: validation for choices (validation2: a second "
+        "one, on a dataset with validation2_size > 0); test only for a pre-registered study "
+        "(docs/study.md, Protocol); not evaluated when files= names any",
     )
     files: list[str] = option(
         default_factory=list,
@@ -86,7 +88,8 @@ class EvalConfig:
         out += check_range(self.questions, "questions", low=0)
         out += check_range(self.batch_questions, "batch_questions", low=1)
         out += check_range(self.wave_questions, "wave_questions", low=0)
-        out += check_choice(self.split, "split", ("train", "validation", "test"))
+        # validation2 is read only from a dataset that has it (synth_dataset says so otherwise)
+        out += check_choice(self.split, "split", ALL_SPLITS)
         if self.labels and len(self.labels) != len(self.compare):
             out.append(
                 Problem(

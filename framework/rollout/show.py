@@ -16,6 +16,7 @@ from omegaconf import MISSING
 from framework.config import option
 from framework.config.app import RUN_DIR
 from framework.data.schema import DatasetError
+from framework.data.synthesis import ALL_SPLITS
 from framework.problems import Problem, check_choice, check_range
 from framework.registry import DATASETS, RETRIEVERS
 from framework.retrieval.types import RetrievalError
@@ -35,7 +36,7 @@ class RolloutsConfig:
     run_dir: str = RUN_DIR
     seed: int = option(0, "which questions are drawn")
     dataset: Any = MISSING
-    split: str = option("validation", "train, validation or test")
+    split: str = option("validation", "train, validation, test or validation2")
     num_questions: int = option(4, "questions drawn from the split")
     group_size: int = option(2, "rollouts per question")
     rollout: Any = MISSING
@@ -45,7 +46,7 @@ class RolloutsConfig:
     show: int = option(4, "trajectories printed in full")
 
     def problems(self) -> list[Problem]:
-        out = check_choice(self.split, "split", ("train", "validation", "test"))
+        out = check_choice(self.split, "split", ALL_SPLITS)
         out += check_range(self.num_questions, "num_questions", low=1)
         out += check_range(self.group_size, "group_size", low=1)
         out += check_range(self.show, "show", low=0)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from framework.data.datasets import split_source
-from framework.data.leakage import refuse_leaks, trained_text_overlaps
+from framework.data.leakage import HELD_OUT, refuse_leaks, trained_text_overlaps
 from framework.data.schema import DatasetError
 from framework.lightning.run_info import save_run_info
 from framework.lightning.trainer import (
@@ -111,13 +111,13 @@ def check_expert_leaks(kept: list, load: Any, tokenizer: Any, folder: Path) -> d
     loss and not checked). The counts go to ``<folder>/leakage.json``.
 
     Raises:
-        LeakError: a validation or test answer is named (a :class:`DatasetError`).
+        LeakError: a validation, validation2 or test answer is named (a :class:`DatasetError`).
     """
     held = {}
-    for split in ("validation", "test"):
+    for split in HELD_OUT:
         try:
             held[split] = load(split)
-        except DatasetError:  # a user's files without that split: nothing to check against
+        except DatasetError:  # a split the data lack (files, validation2 off): none to check
             continue
     texts = [
         tokenizer.decode([t for t, m in zip(traj.token_ids, traj.loss_mask, strict=True) if m])

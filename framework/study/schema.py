@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from framework.config import option
+from framework.data.leakage import HELD_OUT
 from framework.problems import Problem, check, check_range
 
 
@@ -47,8 +48,10 @@ class StudyEvalConfig:
 
     split: str = option(
         "validation",
-        "held-out split: validation for every choice; test only in a pre-registered "
-        "study (needs preregistration=...)",
+        "held-out split: validation for every choice (or validation2, a second one the "
+        "choices never saw, on a dataset with validation2_size > 0; like validation, it needs "
+        "no pre-registration and is not counted as a test evaluation); test only in a "
+        "pre-registered study (needs preregistration=...)",
     )
     questions: int = option(100, "questions (0 = the whole split)")
     samples_per_question: int = option(4, "k (Pass@1 averages them)")
@@ -74,11 +77,12 @@ class StudyEvalConfig:
                 "null",
             )
         out += check(
-            self.split in ("validation", "test"),
+            self.split in HELD_OUT,
             "split",
             self.split,
-            "validation or test",
-            "evaluate on held-out questions",
+            f"a held-out split, one of {list(HELD_OUT)}",
+            "evaluate on held-out questions: split=validation (or validation2, on a dataset "
+            "with validation2_size > 0)",
         )
         return out
 

@@ -49,3 +49,13 @@ def test_masked_tokens_are_not_checked_and_missing_splits_are_skipped(tmp_path):
     assert check_expert_leaks(kept, load, WordTokenizer(), tmp_path) == {
         "test_answer_in_trained_text": 0
     }
+
+
+def test_a_validation2_answer_in_trained_text_is_refused(tmp_path):
+    # validation2 is held out like validation and test: the expert must not write its answers
+    load = loader({"validation2": [item("w", ("London", "Thames"))], "test": []})
+    kept = [(None, traj([0, 1, 2, 3, 4, 5, 6], [0, 1, 1, 1, 1, 1, 1]))]
+    with pytest.raises(LeakError, match="validation2_answer_in_trained_text=1"):
+        check_expert_leaks(kept, load, WordTokenizer(), tmp_path)
+    saved = json.loads((tmp_path / "leakage.json").read_text())
+    assert saved == {"test_answer_in_trained_text": 0, "validation2_answer_in_trained_text": 1}
