@@ -274,7 +274,7 @@ def test_eval_split_accepts_validation2_and_refuses_unknown_names():
 
     cfg = load_config("eval", ["dataset=synth_easy_v2", "split=validation2"], {"eval": EvalConfig})
     assert cfg.split == "validation2"
-    assert cfg.dataset.validation2_size == 100 and cfg.dataset.validation2_salt == "fresh-1"
+    assert cfg.dataset.validation2_size == 200 and cfg.dataset.validation2_salt == "fresh-1"
     assert cfg.dataset.train_size == 1500 and cfg.dataset.hop_weights == [0.5, 0.5]  # synth_easy's
     with pytest.raises(ConfigError) as err:
         load_config("eval", ["split=validation3"], {"eval": EvalConfig})
