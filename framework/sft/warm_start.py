@@ -44,6 +44,8 @@ def warm_start_sft(cfg: Any) -> tuple[SFTConfig, Path]:
     keyed = {k: v for k, v in asdict(sft_cfg).items() if k not in ("run_dir", "logger")}
     # settings that change memory or the before/after check's rollouts, not the trained weights
     keyed["optim"].pop("micro_batch_tokens", None)
+    if not keyed["expert"].get("within_budget"):  # keys made before the option: as they were
+        keyed["expert"].pop("within_budget", None)
     keyed["rollout"].pop("compute_dtype", None)
     encoder = getattr(cfg.retriever, "encoder", None)
     if encoder is not None and "encoder" in keyed["retriever"]:  # the dtype run, not "auto"
