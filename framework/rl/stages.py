@@ -15,7 +15,7 @@ from framework.registry import DATASETS, RETRIEVERS
 from framework.rewards.entity_match import EntityRule, RulesEntities, hidden_entities
 from framework.rewards.text import ReportsEntityRule
 from framework.rl.config import TrainConfig
-from framework.sft.questions import require_expert_questions
+from framework.sft.questions import expert_questions, require_expert_questions
 from framework.types import ComponentConfig
 
 #: how to train without the cold-start SFT (the first half of its refusal's fix)
@@ -74,7 +74,36 @@ def checked_training_data(cfg: TrainConfig) -> tuple[dict[str, list[QAItem]], li
         raise refused[0]
     if refused:
         raise DatasetError("\n".join(str(exc) for exc in refused), source=train_source)
+    if getattr(cfg.warm_start, "rl_questions", "all") == "unseen":
+        splits["train"], line = unseen_by_cold_start(cfg, splits["train"], train_source)
+        notes.append(line)
     return splits, notes
+
+
+def unseen_by_cold_start(
+    cfg: TrainConfig, train: list[QAItem], source: str
+) -> tuple[list[QAItem], str]:
+    """The train questions the cold-start SFT's expert was not handed (``warm_start.rl_questions=
+    unseen``), drawn as the SFT run draws them, and a line saying how many RL keeps.
+
+    Raises:
+        DatasetError: the expert was handed every train question (none left for RL).
+    """
+    ws = cfg.warm_start
+    handed = {q.id for q in expert_questions(train, ws.expert, ws.expert.seed)}
+    kept = [q for q in train if q.id not in handed]
+    if not kept:
+        raise DatasetError(
+            f"[warm_start.rl_questions] got 'unseen'; expected train questions the cold start's "
+            f"expert was not handed, but it was handed all {len(train)}. Fix: lower "
+            "warm_start.expert.questions below the train split's size, or set "
+            "warm_start.rl_questions=all.",
+            source=source,
+        )
+    return kept, (
+        f"RL questions: {len(kept)} of {len(train)} train questions, those the cold start's "
+        "expert was not handed (warm_start.rl_questions=unseen)"
+    )
 
 
 def _reward_checks(

@@ -53,9 +53,29 @@ class WarmStartConfig:
     expert: ExpertConfig = field(default_factory=ExpertConfig)
     optim: SFTOptimConfig = field(default_factory=SFTOptimConfig)
     eval_questions: int = option(16, "validation questions for the before/after check; 0 skips it")
+    rl_questions: str = option(
+        "all",
+        "the train questions RL draws from: all, or unseen (those the cold-start SFT's expert "
+        "was not handed, so RL's rewards are not earned on questions the start was trained on; "
+        "needs warm_start.sft=true)",
+    )
 
     def problems(self) -> list[Problem]:
         out = check_range(self.eval_questions, "eval_questions", low=0)
+        out += check(
+            self.rl_questions in ("all", "unseen"),
+            "rl_questions",
+            self.rl_questions,
+            "all or unseen",
+            "set warm_start.rl_questions=all (every train question) or unseen",
+        )
+        out += check(
+            self.rl_questions == "all" or (self.sft and self.path is None),
+            "rl_questions",
+            self.rl_questions,
+            "all unless the run makes its cold-start SFT (warm_start.sft=true, no path)",
+            "set warm_start.rl_questions=all: the questions an outside SFT run saw are not known",
+        )
         if self.path is not None:
             out += check(
                 policy_folder(self.path) is not None,
