@@ -122,20 +122,33 @@ def run_minutes(record: RunRecord | None) -> float | None:
     return (train + float(record["eval_seconds"] or 0.0)) / 60.0
 
 
-def _hop_pass1(archive: StudyArchive, arm: str, seed: int, hops: int) -> float | None:
+def _hop_pass1(archive: StudyArchive, arm: str | None, seed: int | None, hops: int) -> float | None:
+    """Pass@1 of one evaluation (``arm`` None: the warm start's) on its ``hops``-hop questions."""
+    if not archive.has_eval(arm, seed):
+        return None
     means = figure_means([r for r in archive.records(arm, seed) if r.hops == hops])
     return sum(means.values()) / len(means) if means else None
 
 
+def _finished_curve(
+    archive: StudyArchive, arm: str, seed: int, tag: str
+) -> list[tuple[int, float]]:
+    """A run's training curve once it has finished training (an unfinished run's quarters would
+    judge it on the steps it has made so far); empty before."""
+    run = archive.run(arm, seed)
+    if run is None or run.get("status") != "done":
+        return []
+    return archive.curves(arm, seed).get(tag, [])
+
+
 def _row(archive: StudyArchive, s: StudySummary, bar: LearningBarConfig, seed: int) -> SeedRow:
-    mine = quarter_means(archive.curves(bar.arm, seed).get(bar.reward_tag, []))
-    theirs = quarter_means(archive.curves(bar.control, seed).get(bar.reward_tag, []))
+    mine = quarter_means(_finished_curve(archive, bar.arm, seed, bar.reward_tag))
+    theirs = quarter_means(_finished_curve(archive, bar.control, seed, bar.reward_tag))
     arm = s["arms"].get(bar.arm)
     per_seed: Mapping[str, Result] = cast(
         "Mapping[str, Result]", arm["per_seed"].get(seed, {}) if arm else {}
     )
     gain: Result | None = per_seed.get("minus_start")
-    evaluated = archive.has_eval(bar.arm, seed)
     return {
         "seed": seed,
         "reward_first": mine[0] if mine else None,
@@ -144,7 +157,7 @@ def _row(archive: StudyArchive, s: StudySummary, bar: LearningBarConfig, seed: i
         "control_last": theirs[1] if theirs else None,
         "gain": gain["diff"] if gain else None,
         "gain_ci": list(gain["ci"]) if gain else None,
-        "hop_pass1": _hop_pass1(archive, bar.arm, seed, bar.hops) if evaluated else None,
+        "hop_pass1": _hop_pass1(archive, bar.arm, seed, bar.hops),
         "minutes": run_minutes(archive.run(bar.arm, seed)),
         "control_minutes": run_minutes(archive.run(bar.control, seed)),
     }
@@ -174,7 +187,7 @@ def learning_bar(
         "gain_t_ci": list(t_ci) if t_ci else None,
         "gain_sd": sample_sd(gains) if len(gains) > 1 else None,
         "hop_pass1": hop["b_mean"] if hop else None,
-        "hop_start": hop["a_mean"] if hop else None,
+        "hop_start": _hop_pass1(archive, None, None, bar.hops),
         "criteria": [],
         "met": None,
     }

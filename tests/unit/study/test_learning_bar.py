@@ -171,12 +171,26 @@ def _study(tmp_path: Path) -> Path:
         ("placebo", 1): [0.2, 0.2, 0.1, 0.6],
     }
     for (arm, seed), values in curves.items():
-        writer = SummaryWriter(log_dir=str(root / "runs" / arm / f"seed{seed}" / "tensorboard"))
+        run = root / "runs" / arm / f"seed{seed}"
+        (run / "policy").mkdir(parents=True)  # a finished run: its summary and exported policy
+        (run / "policy" / "config.json").write_text("{}")
+        (run / "summary.json").write_text(json.dumps({"seconds": 2400.0}))
+        writer = SummaryWriter(log_dir=str(run / "tensorboard"))
         for step, v in enumerate(values, 1):
             writer.add_scalar("rollout/reward", v, step)
             writer.add_scalar("timing/step", 600.0, step)
         writer.close()
     return root
+
+
+def test_an_unfinished_run_is_not_judged_on_its_steps_so_far(tmp_path):
+    from framework.study.runner import study
+
+    root = _study(tmp_path)
+    (root / "runs" / "grpo" / "seed1" / "summary.json").unlink()  # still training
+    rows = {r["seed"]: r for r in study(_cfg(root))["learning_bar"]["rows"]}
+    assert rows[1]["reward_first"] is None and rows[1]["reward_last"] is None
+    assert rows[0]["reward_last"] == pytest.approx(0.5)
 
 
 def _cfg(root: Path) -> StudyConfig:
