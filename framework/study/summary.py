@@ -29,12 +29,11 @@ from framework.eval.paired import (
 from framework.eval.records import EvalRecord
 from framework.study.archive import StudyArchive
 from framework.study.compute import Compute
-from framework.study.types import JSON, ArchivedSeries, PooledHistogram
+from framework.study.types import JSON, ArchivedSeries, LearningBar, PooledHistogram
 from framework.types import STATUS_FORMAT_ERROR, STATUS_OVER_BUDGET
 
 if TYPE_CHECKING:
     from framework.study.integrity import Integrity
-    from framework.study.learning_bar import LearningBar
 
 
 class Result(TypedDict):

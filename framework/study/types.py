@@ -117,3 +117,47 @@ class ArchivedRuns(Protocol):
     imports them."""
 
     def run(self, arm: str, seed: int) -> RunRecord | None: ...
+
+
+#: issue 79's learning bar (:mod:`framework.study.learning_bar`)
+class Criterion(TypedDict):
+    """One line of the bar: what it asks, what was measured, and whether it holds (None: not
+    measured yet)."""
+
+    rule: str
+    measured: str
+    met: bool | None
+
+
+class SeedRow(TypedDict):
+    """One seed of the learning arm against its warm start and the control's same seed."""
+
+    seed: int
+    reward_first: float | None
+    reward_last: float | None
+    control_first: float | None
+    control_last: float | None
+    gain: float | None
+    gain_ci: list[float] | None
+    hop_pass1: float | None
+    minutes: float | None
+    control_minutes: float | None
+
+
+class LearningBar(TypedDict):
+    """The bar's figures (``study.json``'s ``learning_bar``)."""
+
+    arm: str
+    control: str
+    seeds: list[int]
+    hops: int
+    rows: list[SeedRow]
+    gain: float | None
+    gain_ci: list[float] | None
+    gain_interval: str
+    gain_t_ci: list[float] | None
+    gain_sd: float | None
+    hop_pass1: float | None
+    hop_start: float | None
+    criteria: list[Criterion]
+    met: bool | None
