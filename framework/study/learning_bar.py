@@ -28,19 +28,19 @@ with a seed-level Student t interval and their between-seed standard deviation.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from typing import cast
+import statistics
+from collections.abc import Sequence
 
 from framework.study.archive import StudyArchive
 from framework.study.schema import LearningBarConfig
-from framework.study.summary import Result, StudySummary, figure_means
+from framework.study.summary import StudySummary, figure_means
 from framework.study.types import Criterion, LearningBar, RunRecord, SeedRow
 
 
 def quarter_means(series: Sequence[tuple[int, float]]) -> tuple[float, float] | None:
     """The mean of the first and of the last quarter of a curve's steps (``max(1, n // 4)`` steps
     each; a step logged twice keeps its last value); None for an empty curve."""
-    by_step = dict(sorted(series))  # later duplicates of a step overwrite earlier ones
+    by_step = dict(series)  # in logged order: a later duplicate of a step overwrites the earlier
     values = [by_step[s] for s in sorted(by_step)]
     if not values:
         return None
@@ -56,18 +56,14 @@ def t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, flo
         return None
     from scipy.stats import t  # a dependency of sentence-transformers, declared in pyproject
 
-    mean = sum(values) / n
+    mean = statistics.fmean(values)
     half = float(t.ppf(0.5 + level / 2, n - 1)) * sample_sd(values) / math.sqrt(n)
     return mean - half, mean + half
 
 
 def sample_sd(values: Sequence[float]) -> float:
     """The standard deviation with the n - 1 denominator (0.0 for fewer than two values)."""
-    n = len(values)
-    if n < 2:
-        return 0.0
-    mean = sum(values) / n
-    return math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    return statistics.stdev(values) if len(values) > 1 else 0.0
 
 
 def run_minutes(record: RunRecord | None) -> float | None:
@@ -102,10 +98,8 @@ def _row(archive: StudyArchive, s: StudySummary, bar: LearningBarConfig, seed: i
     mine = quarter_means(_finished_curve(archive, bar.arm, seed, bar.reward_tag))
     theirs = quarter_means(_finished_curve(archive, bar.control, seed, bar.reward_tag))
     arm = s["arms"].get(bar.arm)
-    per_seed: Mapping[str, Result] = cast(
-        "Mapping[str, Result]", arm["per_seed"].get(seed, {}) if arm else {}
-    )
-    gain: Result | None = per_seed.get("minus_start")
+    figures = arm["per_seed"].get(seed) if arm else None
+    gain = figures.get("minus_start") if figures else None
     return {
         "seed": seed,
         "reward_first": mine[0] if mine else None,
@@ -149,8 +143,7 @@ def learning_bar(
         "met": None,
     }
     out["criteria"] = criteria(out, bar)
-    verdicts = [c["met"] for c in out["criteria"]]
-    out["met"] = False if False in verdicts else (None if None in verdicts else True)
+    out["met"] = _all([c["met"] for c in out["criteria"]])
     return out
 
 
@@ -269,9 +262,8 @@ def bar_lines(b: LearningBar | None) -> list[str]:
     if b["gain_t_ci"] is not None and b["gain_sd"] is not None:
         lo, hi = b["gain_t_ci"]
         n = sum(1 for r in b["rows"] if r["gain"] is not None)
-        mean = sum(r["gain"] or 0.0 for r in b["rows"]) / n
         lines += [
-            f"Per-seed gains: mean {mean:+.3f}, seed-level t interval [{lo:+.3f}, {hi:+.3f}] "
+            f"Per-seed gains: mean {(lo + hi) / 2:+.3f}, seed-level t interval [{lo:+.3f}, {hi:+.3f}] "
             f"({n - 1} degrees of freedom), between-seed SD {b['gain_sd']:.3f} (what a "
             "confirmatory study is sized from).",
             "",

@@ -107,8 +107,7 @@ def write_report(
         summary["integrity"] = provenance
     bar = getattr(cfg, "learning_bar", None)  # a config from before the bar has none
     if bar is not None and bar.arm:  # does the learning arm learn here (issue 79)?
-        bar_seeds = [s for s in arm_seeds(cfg, bar.arm) if s in seeds]
-        summary["learning_bar"] = learning_bar(archive, summary, bar, bar_seeds)
+        summary["learning_bar"] = learning_bar(archive, summary, bar, arm_seeds(cfg, bar.arm))
     table = ""
     if getattr(cfg, "screen", False):
         summary["screen"] = screen_rows(summary, archive, arms, cfg.baseline, cfg=cfg)

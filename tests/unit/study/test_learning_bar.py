@@ -33,6 +33,8 @@ def test_quarter_means_keep_a_resumed_steps_last_value_and_order_by_step():
     assert quarter_means(curve) == (0.0, 3.0)  # 4 steps: one step per quarter
     assert quarter_means([(1, 2.0), (2, 5.0)]) == (2.0, 5.0)  # fewer than 4 steps: one each
     assert quarter_means([]) is None
+    # the value logged last wins, even when it is the smaller one
+    assert quarter_means([(1, 5.0), (1, 0.0)]) == (0.0, 0.0)
 
 
 def test_the_seed_level_t_interval_by_hand():
