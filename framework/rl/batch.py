@@ -146,7 +146,8 @@ class RolloutBatch:
         lengths: each rollout's sequence length (prompt and response).
         rewards: ``[N]`` float total rewards (zeros before scoring).
         group_index: ``[N]`` long, each rollout's group.
-        sample_mask: ``[N]`` bool, 0 on rollouts left out of the loss (over budget).
+        sample_mask: ``[N]`` bool, 0 on rollouts left out of the loss (over budget, unless
+            ``optim.over_budget=train``).
         token_mask: ``[N, L]`` bool, 1 on the response tokens the model generated.
         trained_mask: ``[N, L]`` bool, ``token_mask`` of the rollouts in the loss.
         turn_index: ``[N, L]`` long, each response token's model turn (-1 on padding).
@@ -190,13 +191,15 @@ class RolloutBatch:
         *,
         pad_id: int,
         sample_mask: Tensor | None = None,
+        over_budget: str = "drop",
     ) -> RolloutBatch:
         """The batch of ``trajectories``: packing, masks and turn indices computed here, once.
 
         Args:
             items: the questions (``items[t.group]``); their columns go to :attr:`columns`.
             scores: the rollouts' rewards; their extras start :attr:`extras`.
-            sample_mask: ``[N]``; by default every rollout but an over-budget one.
+            sample_mask: ``[N]``; by default every rollout but an over-budget one, or every
+                rollout with ``over_budget="train"`` (``optim.over_budget``).
         """
         trajs = list(trajectories)
         mask = response_mask(trajs)  # [N, L], the response layout
@@ -206,7 +209,8 @@ class RolloutBatch:
         packed_turns = right_aligned(turns, trajs, tokens.response_width, -1) if tokens else None
         if sample_mask is None:
             sample_mask = torch.tensor(
-                [t.status != STATUS_OVER_BUDGET for t in trajs], dtype=torch.bool
+                [over_budget == "train" or t.status != STATUS_OVER_BUDGET for t in trajs],
+                dtype=torch.bool,
             )
         sample_mask = sample_mask.bool()
         return cls(

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import MISSING
 
 from framework.algorithms.losses.rollout_correction import rollout_source_problems
-from framework.config import option
+from framework.config import check_choice, option
 from framework.config.app import RUN_DIR, schedule_problems, target_problems
 from framework.health.config import HealthConfig
 from framework.lightning.strategy import FSDP
@@ -41,6 +41,10 @@ if TYPE_CHECKING:
 def _section() -> Any:
     """A component section's default for the type checker (Hydra's is MISSING)."""
     return MISSING
+
+
+#: what the loss does with over-budget rollouts (``optim.over_budget``)
+OVER_BUDGET = ("drop", "train")
 
 
 @dataclass
@@ -71,6 +75,12 @@ class OptimConfig:
     fused: bool = option(
         True, "torch's fused AdamW kernel on CPU/CUDA parameters (false = foreach)"
     )
+    over_budget: str = option(
+        "drop",
+        "rollouts that spent a budget (tool calls, turns or tokens): drop = left out of the loss "
+        "(their reward still counts in their group's advantage); train = in the loss like any "
+        "other rollout, with their reward (docs/rl.md, 'Over-budget rollouts')",
+    )
 
     def problems(self) -> list[Problem]:
         out = schedule_problems(self)
@@ -80,6 +90,7 @@ class OptimConfig:
         out += check_range(self.micro_batch_size, "micro_batch_size", low=1)
         out += check_range(self.mini_batch_size, "mini_batch_size", low=0)
         out += check_range(self.micro_batch_tokens, "micro_batch_tokens", low=0)
+        out += check_choice(self.over_budget, "over_budget", OVER_BUDGET)
         return out
 
 

@@ -394,7 +394,13 @@ def rl_step(
         timings.update(more)
 
     mark = time.perf_counter()
-    batch = RolloutBatch.build(kept.trajectories, kept.items, kept.scores, pad_id=parts.pad_id)
+    batch = RolloutBatch.build(
+        kept.trajectories,
+        kept.items,
+        kept.scores,
+        pad_id=parts.pad_id,
+        over_budget=parts.optim.over_budget,
+    )
     context = InputContext(parts.scoring_model, loop.backend.tokenizer, batch, progress)
     sections = {s: getattr(parts, s) for s in REQUIRING_SECTIONS}  # the components requiring
     batch.extras.update(provide_inputs(sections, context, have=batch.extras))
