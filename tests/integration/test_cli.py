@@ -48,6 +48,7 @@ def test_train_cfg_job_shows_the_search_r1_recipe_without_its_required_paths():
         "  questions_per_step: 512\n  group_size: 5\n",
         "  mini_batch_size: 260\n",
         "  lr: 1.0e-06\n",
+        "  over_budget: train\n",  # Search-R1 trains every rollout
     ):
         assert line in out, line
     assert "  train: ${required:}\n" in out  # still to be given
