@@ -168,7 +168,8 @@ class AdvantageInputs:
         token_mask: ``[N, L]`` bool, 1 on the response tokens the policy generated (tool responses
             and padding are 0); ``L`` is the longest response of the batch. ``None`` only where a
             caller has no token structure (then return ``[N]``).
-        sample_mask: ``[N]`` bool, 0 on rollouts left out of the loss (over budget); ``None`` = all.
+        sample_mask: ``[N]`` bool, 0 on rollouts left out of the loss (over budget, with
+            ``optim.over_budget=drop``); ``None`` = all.
         turn_index: ``[N, L]`` int, the model turn each response token belongs to (a tool response
             belongs to the turn that called it); -1 on padding.
         turns: per rollout its model turns (:class:`TurnSpan`, response positions): turn
@@ -201,7 +202,8 @@ class PolicyLossInputs:
         advantages: ``[N]`` per rollout (broadcast to its tokens) or ``[N, L]`` per token, aligned
             with ``logprobs`` (the trainer moves an estimator's ``[N, L]`` into this layout).
         token_mask: ``[N, L]`` 1 on tokens the policy generated (tool responses and padding are 0).
-        sample_mask: ``[N]`` optional; 0 drops a whole rollout from the loss (over-budget rollouts)
+        sample_mask: ``[N]`` optional; 0 drops a whole rollout from the loss (over-budget rollouts
+            with ``optim.over_budget=drop``)
             without touching the group statistics its reward took part in.
         group_index: ``[N]`` int, optional; rollouts with equal values belong to one group (one
             question), as in :class:`AdvantageInputs`. The trainer always fills it (each

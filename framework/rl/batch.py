@@ -146,8 +146,8 @@ class RolloutBatch:
         lengths: each rollout's sequence length (prompt and response).
         rewards: ``[N]`` float total rewards (zeros before scoring).
         group_index: ``[N]`` long, each rollout's group.
-        sample_mask: ``[N]`` bool, 0 on rollouts left out of the loss (over budget, unless
-            ``optim.over_budget=train``).
+        sample_mask: ``[N]`` bool, 0 on rollouts left out of the loss (over-budget ones with
+            ``optim.over_budget=drop``).
         token_mask: ``[N, L]`` bool, 1 on the response tokens the model generated.
         trained_mask: ``[N, L]`` bool, ``token_mask`` of the rollouts in the loss.
         turn_index: ``[N, L]`` long, each response token's model turn (-1 on padding).
@@ -191,15 +191,15 @@ class RolloutBatch:
         *,
         pad_id: int,
         sample_mask: Tensor | None = None,
-        over_budget: str = "drop",
+        over_budget: str = "train",
     ) -> RolloutBatch:
         """The batch of ``trajectories``: packing, masks and turn indices computed here, once.
 
         Args:
             items: the questions (``items[t.group]``); their columns go to :attr:`columns`.
             scores: the rollouts' rewards; their extras start :attr:`extras`.
-            sample_mask: ``[N]``; by default every rollout but an over-budget one, or every
-                rollout with ``over_budget="train"`` (``optim.over_budget``).
+            sample_mask: ``[N]``; by default every rollout, or every rollout but an over-budget
+                one with ``over_budget="drop"`` (``optim.over_budget``).
         """
         trajs = list(trajectories)
         mask = response_mask(trajs)  # [N, L], the response layout

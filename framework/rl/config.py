@@ -76,10 +76,11 @@ class OptimConfig:
         True, "torch's fused AdamW kernel on CPU/CUDA parameters (false = foreach)"
     )
     over_budget: str = option(
-        "drop",
-        "rollouts that spent a budget (tool calls, turns or tokens): drop = left out of the loss "
-        "(their reward still counts in their group's advantage); train = in the loss like any "
-        "other rollout, with their reward (docs/rl.md, 'Over-budget rollouts')",
+        "train",
+        "rollouts that spent a budget (tool calls, turns or tokens): train = in the loss like any "
+        "other rollout, with their reward; drop = left out of the loss, their reward still "
+        "counting in their group's advantage (every run before 2026-12-08; docs/rl.md, "
+        "'Over-budget rollouts')",
     )
 
     def problems(self) -> list[Problem]:

@@ -262,6 +262,11 @@ def precision_mismatch(archive: StudyArchive, here: PrecisionChoice) -> tuple[st
 #: where it logged (an archived run was made in another study directory)
 RUN_LOCAL_KEYS = ("run_dir", "resume", "rollout.policy.", "logger.save_dir")
 
+#: fields added after runs were made whose default trains differently from what runs did before:
+#: the value such a run behaved as, so that resuming or reusing it under the new default is a
+#: difference and not a field "added since" (docs/rl.md, "Over-budget rollouts")
+BEHAVED_AS_BEFORE: dict[str, Any] = {"optim.over_budget": "drop"}
+
 
 def config_drift(run: Path | dict[str, Any] | None, arm_cfg: Any) -> list[str]:
     """How the config ``run`` was trained (or began) with differs from its arm's config now.
@@ -269,7 +274,8 @@ def config_drift(run: Path | dict[str, Any] | None, arm_cfg: Any) -> list[str]:
     Compares the leaves of ``<run>/config.yaml`` (or of ``run`` itself when it is the saved config
     as a dict: an archived run's) with those of ``arm_cfg`` that both have, leaving out
     :data:`RUN_LOCAL_KEYS`; a key only one side has (a field the framework added since) is not a
-    difference. ``[]`` when the run has no saved config yet.
+    difference, unless it is in :data:`BEHAVED_AS_BEFORE`: a run saved without it is compared as
+    having the value it behaved as. ``[]`` when the run has no saved config yet.
     """
     from omegaconf import OmegaConf
 
@@ -280,6 +286,7 @@ def config_drift(run: Path | dict[str, Any] | None, arm_cfg: Any) -> list[str]:
     else:
         old = config_leaves(OmegaConf.to_container(OmegaConf.load(run / "config.yaml")))
     new = config_leaves(OmegaConf.to_container(OmegaConf.structured(arm_cfg)))
+    old = {**{k: v for k, v in BEHAVED_AS_BEFORE.items() if k in new}, **old}
     return [
         f"{key}: {old[key]!r} -> {new[key]!r}"
         for key in sorted(old.keys() & new.keys())

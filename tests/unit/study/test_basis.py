@@ -78,6 +78,29 @@ def test_a_run_is_compared_with_its_arm_on_the_settings_both_have(tmp_path):
     assert config_drift(run, replace(_Train(), optim=_Optim(3e-5))) == ["optim.lr: 1e-05 -> 3e-05"]
 
 
+@dataclass
+class _OptimNow:
+    lr: float = 1e-5
+    over_budget: str = "train"
+
+
+@dataclass
+class _TrainNow:
+    optim: _OptimNow = field(default_factory=_OptimNow)
+
+
+def test_a_run_from_before_a_default_changed_is_compared_as_it_behaved():
+    """``optim.over_budget`` came with a default (train) other than what runs did before (drop):
+    a run saved without the field differs from an arm on the new default, not on drop."""
+    assert config_drift({"optim": {"lr": 1e-5}}, _TrainNow()) == [
+        "optim.over_budget: 'drop' -> 'train'"
+    ]
+    assert config_drift({"optim": {"lr": 1e-5}}, _TrainNow(_OptimNow(over_budget="drop"))) == []
+    saved = {"optim": {"lr": 1e-5, "over_budget": "train"}}
+    assert config_drift(saved, _TrainNow()) == []
+    assert config_drift({"optim": {"lr": 1e-5}}, _Train()) == []  # an arm without the field
+
+
 def test_runs_made_with_another_config_stop_the_study(tmp_path, capsys):
     check_runs_match_arms(tmp_path, {("grpo", 0): [], ("e_grpo", 1): []})  # all match: go on
     with pytest.raises(SystemExit) as exc:

@@ -1,7 +1,7 @@
 """``optim.over_budget``: whether rollouts that spent a budget are in the loss.
 
-``drop`` (the default) leaves them out of the loss, their reward still counting in their group's
-advantage; ``train`` trains them like any other rollout. Issue 79's attempt 10 showed why the
+``train`` (the default) trains them like any other rollout; ``drop`` (every run before it) leaves
+them out of the loss, their reward still counting in their group's advantage. Issue 79's attempt 10 showed why the
 choice matters: with over-budget rollouts out of the loss, a wrong answer is pushed down and running
 out of tool calls is not, and GRPO's policy drifted into never answering (docs/study.md item 32).
 """
@@ -77,6 +77,11 @@ def test_the_step_trains_an_over_budget_rollout_only_with_train():
         result, moved = run_step(scripts, groups, f"optim.over_budget={setting}")
         assert [t.status for t in result.trajectories] == [STATUS_OVER_BUDGET, "ok"]
         assert result.figures["loss/trained_rollouts"] == trained and moved
+
+
+def test_the_default_trains_them():
+    assert OptimConfig().over_budget == "train"
+    assert RolloutBatch.build(_batch("drop").trajectories, pad_id=0).sample_mask.all()
 
 
 def test_an_unknown_setting_is_refused_with_its_choices():
